@@ -1,0 +1,63 @@
+// Google Benchmark benches: the fused gate kernel (optimized vs reference) and the GRU stack
+// forward/backward on the standard workload shapes of ../shared/WORKLOADS.md.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "cpu/gru_gates.h"
+#include "cpu/ref/gru_gates_ref.h"
+#include "grux/gru.h"
+
+namespace {
+
+template <bool kReference>
+void BM_gates_lbr_forward(benchmark::State& state) {
+  const int64_t B = state.range(0), H = state.range(1);
+  std::vector<float> g(B * 3 * H, 0.1f), gh(B * 3 * H, 0.2f), b(3 * H, 0.01f), hp(B * H, 0.3f),
+      h(B * H), hn(B * H);
+  for (auto _ : state) {
+    if (kReference)
+      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(),
+                                                   hp.data(), h.data(), hn.data());
+    else
+      grux::cpu::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(), hp.data(),
+                                              h.data(), hn.data());
+    benchmark::DoNotOptimize(h.data());
+  }
+  state.SetItemsProcessed(state.iterations() * B * H);
+}
+BENCHMARK(BM_gates_lbr_forward<false>)->Args({1, 256})->Args({64, 512});
+BENCHMARK(BM_gates_lbr_forward<true>)->Args({1, 256})->Args({64, 512});
+
+// Args: T, N, I, H, train (0/1).
+void BM_gru_stack(benchmark::State& state) {
+  grux::GruConfig c;
+  const int64_t T = state.range(0), N = state.range(1);
+  c.input_size = state.range(2);
+  c.hidden_size = state.range(3);
+  const bool train = state.range(4) != 0;
+  grux::Gru gru(c, grux::DType::f32, 1);
+  grux::Tensor x = grux::Tensor::full({T, N, c.input_size}, 0.5, grux::DType::f32);
+  grux::Tensor dy = grux::Tensor::full({T, N, c.hidden_size}, 0.1, grux::DType::f32);
+  for (auto _ : state) {
+    if (train) {
+      grux::GruTape tape;
+      gru.forward_train(x, {}, {}, tape);
+      benchmark::DoNotOptimize(gru.backward(tape, dy, {}).dinput.raw_data());
+    } else {
+      benchmark::DoNotOptimize(gru.forward(x).output.raw_data());
+    }
+  }
+  const double flops = 2.0 * N * T * 3 * c.hidden_size * (c.input_size + c.hidden_size);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * (train ? 3 : 1) * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_gru_stack)
+    ->Args({1000, 1, 128, 256, 0})   // W2
+    ->Args({100, 64, 256, 512, 0})   // W3
+    ->Args({100, 64, 256, 512, 1})   // W4
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,182 @@
+// The GRU: configuration, weights (PyTorch nn.GRU layout), the layer stack forward and
+// backward, the single cell (nn.GRUCell), and a streaming step API.
+//
+// Sizes: T time steps, N batch, I input size, H hidden size, L layers, D directions.
+// Gate order in every weight is r, z, n (PyTorch, cuDNN, ONNX with reordering). Two forms:
+//   linear_before_reset (default; PyTorch, cuDNN, ONNX linear_before_reset=1, Keras
+//   reset_after=True):   n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+//   reset_before (ONNX default, Keras reset_after=False, TensorFlow GRUCell):
+//                        n = tanh(W_in x + b_in + W_hn (r * h) + b_hn)
+// and in both r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise,
+// h' = (1 - z) * n + z * h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grux/tensor.h"
+
+namespace grux {
+
+enum class GruForm { linear_before_reset, reset_before };
+const char* gru_form_name(GruForm f);
+
+// Options of a GRU stack, as nn.GRU's constructor arguments plus the candidate form.
+struct GruConfig {
+  int64_t input_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 1;
+  bool bias = true;
+  bool batch_first = false;
+  double dropout = 0.0;  // between layers, applied by forward_train only
+  bool bidirectional = false;
+  GruForm form = GruForm::linear_before_reset;
+
+  int64_t directions() const { return bidirectional ? 2 : 1; }
+  // Input width of layer `layer`: I for layer 0, D*H above it.
+  int64_t layer_input_size(int64_t layer) const;
+  // Throws grux::Error if a size is < 1 or dropout is outside [0, 1).
+  void validate() const;
+};
+
+// Weights of one layer and direction. w_ih (3H, in), w_hh (3H, H), b_ih (3H), b_hh (3H);
+// the biases are undefined tensors when bias is false.
+struct GruLayerWeights {
+  Tensor w_ih, w_hh, b_ih, b_hh;
+};
+
+// Key of a weight in PyTorch's state_dict: "weight_ih_l0", "bias_hh_l1_reverse", ...
+// `what` is one of "weight_ih", "weight_hh", "bias_ih", "bias_hh".
+std::string gru_key(const char* what, int64_t layer, int64_t direction);
+
+// Activations saved by Gru::forward_train for Gru::backward. Opaque.
+struct GruTapeData;
+class GruTape {
+ public:
+  GruTape();
+  ~GruTape();
+  GruTape(GruTape&&) noexcept;
+  GruTape& operator=(GruTape&&) noexcept;
+  bool empty() const;
+  std::unique_ptr<GruTapeData> data;
+};
+
+struct GruOutput {
+  Tensor output;  // (T, N, D*H), (N, T, D*H) with batch_first, or (T, D*H) unbatched
+  Tensor h_n;     // (L*D, N, H), or (L*D, H) unbatched
+};
+
+struct GruGrads {
+  Tensor dinput;                          // same shape as input
+  Tensor dh0;                             // same shape as h0 (zeros' shape if h0 was not given)
+  std::vector<GruLayerWeights> dweights;  // index layer * D + direction
+  // Gradients keyed like the weights' state_dict.
+  std::map<std::string, Tensor> state_dict(const GruConfig& config) const;
+};
+
+class Gru {
+ public:
+  // Weights drawn like PyTorch's reset_parameters: uniform(-1/sqrt(H), 1/sqrt(H)), from a
+  // seeded generator (the numbers differ from PyTorch's; the distribution is the same).
+  Gru(const GruConfig& config, DType dtype = DType::f32, uint64_t seed = 0);
+  // Takes ownership of given weights (index layer * D + direction); shapes are checked.
+  Gru(const GruConfig& config, std::vector<GruLayerWeights> weights);
+
+  // Builds a GRU from nn.GRU's state_dict keys. input_size, hidden_size, num_layers, bias
+  // and bidirectional are inferred from the keys and shapes; batch_first, dropout and form
+  // come from `options`. A missing, extra or misshapen key, or mixed dtypes, is an error
+  // naming the key.
+  static Gru from_state_dict(const std::map<std::string, Tensor>& state,
+                             const GruConfig& options = {});
+  std::map<std::string, Tensor> state_dict() const;
+
+  const GruConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<GruLayerWeights>& weights() const { return weights_; }
+  std::vector<GruLayerWeights>& mutable_weights() { return weights_; }
+
+  // Inference forward (no dropout).
+  //   input: (T, N, I); (N, T, I) with batch_first; (T, I) unbatched. f32 or f64.
+  //   h0: (L*D, N, H), or (L*D, H) unbatched; undefined means zeros.
+  //   lengths: (N,) i64 with 1 <= lengths[n] <= T, any order; undefined means all T.
+  //     Output rows at t >= lengths[n] are zero; h_n holds each sequence's state after its
+  //     last valid step; the reverse direction runs over each sequence's valid part.
+  GruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {}) const;
+
+  // Training forward: as forward(), with dropout between layers (config.dropout, mask drawn
+  // from `dropout_seed`), and saves into `tape` what backward needs.
+  GruOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
+                          GruTape& tape, uint64_t dropout_seed = 0) const;
+
+  // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
+  // both), with the shapes forward_train returned. Uses the tape of the last forward_train.
+  GruGrads backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n) const;
+
+ private:
+  GruConfig config_;
+  DType dtype_;
+  std::vector<GruLayerWeights> weights_;
+};
+
+// nn.GRUCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh.
+class GruCell {
+ public:
+  GruCell(int64_t input_size, int64_t hidden_size, bool bias = true,
+          GruForm form = GruForm::linear_before_reset, DType dtype = DType::f32,
+          uint64_t seed = 0);
+  static GruCell from_state_dict(const std::map<std::string, Tensor>& state,
+                                 GruForm form = GruForm::linear_before_reset);
+  std::map<std::string, Tensor> state_dict() const;
+
+  // x: (N, I) or unbatched (I); h: (N, H) or (H), undefined means zeros. Returns h'.
+  Tensor forward(const Tensor& x, const Tensor& h = {}) const;
+
+  struct Grads {
+    Tensor dx, dh;
+    GruLayerWeights dweights;
+  };
+  // Gradients of one step given d(loss)/d(h'); recomputes the forward from x and h.
+  Grads backward(const Tensor& x, const Tensor& h, const Tensor& dh_new) const;
+
+  int64_t input_size() const { return input_size_; }
+  int64_t hidden_size() const { return hidden_size_; }
+  GruForm form() const { return form_; }
+  const GruLayerWeights& weights() const { return w_; }
+
+ private:
+  GruCell(int64_t input_size, int64_t hidden_size, GruForm form, GruLayerWeights w);
+  int64_t input_size_, hidden_size_;
+  GruForm form_;
+  GruLayerWeights w_;
+};
+
+// Stateful streaming over a unidirectional GRU: feed one frame or a chunk at a time; the
+// results are identical to running the whole sequence at once. Workspace is sized on the
+// first call (and when a longer chunk arrives); steps of the same size allocate nothing.
+class GruStream {
+ public:
+  // batch N >= 1, or 0 for unbatched frames. h0 as in Gru::forward (undefined: zeros).
+  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {});
+  ~GruStream();
+  GruStream(GruStream&&) noexcept;
+  GruStream& operator=(GruStream&&) noexcept;
+
+  // frames: one frame (N, I) — or (I) unbatched — or a chunk (t, N, I) — (N, t, I) with
+  // batch_first, (t, I) unbatched. Returns the top layer's outputs in the same layout with
+  // H in place of I.
+  Tensor step(const Tensor& frames);
+  // As step(), writing into `out` (must have the returned shape and dtype).
+  void step_into(const Tensor& frames, Tensor& out);
+  // Current state (L, N, H), or (L, H) unbatched; a copy.
+  Tensor state() const;
+  void reset(const Tensor& h0 = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace grux

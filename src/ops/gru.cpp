@@ -1,0 +1,611 @@
+// The GRU stack driver (nn.GRU semantics): validates a problem at the API boundary, lays out
+// packed sequences, walks layers x directions, applies dropout, and runs backward in
+// mirror order. Also weights I/O by state_dict keys and GruCell (a one-step, one-layer GRU).
+#include "grux/gru.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <regex>
+#include <set>
+
+#include "ops/gru_layer.h"
+
+namespace grux {
+
+using ops::SeqLayout;
+
+const char* gru_form_name(GruForm f) {
+  return f == GruForm::linear_before_reset ? "linear_before_reset" : "reset_before";
+}
+
+int64_t GruConfig::layer_input_size(int64_t layer) const {
+  return layer == 0 ? input_size : directions() * hidden_size;
+}
+
+void GruConfig::validate() const {
+  if (input_size < 1) throw Error(fmt::format("gru: input_size is {}, expected >= 1", input_size));
+  if (hidden_size < 1)
+    throw Error(fmt::format("gru: hidden_size is {}, expected >= 1", hidden_size));
+  if (num_layers < 1) throw Error(fmt::format("gru: num_layers is {}, expected >= 1", num_layers));
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    throw Error(fmt::format("gru: dropout is {}, expected 0 <= dropout < 1", dropout));
+}
+
+std::string gru_key(const char* what, int64_t layer, int64_t direction) {
+  return fmt::format("{}_l{}{}", what, layer, direction == 1 ? "_reverse" : "");
+}
+
+GruTape::GruTape() = default;
+GruTape::~GruTape() = default;
+GruTape::GruTape(GruTape&&) noexcept = default;
+GruTape& GruTape::operator=(GruTape&&) noexcept = default;
+bool GruTape::empty() const { return data == nullptr; }
+
+// What backward needs from forward_train.
+struct GruTapeData {
+  SeqLayout lay;
+  Shape input_shape, h0_shape;  // as the caller gave them (h0_shape: of h_n when no h0)
+  bool unbatched = false;
+  DType dtype = DType::f32;
+  std::vector<Tensor> layer_inputs;  // per layer, (T, N, in) time-major (views allowed)
+  std::vector<Tensor> masks;         // per layer below the top: dropout scale or undefined
+  std::vector<Tensor> h0s, g, aux, hs;  // per layer * D + direction, packed buffers
+};
+
+namespace {
+
+// ---- Weights -------------------------------------------------------------------------
+
+void check_layer_weights(const GruConfig& c, DType dtype, const GruLayerWeights& w, int64_t l,
+                         int64_t d) {
+  const int64_t H = c.hidden_size, in = c.layer_input_size(l);
+  auto check = [&](const char* what, const Tensor& t, const Shape& shape) {
+    const std::string key = gru_key(what, l, d);
+    if (!t.defined()) throw Error(fmt::format("gru: missing weight '{}'", key));
+    if (t.shape() != shape)
+      throw Error(fmt::format("gru: weight '{}' has shape {}, expected {}", key,
+                              shape_str(t.shape()), shape_str(shape)));
+    if (t.dtype() != dtype)
+      throw Error(fmt::format("gru: weight '{}' has dtype {}, expected {} like the other weights",
+                              key, dtype_name(t.dtype()), dtype_name(dtype)));
+  };
+  check("weight_ih", w.w_ih, {3 * H, in});
+  check("weight_hh", w.w_hh, {3 * H, H});
+  if (c.bias) {
+    check("bias_ih", w.b_ih, {3 * H});
+    check("bias_hh", w.b_hh, {3 * H});
+  } else if (w.b_ih.defined() || w.b_hh.defined()) {
+    throw Error(fmt::format("gru: layer {} has biases but bias is false", l));
+  }
+}
+
+template <typename T>
+ops::LayerWeightPtrs<T> weight_ptrs(const GruLayerWeights& w) {
+  // Weights are made contiguous when stored (see Gru's constructor).
+  return {w.w_ih.data<T>(), w.w_hh.data<T>(), w.b_ih.defined() ? w.b_ih.data<T>() : nullptr,
+          w.b_hh.defined() ? w.b_hh.data<T>() : nullptr};
+}
+
+// ---- Problem normalization -----------------------------------------------------------
+
+// The caller's tensors as time-major views, plus the sequence layout.
+struct Problem {
+  Tensor x;   // (T, N, I)
+  Tensor h0;  // (L*D, N, H) or undefined
+  SeqLayout lay;
+  bool unbatched = false;
+};
+
+Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
+                  const Tensor& lengths) {
+  const char* op = "gru";
+  check_defined(op, "input", input);
+  if (input.dtype() != dtype)
+    throw Error(fmt::format("gru: input has dtype {} but the weights have dtype {} (expected "
+                            "the same dtype)", dtype_name(input.dtype()), dtype_name(dtype)));
+  if (input.device() != Device::cpu())
+    throw Error(fmt::format("gru: input is on {} but the weights are on cpu (expected the "
+                            "same device)", input.device().str()));
+  Problem p;
+  if (input.dim() == 2) {
+    p.unbatched = true;
+    p.x = input.unsqueeze(1);
+  } else if (input.dim() == 3) {
+    p.x = c.batch_first ? input.transpose(0, 1) : input;
+  } else {
+    throw Error(fmt::format("gru: input has shape {}, expected (T, N, I), (N, T, I) with "
+                            "batch_first, or (T, I) unbatched", shape_str(input.shape())));
+  }
+  const int64_t T = p.x.size(0), N = p.x.size(1), I = p.x.size(2);
+  if (I != c.input_size)
+    throw Error(fmt::format("gru: input has shape {}: feature size {}, expected input_size {}",
+                            shape_str(input.shape()), I, c.input_size));
+  if (T < 1 || N < 1)
+    throw Error(fmt::format("gru: input has shape {}, expected at least one time step and one "
+                            "sequence", shape_str(input.shape())));
+  const int64_t LD = c.num_layers * c.directions(), H = c.hidden_size;
+  if (h0.defined()) {
+    check_same_dtype(op, "input", input, "h0", h0);
+    check_same_device(op, "input", input, "h0", h0);
+    if (p.unbatched) {
+      check_shape(op, "h0", h0, {LD, H});
+      p.h0 = h0.unsqueeze(1);
+    } else {
+      check_shape(op, "h0", h0, {LD, N, H});
+      p.h0 = h0;
+    }
+  }
+  std::vector<int64_t> len;
+  if (lengths.defined()) {
+    if (p.unbatched)
+      throw Error("gru: lengths given with unbatched input (expected a batched input (T, N, I))");
+    check_same_device(op, "input", input, "lengths", lengths);
+    check_dtype(op, "lengths", lengths, DType::i64);
+    check_shape(op, "lengths", lengths, {N});
+    len.resize(N);
+    for (int64_t n = 0; n < N; ++n) {
+      len[n] = static_cast<int64_t>(lengths.at_flat(n));
+      if (len[n] < 1 || len[n] > T)
+        throw Error(fmt::format("gru: lengths[{}] = {} is out of range (expected 1 <= length "
+                                "<= T = {})", n, len[n], T));
+    }
+  }
+  p.lay = ops::make_seq_layout(T, N, lengths.defined() ? len.data() : nullptr);
+  return p;
+}
+
+// ---- Packing -------------------------------------------------------------------------
+
+// dst (rows x C) <- src (T, N, >= c0 + C) columns [c0, c0 + C), in packed order of `dir`.
+template <typename T>
+void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0, int64_t C,
+                   T* dst) {
+  const T* base = src.data<T>();
+  const int64_t st0 = src.stride(0), st1 = src.stride(1), st2 = src.stride(2);
+  for (int64_t s = 0; s < lay.S; ++s) {
+    for (int64_t j = 0; j < lay.bs[s]; ++j) {
+      const T* p = base + lay.time(s, j, dir) * st0 + lay.perm[j] * st1 + c0 * st2;
+      T* q = dst + (lay.off[s] + j) * C;
+      if (st2 == 1) std::memcpy(q, p, C * sizeof(T));
+      else for (int64_t c = 0; c < C; ++c) q[c] = p[c * st2];
+    }
+  }
+}
+
+// dst (T, N, CC) contiguous, columns [c0, c0 + C) <- (or +=) src (rows x C) packed.
+template <typename T>
+void scatter_packed(const SeqLayout& lay, int dir, const T* src, int64_t C, T* dst, int64_t CC,
+                    int64_t c0, bool accumulate) {
+  for (int64_t s = 0; s < lay.S; ++s) {
+    for (int64_t j = 0; j < lay.bs[s]; ++j) {
+      const T* p = src + (lay.off[s] + j) * C;
+      T* q = dst + (lay.time(s, j, dir) * lay.N + lay.perm[j]) * CC + c0;
+      if (accumulate) for (int64_t c = 0; c < C; ++c) q[c] += p[c];
+      else std::memcpy(q, p, C * sizeof(T));
+    }
+  }
+}
+
+// Packed row of sequence perm[j]'s last valid step (the same in both directions).
+int64_t last_row(const SeqLayout& lay, int64_t j) { return lay.off[lay.len[lay.perm[j]] - 1] + j; }
+
+// Restores the caller's layout: (T, N, C) time-major -> batch_first / unbatched.
+Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched) {
+  if (unbatched) return t.squeeze(1);
+  return batch_first ? t.transpose(0, 1).contiguous() : t;
+}
+
+// ---- Forward -------------------------------------------------------------------------
+
+template <typename T>
+GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
+                       const Problem& p, bool training, uint64_t seed, GruTapeData* tape) {
+  const auto k = ops::gru_kernels<T>();
+  const SeqLayout& lay = p.lay;
+  const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
+  const int64_t rows = lay.rows();
+  const DType dt = dtype_of<T>();
+  Tensor h_n = Tensor::zeros({L * D, N, H}, dt);
+  Tensor gh = Tensor::empty({N, 3 * H}, dt);
+  std::mt19937_64 rng(seed);
+  Tensor layer_in = p.x;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t in = c.layer_input_size(l);
+    Tensor out = Tensor::zeros({T_, N, D * H}, dt);
+    Tensor xp = Tensor::empty({rows, in}, dt);
+    for (int d = 0; d < D; ++d) {
+      const int64_t ld = l * D + d;
+      gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
+      Tensor h0s = Tensor::zeros({N, H}, dt);
+      if (p.h0.defined())
+        for (int64_t j = 0; j < N; ++j)
+          for (int64_t h = 0; h < H; ++h)
+            h0s.data<T>()[j * H + h] = static_cast<T>(p.h0.item({ld, lay.perm[j], h}));
+      Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
+      Tensor hs = Tensor::empty({rows, H}, dt);
+      ops::gru_layer_forward<T>(k, c.form, H, in, lay, weight_ptrs<T>(weights[ld]),
+                                xp.data<T>(), h0s.data<T>(), g.data<T>(), aux.data<T>(),
+                                hs.data<T>(), gh.data<T>());
+      scatter_packed<T>(lay, d, hs.data<T>(), H, out.data<T>(), D * H, d * H, false);
+      for (int64_t j = 0; j < N; ++j)
+        std::memcpy(h_n.data<T>() + (ld * N + lay.perm[j]) * H, hs.data<T>() + last_row(lay, j) * H,
+                    H * sizeof(T));
+      if (tape) {
+        tape->h0s[ld] = h0s;
+        tape->g[ld] = g;
+        tape->aux[ld] = aux;
+        tape->hs[ld] = hs;
+      }
+    }
+    if (tape) tape->layer_inputs[l] = layer_in;
+    if (training && c.dropout > 0 && l + 1 < L) {
+      // Inverted dropout: keep with probability 1 - p, scale kept values by 1 / (1 - p).
+      Tensor mask = Tensor::empty({T_, N, D * H}, dt);
+      std::bernoulli_distribution keep(1.0 - c.dropout);
+      const T scale = static_cast<T>(1.0 / (1.0 - c.dropout));
+      T* m = mask.data<T>();
+      T* o = out.data<T>();
+      for (int64_t i = 0; i < mask.numel(); ++i) {
+        m[i] = keep(rng) ? scale : T(0);
+        o[i] *= m[i];
+      }
+      if (tape) tape->masks[l] = mask;
+    }
+    layer_in = out;
+  }
+  return {layer_in, h_n};
+}
+
+// ---- Backward ------------------------------------------------------------------------
+
+template <typename T>
+GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
+                       const GruTapeData& tape, const Tensor& dout, const Tensor& dhn) {
+  const auto k = ops::gru_kernels<T>();
+  const SeqLayout& lay = tape.lay;
+  const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
+  const int64_t rows = lay.rows();
+  const DType dt = dtype_of<T>();
+  GruGrads grads;
+  grads.dweights.resize(L * D);
+  Tensor dh0 = Tensor::zeros({L * D, N, H}, dt);
+  // Scratch shared by all layer-directions.
+  Tensor dyp = Tensor::empty({rows, H}, dt), dg = Tensor::empty({rows, 3 * H}, dt);
+  Tensor dgh = Tensor::empty({rows, 3 * H}, dt), hprev = Tensor::empty({rows, H}, dt);
+  Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
+  Tensor dh0s = Tensor::empty({N, H}, dt);
+  Tensor d_above = dout;  // dL/d(output of layer l), (T, N, D*H) time-major, or undefined
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int64_t in = c.layer_input_size(l);
+    Tensor dlayer_in = Tensor::zeros({T_, N, in}, dt);
+    Tensor xp = Tensor::empty({rows, in}, dt), dxp = Tensor::empty({rows, in}, dt);
+    for (int d = 0; d < D; ++d) {
+      const int64_t ld = l * D + d;
+      T* dy = dyp.data<T>();
+      if (d_above.defined()) gather_packed<T>(lay, d, d_above, d * H, H, dy);
+      else std::memset(dy, 0, rows * H * sizeof(T));
+      if (dhn.defined())
+        for (int64_t j = 0; j < N; ++j)
+          for (int64_t h = 0; h < H; ++h)
+            dy[last_row(lay, j) * H + h] += static_cast<T>(dhn.item({ld, lay.perm[j], h}));
+      gather_packed<T>(lay, d, tape.layer_inputs[l], 0, in, xp.data<T>());
+      GruLayerWeights& dw = grads.dweights[ld];
+      dw.w_ih = Tensor::empty({3 * H, in}, dt);
+      dw.w_hh = Tensor::empty({3 * H, H}, dt);
+      if (c.bias) {
+        dw.b_ih = Tensor::empty({3 * H}, dt);
+        dw.b_hh = Tensor::empty({3 * H}, dt);
+      }
+      ops::gru_layer_backward<T>(
+          k, c.form, H, in, lay, weight_ptrs<T>(weights[ld]), xp.data<T>(),
+          tape.h0s[ld].data<T>(), tape.g[ld].data<T>(), tape.aux[ld].data<T>(),
+          tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw.w_ih.data<T>(), dw.w_hh.data<T>(),
+          c.bias ? dw.b_ih.data<T>() : nullptr, c.bias ? dw.b_hh.data<T>() : nullptr,
+          dh0s.data<T>(), dg.data<T>(), dgh.data<T>(), hprev.data<T>(), carry.data<T>(),
+          drh.data<T>());
+      scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
+      for (int64_t j = 0; j < N; ++j)
+        std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,
+                    H * sizeof(T));
+    }
+    if (l > 0 && tape.masks[l - 1].defined()) {
+      T* g = dlayer_in.data<T>();
+      const T* m = tape.masks[l - 1].data<T>();
+      for (int64_t i = 0; i < dlayer_in.numel(); ++i) g[i] *= m[i];
+    }
+    d_above = dlayer_in;
+  }
+  grads.dinput = to_caller_layout(d_above, c.batch_first, tape.unbatched);
+  grads.dh0 = tape.unbatched ? dh0.squeeze(1) : dh0;
+  return grads;
+}
+
+}  // namespace
+
+// ---- Gru -------------------------------------------------------------------------------
+
+Gru::Gru(const GruConfig& config, DType dtype, uint64_t seed) : config_(config), dtype_(dtype) {
+  config_.validate();
+  if (dtype != DType::f32 && dtype != DType::f64)
+    throw Error(fmt::format("gru: dtype {} is not supported (expected f32 or f64)",
+                            dtype_name(dtype)));
+  std::mt19937_64 rng(seed);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden_size));
+  std::uniform_real_distribution<double> uni(-bound, bound);
+  auto draw = [&](const Shape& shape) {
+    Tensor t = Tensor::empty(shape, DType::f64);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = uni(rng);
+    return t.to(dtype);
+  };
+  const int64_t H = config_.hidden_size;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    for (int64_t d = 0; d < config_.directions(); ++d) {
+      GruLayerWeights w;
+      w.w_ih = draw({3 * H, config_.layer_input_size(l)});
+      w.w_hh = draw({3 * H, H});
+      if (config_.bias) {
+        w.b_ih = draw({3 * H});
+        w.b_hh = draw({3 * H});
+      }
+      weights_.push_back(std::move(w));
+    }
+  }
+}
+
+Gru::Gru(const GruConfig& config, std::vector<GruLayerWeights> weights)
+    : config_(config), weights_(std::move(weights)) {
+  config_.validate();
+  const int64_t D = config_.directions();
+  if (static_cast<int64_t>(weights_.size()) != config_.num_layers * D)
+    throw Error(fmt::format("gru: {} weight sets given, expected num_layers * directions = {}",
+                            weights_.size(), config_.num_layers * D));
+  dtype_ = weights_[0].w_ih.defined() ? weights_[0].w_ih.dtype() : DType::f32;
+  if (dtype_ != DType::f32 && dtype_ != DType::f64)
+    throw Error(fmt::format("gru: weight 'weight_ih_l0' has dtype {}, expected f32 or f64",
+                            dtype_name(dtype_)));
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    for (int64_t d = 0; d < D; ++d) {
+      GruLayerWeights& w = weights_[l * D + d];
+      check_layer_weights(config_, dtype_, w, l, d);
+      // Kernels take raw row-major pointers.
+      for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh})
+        if (t->defined()) *t = t->contiguous();
+    }
+}
+
+Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruConfig& options) {
+  static const std::regex key_re(R"((weight|bias)_(ih|hh)_l(\d+)(_reverse)?)");
+  int64_t max_layer = -1;
+  bool reverse = false;
+  for (const auto& [key, t] : state) {
+    std::smatch m;
+    if (!std::regex_match(key, m, key_re))
+      throw Error(fmt::format("gru weights: unexpected key '{}' (expected nn.GRU state_dict keys "
+                              "such as 'weight_ih_l0')", key));
+    if (m[3].length() > 6) throw Error(fmt::format("gru weights: layer index in '{}' is too large", key));
+    max_layer = std::max<int64_t>(max_layer, std::stoll(m[3].str()));
+    reverse = reverse || m[4].matched;
+  }
+  auto w_ih0 = state.find("weight_ih_l0");
+  if (w_ih0 == state.end()) throw Error("gru weights: missing key 'weight_ih_l0'");
+  const Tensor& w0 = w_ih0->second;
+  if (w0.dim() != 2 || w0.size(0) % 3 != 0 || w0.size(0) == 0 || w0.size(1) == 0)
+    throw Error(fmt::format("gru weights: 'weight_ih_l0' has shape {}, expected (3*hidden_size, "
+                            "input_size) with both sizes >= 1", shape_str(w0.shape())));
+  GruConfig c = options;
+  c.hidden_size = w0.size(0) / 3;
+  c.input_size = w0.size(1);
+  c.num_layers = max_layer + 1;
+  c.bidirectional = reverse;
+  c.bias = state.count("bias_ih_l0") || state.count("bias_hh_l0");
+  std::set<std::string> expected;
+  std::vector<GruLayerWeights> weights;
+  auto get = [&](const char* what, int64_t l, int64_t d) {
+    const std::string key = gru_key(what, l, d);
+    expected.insert(key);
+    auto it = state.find(key);
+    if (it == state.end()) throw Error(fmt::format("gru weights: missing key '{}'", key));
+    return it->second;
+  };
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int64_t d = 0; d < c.directions(); ++d) {
+      GruLayerWeights w;
+      w.w_ih = get("weight_ih", l, d);
+      w.w_hh = get("weight_hh", l, d);
+      if (c.bias) {
+        w.b_ih = get("bias_ih", l, d);
+        w.b_hh = get("bias_hh", l, d);
+      }
+      weights.push_back(std::move(w));
+    }
+  for (const auto& [key, t] : state)
+    if (!expected.count(key))
+      throw Error(fmt::format("gru weights: unexpected key '{}' for a {}-layer {}GRU{}", key,
+                              c.num_layers, c.bidirectional ? "bidirectional " : "",
+                              c.bias ? "" : " without bias"));
+  return Gru(c, std::move(weights));
+}
+
+std::map<std::string, Tensor> Gru::state_dict() const {
+  GruGrads as_grads;
+  as_grads.dweights = weights_;
+  return as_grads.state_dict(config_);
+}
+
+std::map<std::string, Tensor> GruGrads::state_dict(const GruConfig& c) const {
+  std::map<std::string, Tensor> out;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int64_t d = 0; d < c.directions(); ++d) {
+      const GruLayerWeights& w = dweights.at(l * c.directions() + d);
+      out[gru_key("weight_ih", l, d)] = w.w_ih;
+      out[gru_key("weight_hh", l, d)] = w.w_hh;
+      if (w.b_ih.defined()) out[gru_key("bias_ih", l, d)] = w.b_ih;
+      if (w.b_hh.defined()) out[gru_key("bias_hh", l, d)] = w.b_hh;
+    }
+  return out;
+}
+
+GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths) const {
+  Problem p = normalize(config_, dtype_, input, h0, lengths);
+  GruOutput r = dtype_ == DType::f32 ? forward_impl<float>(config_, weights_, p, false, 0, nullptr)
+                                     : forward_impl<double>(config_, weights_, p, false, 0, nullptr);
+  r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
+  if (p.unbatched) r.h_n = r.h_n.squeeze(1);
+  return r;
+}
+
+GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
+                             GruTape& tape, uint64_t dropout_seed) const {
+  Problem p = normalize(config_, dtype_, input, h0, lengths);
+  auto data = std::make_unique<GruTapeData>();
+  const int64_t LD = config_.num_layers * config_.directions();
+  data->lay = p.lay;
+  data->input_shape = input.shape();
+  data->unbatched = p.unbatched;
+  data->dtype = dtype_;
+  data->layer_inputs.resize(config_.num_layers);
+  data->masks.resize(config_.num_layers);
+  data->h0s.resize(LD);
+  data->g.resize(LD);
+  data->aux.resize(LD);
+  data->hs.resize(LD);
+  GruOutput r = dtype_ == DType::f32
+                    ? forward_impl<float>(config_, weights_, p, true, dropout_seed, data.get())
+                    : forward_impl<double>(config_, weights_, p, true, dropout_seed, data.get());
+  data->h0_shape = r.h_n.shape();
+  if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);
+  tape.data = std::move(data);
+  r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
+  if (p.unbatched) r.h_n = r.h_n.squeeze(1);
+  return r;
+}
+
+GruGrads Gru::backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n) const {
+  if (tape.empty()) throw Error("gru backward: the tape is empty (run forward_train first)");
+  const GruTapeData& t = *tape.data;
+  if (t.dtype != dtype_)
+    throw Error("gru backward: the tape was recorded with weights of another dtype");
+  if (!doutput.defined() && !dh_n.defined())
+    throw Error("gru backward: neither grad_output nor grad_h_n given (expected at least one)");
+  const int64_t DH = config_.directions() * config_.hidden_size;
+  Tensor dout, dhn;
+  if (doutput.defined()) {
+    if (doutput.dtype() != dtype_)
+      throw Error(fmt::format("gru backward: grad_output has dtype {}, expected {}",
+                              dtype_name(doutput.dtype()), dtype_name(dtype_)));
+    Shape expected = t.unbatched ? Shape{t.lay.T, DH}
+                     : config_.batch_first ? Shape{t.lay.N, t.lay.T, DH}
+                                           : Shape{t.lay.T, t.lay.N, DH};
+    check_shape("gru backward", "grad_output", doutput, expected);
+    dout = t.unbatched ? doutput.unsqueeze(1)
+                       : config_.batch_first ? doutput.transpose(0, 1) : doutput;
+  }
+  if (dh_n.defined()) {
+    if (dh_n.dtype() != dtype_)
+      throw Error(fmt::format("gru backward: grad_h_n has dtype {}, expected {}",
+                              dtype_name(dh_n.dtype()), dtype_name(dtype_)));
+    check_shape("gru backward", "grad_h_n", dh_n, t.h0_shape);
+    dhn = t.unbatched ? dh_n.unsqueeze(1) : dh_n;
+  }
+  return dtype_ == DType::f32 ? backward_impl<float>(config_, weights_, t, dout, dhn)
+                              : backward_impl<double>(config_, weights_, t, dout, dhn);
+}
+
+// ---- GruCell: a one-layer GRU run for one step ----------------------------------------
+
+namespace {
+GruConfig cell_config(int64_t I, int64_t H, bool bias, GruForm form) {
+  GruConfig c;
+  c.input_size = I;
+  c.hidden_size = H;
+  c.bias = bias;
+  c.form = form;
+  return c;
+}
+std::map<std::string, Tensor> cell_keys_to_gru(const std::map<std::string, Tensor>& s) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, t] : s) {
+    if (key != "weight_ih" && key != "weight_hh" && key != "bias_ih" && key != "bias_hh")
+      throw Error(fmt::format("gru cell weights: unexpected key '{}' (expected weight_ih, "
+                              "weight_hh, bias_ih, bias_hh)", key));
+    out[key + "_l0"] = t;
+  }
+  return out;
+}
+}  // namespace
+
+GruCell::GruCell(int64_t input_size, int64_t hidden_size, bool bias, GruForm form, DType dtype,
+                 uint64_t seed)
+    : GruCell(input_size, hidden_size, form,
+              Gru(cell_config(input_size, hidden_size, bias, form), dtype, seed).weights()[0]) {}
+
+GruCell::GruCell(int64_t input_size, int64_t hidden_size, GruForm form, GruLayerWeights w)
+    : input_size_(input_size), hidden_size_(hidden_size), form_(form), w_(std::move(w)) {}
+
+GruCell GruCell::from_state_dict(const std::map<std::string, Tensor>& state, GruForm form) {
+  GruConfig options;
+  options.form = form;
+  Gru g = Gru::from_state_dict(cell_keys_to_gru(state), options);
+  if (g.config().num_layers != 1 || g.config().bidirectional)
+    throw Error("gru cell weights: expected the keys of one cell");
+  return GruCell(g.config().input_size, g.config().hidden_size, form, g.weights()[0]);
+}
+
+std::map<std::string, Tensor> GruCell::state_dict() const {
+  std::map<std::string, Tensor> out{{"weight_ih", w_.w_ih}, {"weight_hh", w_.w_hh}};
+  if (w_.b_ih.defined()) out["bias_ih"] = w_.b_ih;
+  if (w_.b_hh.defined()) out["bias_hh"] = w_.b_hh;
+  return out;
+}
+
+namespace {
+// The cell's (x, h) as a one-step sequence for a one-layer GRU: x (1, N, I), h (1, N, H).
+struct CellProblem {
+  Tensor x, h;
+  bool unbatched;
+};
+CellProblem cell_problem(const Tensor& x, const Tensor& h, int64_t I, int64_t H) {
+  check_defined("gru cell", "input", x);
+  CellProblem p;
+  p.unbatched = x.dim() == 1;
+  if (x.dim() != 1 && x.dim() != 2)
+    throw Error(fmt::format("gru cell: input has shape {}, expected (N, I) or (I) unbatched",
+                            shape_str(x.shape())));
+  p.x = p.unbatched ? x.unsqueeze(0).unsqueeze(0) : x.unsqueeze(0);
+  if (h.defined()) {
+    const int64_t N = p.x.size(1);
+    check_shape("gru cell", "hx", h, p.unbatched ? Shape{H} : Shape{N, H});
+    p.h = p.unbatched ? h.unsqueeze(0).unsqueeze(0) : h.unsqueeze(0);
+  }
+  return p;
+}
+}  // namespace
+
+Tensor GruCell::forward(const Tensor& x, const Tensor& h) const {
+  CellProblem p = cell_problem(x, h, input_size_, hidden_size_);
+  Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {w_});
+  Tensor h_new = g.forward(p.x, p.h).h_n.select(0, 0);
+  return p.unbatched ? h_new.select(0, 0) : h_new;
+}
+
+GruCell::Grads GruCell::backward(const Tensor& x, const Tensor& h, const Tensor& dh_new) const {
+  CellProblem p = cell_problem(x, h, input_size_, hidden_size_);
+  check_defined("gru cell backward", "grad_h_new", dh_new);
+  check_shape("gru cell backward", "grad_h_new", dh_new,
+              p.unbatched ? Shape{hidden_size_} : Shape{p.x.size(1), hidden_size_});
+  Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {w_});
+  GruTape tape;
+  g.forward_train(p.x, p.h, {}, tape);
+  Tensor dhn = p.unbatched ? dh_new.unsqueeze(0).unsqueeze(0) : dh_new.unsqueeze(0);
+  GruGrads gg = g.backward(tape, {}, dhn);
+  Grads out;
+  out.dx = p.unbatched ? gg.dinput.select(0, 0).select(0, 0) : gg.dinput.select(0, 0);
+  out.dh = p.unbatched ? gg.dh0.select(0, 0).select(0, 0) : gg.dh0.select(0, 0);
+  out.dweights = gg.dweights[0];
+  return out;
+}
+
+}  // namespace grux

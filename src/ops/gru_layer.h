@@ -1,0 +1,63 @@
+// Internal to the GRU driver: the packed sequence layout and one layer-direction pass over
+// time, forward and backward. Shared by the stack driver (gru.cpp) and the stream.
+//
+// Packed layout: sequences are sorted by length, longest first (stable), so that at step s
+// the active sequences are a prefix of the sorted order: bs[s] rows starting at packed row
+// off[s]. Row (s, j) holds sequence perm[j] at time s (forward direction) or at time
+// len - 1 - s (reverse direction: each sequence's valid part, reversed). Work follows the
+// sum of lengths, not N * T.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/gru_cell.h"
+
+namespace grux::ops {
+
+struct SeqLayout {
+  int64_t T = 0, N = 0, S = 0;  // padded length, batch, longest valid length
+  std::vector<int64_t> len;     // per original batch index
+  std::vector<int64_t> perm;    // sorted position j -> original batch index
+  std::vector<int64_t> bs;      // active rows at step s (S entries; bs[0] == N)
+  std::vector<int64_t> off;     // first packed row of step s (S + 1 entries)
+  int64_t rows() const { return off[S]; }
+  // Time index of packed row (s, j) in direction dir (0 forward, 1 reverse).
+  int64_t time(int64_t s, int64_t j, int dir) const {
+    return dir == 0 ? s : len[perm[j]] - 1 - s;
+  }
+};
+
+// Layout for N sequences of padded length T; `lengths` null means all T. Lengths must
+// already be validated (1 <= len <= T).
+SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths);
+
+// Raw pointers of one layer-direction's weights; biases null without bias.
+template <typename T>
+struct LayerWeightPtrs {
+  const T *w_ih, *w_hh, *b_ih, *b_hh;
+};
+
+// Forward over all steps of one layer-direction.
+//   xp (rows x in): packed layer input. h0s (N x H): initial state in sorted order.
+//   Outputs: g (rows x 3H) gate activations, aux (rows x H) hn or rh, hs (rows x H) states.
+//   gh (N x 3H): scratch.
+template <typename T>
+void gru_layer_forward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
+                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
+                       const T* h0s, T* g, T* aux, T* hs, T* gh);
+
+// Backward over all steps of one layer-direction, given the forward's g, aux, hs.
+//   dyp (rows x H): on entry dL/dh at each packed row from above (output gradient plus
+//     h_n gradient at each sequence's last step); used as scratch.
+//   Outputs (overwritten): dxp (rows x in), dw_ih (3H x in), dw_hh (3H x H),
+//     db_ih, db_hh (3H; ignored when null), dh0s (N x H, sorted order).
+//   Scratch: dg, dgh (rows x 3H), hprev (rows x H), carry (2 x N x H), drh (N x H).
+template <typename T>
+void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
+                        const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
+                        const T* h0s, const T* g, const T* aux, const T* hs, T* dyp, T* dxp,
+                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh,
+                        T* hprev, T* carry, T* drh);
+
+}  // namespace grux::ops

@@ -1,0 +1,154 @@
+// Streaming GRU: feed frames or chunks, keep the state between calls. Each chunk runs the
+// same layer kernels as a whole-sequence forward, so results are identical to it.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "grux/gru.h"
+#include "ops/gru_layer.h"
+
+namespace grux {
+
+struct GruStream::Impl {
+  const Gru* gru;
+  int64_t N;              // batch (1 internally when unbatched)
+  bool unbatched;
+  Tensor state;           // (L, N, H)
+  int64_t capacity = 0;   // chunk length the workspace holds
+  std::vector<Tensor> hs; // per layer (capacity * N, H): that layer's outputs
+  Tensor xp, g, aux, gh;  // workspace
+
+  void ensure_capacity(int64_t t) {
+    if (t <= capacity) return;
+    const GruConfig& c = gru->config();
+    const int64_t H = c.hidden_size, rows = t * N;
+    const DType dt = gru->dtype();
+    xp = Tensor::empty({rows, c.input_size}, dt);
+    g = Tensor::empty({rows, 3 * H}, dt);
+    aux = Tensor::empty({rows, H}, dt);
+    gh = Tensor::empty({N, 3 * H}, dt);
+    hs.assign(c.num_layers, Tensor());
+    for (auto& h : hs) h = Tensor::empty({rows, H}, dt);
+    capacity = t;
+  }
+
+  template <typename T>
+  void run(const Tensor& x, int64_t t, T* out) {
+    const GruConfig& c = gru->config();
+    const int64_t H = c.hidden_size, I = c.input_size, rows = t * N;
+    const auto k = ops::gru_kernels<T>();
+    const ops::SeqLayout lay = ops::make_seq_layout(t, N, nullptr);
+    // Layer 0 input, packed time-major (row s * N + n).
+    T* xpd = xp.data<T>();
+    for (int64_t s = 0; s < t; ++s)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < I; ++i)
+          xpd[(s * N + n) * I + i] = x.data<T>()[s * x.stride(0) + n * x.stride(1) + i * x.stride(2)];
+    const T* layer_in = xpd;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const GruLayerWeights& w = gru->weights()[l];
+      const ops::LayerWeightPtrs<T> wp{w.w_ih.data<T>(), w.w_hh.data<T>(),
+                                       w.b_ih.defined() ? w.b_ih.data<T>() : nullptr,
+                                       w.b_hh.defined() ? w.b_hh.data<T>() : nullptr};
+      T* st = state.data<T>() + l * N * H;
+      T* h = hs[l].data<T>();
+      ops::gru_layer_forward<T>(k, c.form, H, c.layer_input_size(l), lay, wp, layer_in, st,
+                                g.data<T>(), aux.data<T>(), h, gh.data<T>());
+      std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
+      layer_in = h;
+    }
+    std::memcpy(out, layer_in, rows * H * sizeof(T));
+  }
+};
+
+GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0) : impl_(new Impl) {
+  if (gru.config().bidirectional)
+    throw Error("gru stream: a bidirectional GRU cannot stream (the reverse direction needs the "
+                "whole sequence)");
+  if (batch < 0) throw Error(fmt::format("gru stream: batch is {}, expected >= 1 or 0 for unbatched", batch));
+  impl_->gru = &gru;
+  impl_->unbatched = batch == 0;
+  impl_->N = batch == 0 ? 1 : batch;
+  reset(h0);
+}
+
+GruStream::~GruStream() = default;
+GruStream::GruStream(GruStream&&) noexcept = default;
+GruStream& GruStream::operator=(GruStream&&) noexcept = default;
+
+void GruStream::reset(const Tensor& h0) {
+  const GruConfig& c = impl_->gru->config();
+  const int64_t L = c.num_layers, N = impl_->N, H = c.hidden_size;
+  impl_->state = Tensor::zeros({L, N, H}, impl_->gru->dtype());
+  if (!h0.defined()) return;
+  check_same_dtype("gru stream", "weights", impl_->state, "h0", h0);
+  check_shape("gru stream", "h0", h0, impl_->unbatched ? Shape{L, H} : Shape{L, N, H});
+  impl_->state.copy_from(impl_->unbatched ? h0.unsqueeze(1) : h0);
+}
+
+Tensor GruStream::state() const {
+  return impl_->unbatched ? impl_->state.squeeze(1).clone() : impl_->state.clone();
+}
+
+namespace {
+// Frames as a time-major (t, N, I) view; `chunk` tells whether a time axis was given.
+Tensor frames_view(const Tensor& f, const GruConfig& c, bool unbatched, int64_t N, bool& chunk) {
+  const int64_t I = c.input_size;
+  Tensor x;
+  if (unbatched) {
+    chunk = f.dim() == 2;
+    if (f.dim() == 1) x = f.unsqueeze(0).unsqueeze(0);
+    else if (f.dim() == 2) x = f.unsqueeze(1);
+  } else {
+    chunk = f.dim() == 3;
+    if (f.dim() == 2) x = f.unsqueeze(0);
+    else if (f.dim() == 3) x = c.batch_first ? f.transpose(0, 1) : f;
+  }
+  if (!x.defined() || x.size(1) != N || x.size(2) != I || x.size(0) < 1) {
+    const std::string want = unbatched ? fmt::format("({}) or (t, {})", I, I)
+                             : c.batch_first ? fmt::format("({}, {}) or ({}, t, {})", N, I, N, I)
+                                             : fmt::format("({}, {}) or (t, {}, {})", N, I, N, I);
+    throw Error(fmt::format("gru stream: frames have shape {}, expected {} with t >= 1",
+                            shape_str(f.shape()), want));
+  }
+  return x;
+}
+}  // namespace
+
+void GruStream::step_into(const Tensor& frames, Tensor& out) {
+  check_defined("gru stream", "frames", frames);
+  check_same_dtype("gru stream", "weights", impl_->state, "frames", frames);
+  const GruConfig& c = impl_->gru->config();
+  bool chunk = false;
+  Tensor x = frames_view(frames, c, impl_->unbatched, impl_->N, chunk);
+  const int64_t t = x.size(0), N = impl_->N, H = c.hidden_size;
+  Shape expected = impl_->unbatched ? (chunk ? Shape{t, H} : Shape{H})
+                   : chunk ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
+                           : Shape{N, H};
+  check_defined("gru stream", "out", out);
+  check_same_dtype("gru stream", "frames", frames, "out", out);
+  check_shape("gru stream", "out", out, expected);
+  impl_->ensure_capacity(t);
+  // Results go to out directly when its layout is time-major and contiguous.
+  const bool direct = out.is_contiguous() && !(chunk && c.batch_first && !impl_->unbatched);
+  Tensor dst = direct ? out : Tensor::empty({t, N, H}, out.dtype());
+  if (impl_->gru->dtype() == DType::f32) impl_->run<float>(x, t, dst.data<float>());
+  else impl_->run<double>(x, t, dst.data<double>());
+  if (!direct) out.copy_from(dst.transpose(0, 1));
+}
+
+Tensor GruStream::step(const Tensor& frames) {
+  check_defined("gru stream", "frames", frames);
+  const GruConfig& c = impl_->gru->config();
+  bool chunk = false;
+  Tensor x = frames_view(frames, c, impl_->unbatched, impl_->N, chunk);
+  const int64_t t = x.size(0), N = impl_->N, H = c.hidden_size;
+  Shape shape = impl_->unbatched ? (chunk ? Shape{t, H} : Shape{H})
+                : chunk ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
+                        : Shape{N, H};
+  Tensor out = Tensor::empty(shape, impl_->gru->dtype());
+  step_into(frames, out);
+  return out;
+}
+
+}  // namespace grux

@@ -1,0 +1,109 @@
+// `grux gru`: the conformance command. Runs a GRU given PyTorch-keyed weights and .npy
+// inputs, writes the outputs and (given upstream gradients) every gradient into --out.
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "grux/gru.h"
+#include "grux/io.h"
+
+namespace grux::cli {
+
+namespace {
+
+struct GruArgs {
+  std::string weights, input, out, h0, lengths, grad_output, grad_hn;
+  bool batch_first = false, reset_before = false;
+};
+
+// The arrays' dtype decides the precision; every float array must share it.
+void check_float_dtype(const std::string& path, const Tensor& t, DType want) {
+  if (t.dtype() != want)
+    throw Error(path + ": dtype " + dtype_name(t.dtype()) + " does not match the input's " +
+                dtype_name(want) + " (mixed dtypes are not allowed)");
+}
+
+Tensor read_optional(const std::string& path) { return path.empty() ? Tensor() : read_npy(path); }
+
+void run_gru(const GruArgs& a) {
+  Tensor x = read_npy(a.input);
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
+    throw Error(a.input + ": dtype " + dtype_name(x.dtype()) + ", expected f32 or f64");
+  const SafeTensors st = read_safetensors(a.weights);
+  for (const auto& [key, t] : st.tensors)
+    if (t.dtype() != x.dtype())
+      throw Error(a.weights + ": tensor '" + key + "' has dtype " + dtype_name(t.dtype()) +
+                  " but the input has dtype " + dtype_name(x.dtype()) +
+                  " (mixed dtypes are not allowed)");
+  GruConfig options;
+  options.batch_first = a.batch_first;
+  options.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
+  Gru gru = [&] {
+    try {
+      return Gru::from_state_dict(st.tensors, options);
+    } catch (const Error& e) {
+      throw Error(a.weights + ": " + e.what());
+    }
+  }();
+  Tensor h0 = read_optional(a.h0), lengths = read_optional(a.lengths);
+  Tensor dy = read_optional(a.grad_output), dhn = read_optional(a.grad_hn);
+  if (h0.defined()) check_float_dtype(a.h0, h0, x.dtype());
+  if (dy.defined()) check_float_dtype(a.grad_output, dy, x.dtype());
+  if (dhn.defined()) check_float_dtype(a.grad_hn, dhn, x.dtype());
+  if (lengths.defined() && lengths.dtype() != DType::i64)
+    throw Error(a.lengths + ": dtype " + std::string(dtype_name(lengths.dtype())) +
+                ", expected i64 (int64)");
+
+  const bool want_grads = dy.defined() || dhn.defined();
+  GruTape tape;
+  GruOutput y = want_grads ? gru.forward_train(x, h0, lengths, tape) : gru.forward(x, h0, lengths);
+  GruGrads g;
+  if (want_grads) g = gru.backward(tape, dy, dhn);
+
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  if (ec || !std::filesystem::is_directory(a.out))
+    throw Error(a.out + ": cannot create output directory" + (ec ? ": " + ec.message() : ""));
+  const std::filesystem::path out(a.out);
+  write_npy((out / "output.npy").string(), y.output);
+  write_npy((out / "h_n.npy").string(), y.h_n);
+  if (want_grads) {
+    write_npy((out / "grad_input.npy").string(), g.dinput);
+    write_safetensors((out / "grad_weights.safetensors").string(), g.state_dict(gru.config()));
+    if (h0.defined()) write_npy((out / "grad_h0.npy").string(), g.dh0);
+  }
+}
+
+}  // namespace
+
+Action add_gru_command(CLI::App& app) {
+  auto a = std::make_shared<GruArgs>();
+  CLI::App* c = app.add_subcommand(
+      "gru",
+      "Run a GRU stack (PyTorch nn.GRU semantics) on .npy inputs; with --grad-output and/or "
+      "--grad-hn also compute every gradient.\n"
+      "Writes OUT/output.npy and OUT/h_n.npy; with gradients also OUT/grad_input.npy, "
+      "OUT/grad_weights.safetensors and (with --h0) OUT/grad_h0.npy. The arrays' dtype "
+      "(float32 or float64) decides the precision; a rank-2 input is unbatched (T, I). "
+      "Bad input: one line on stderr, exit code 2.");
+  c->add_option("--weights", a->weights,
+                "safetensors file with nn.GRU state_dict keys (weight_ih_l0, ...); layers, "
+                "directions, sizes and bias are inferred")
+      ->required();
+  c->add_option("--input", a->input, ".npy input: (T, N, I), (N, T, I) with --batch-first, or (T, I)")
+      ->required();
+  c->add_option("--out", a->out, "output directory (created if missing)")->required();
+  c->add_option("--h0", a->h0, ".npy initial state (L*D, N, H) or (L*D, H); default zeros");
+  c->add_option("--lengths", a->lengths,
+                ".npy int64 lengths (N,), 1 <= len <= T, any order; rows at t >= len are zero");
+  c->add_flag("--batch-first", a->batch_first, "input and output are (N, T, ...)");
+  c->add_flag("--reset-before", a->reset_before,
+              "candidate n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) (ONNX default, TensorFlow) "
+              "instead of PyTorch's linear-before-reset form");
+  c->add_option("--grad-output", a->grad_output, ".npy gradient of the loss w.r.t. output");
+  c->add_option("--grad-hn", a->grad_hn, ".npy gradient of the loss w.r.t. h_n");
+  return [a] { run_gru(*a); };
+}
+
+}  // namespace grux::cli

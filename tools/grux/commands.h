@@ -1,0 +1,15 @@
+// The grux CLI's subcommands: each registers its options on the parser and returns the
+// action to run when it is chosen. Errors are grux::Error, reported by main as one line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace grux::cli {
+
+using Action = std::function<void()>;
+
+Action add_gru_command(CLI::App& app);
+Action add_demo_command(CLI::App& app);
+
+}  // namespace grux::cli
