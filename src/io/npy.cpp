@@ -1,5 +1,7 @@
 // NumPy .npy reader and writer: versions 1.0 / 2.0 / 3.0 in, 1.0 out; dtypes <f4, <f8, <i8;
 // C order only. The Python-literal header dict is parsed by hand and every size is checked.
+#include <fmt/format.h>
+
 #include <bit>
 #include <cctype>
 #include <cstdint>
@@ -7,8 +9,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "grux/error.h"
 #include "grux/io.h"
@@ -52,13 +52,13 @@ std::string_view unpadded(std::string_view header) {
 struct PyValue {
   enum class Kind { str, boolean, none, integer, tuple, list };
   Kind kind = Kind::none;
-  std::string str;              // str
-  bool boolean = false;         // boolean
-  bool negative = false;        // integer: sign
-  bool too_big = false;         // integer: magnitude does not fit int64
-  int64_t integer = 0;          // integer: magnitude when !too_big
-  std::vector<PyValue> items;   // tuple, list
-  std::string_view text;        // the source text, for messages
+  std::string str;             // str
+  bool boolean = false;        // boolean
+  bool negative = false;       // integer: sign
+  bool too_big = false;        // integer: magnitude does not fit int64
+  int64_t integer = 0;         // integer: magnitude when !too_big
+  std::vector<PyValue> items;  // tuple, list
+  std::string_view text;       // the source text, for messages
 };
 
 class HeaderParser {
@@ -108,8 +108,8 @@ class HeaderParser {
   char peek() const { return pos_ < src_.size() ? src_[pos_] : '\0'; }
 
   void skip_space() {
-    while (pos_ < src_.size() && (src_[pos_] == ' ' || src_[pos_] == '\t' || src_[pos_] == '\n' ||
-                                  src_[pos_] == '\r')) {
+    while (pos_ < src_.size() &&
+           (src_[pos_] == ' ' || src_[pos_] == '\t' || src_[pos_] == '\n' || src_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -224,9 +224,12 @@ bool dtype_from_descr(const std::string& descr, DType* out) {
 
 const char* descr_of(DType t) {
   switch (t) {
-    case DType::f32: return "<f4";
-    case DType::f64: return "<f8";
-    case DType::i64: return "<i8";
+    case DType::f32:
+      return "<f4";
+    case DType::f64:
+      return "<f8";
+    case DType::i64:
+      return "<i8";
   }
   GRUX_ASSERT(false);
 }
@@ -244,17 +247,18 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
 
   // 1. Preamble: magic, version, header length.
   if (b.empty()) {
-    throw Error(fmt::format("{}: empty file (expected a .npy file starting with \"\\x93NUMPY\")",
-                            what));
+    throw Error(
+        fmt::format("{}: empty file (expected a .npy file starting with \"\\x93NUMPY\")", what));
   }
   const std::string_view magic = b.substr(0, kMagic.size());
   if (magic != kMagic.substr(0, magic.size())) {
-    throw Error(fmt::format("{}: not a .npy file (bad magic: expected \"\\x93NUMPY\", found \"{}\")",
-                            what, quote_snippet(magic)));
+    throw Error(
+        fmt::format("{}: not a .npy file (bad magic: expected \"\\x93NUMPY\", found \"{}\")", what,
+                    quote_snippet(magic)));
   }
   if (b.size() < 10) {
-    throw Error(fmt::format("{}: truncated .npy preamble: {} bytes, expected at least 10", what,
-                            b.size()));
+    throw Error(
+        fmt::format("{}: truncated .npy preamble: {} bytes, expected at least 10", what, b.size()));
   }
   const int major = static_cast<unsigned char>(b[6]);
   const int minor = static_cast<unsigned char>(b[7]);
@@ -270,15 +274,17 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   }
   const size_t header_len = read_le(b, 8, len_size);
   if (header_len > b.size() - header_start) {
-    throw Error(fmt::format("{}: truncated .npy header: header length is {} bytes but only {} "
-                            "bytes follow the preamble",
-                            what, header_len, b.size() - header_start));
+    throw Error(
+        fmt::format("{}: truncated .npy header: header length is {} bytes but only {} "
+                    "bytes follow the preamble",
+                    what, header_len, b.size() - header_start));
   }
   const std::string_view header = b.substr(header_start, header_len);
   if (header.empty() || header.back() != '\n') {
-    throw Error(fmt::format("{}: malformed .npy header: expected it to end with '\\n' (header: "
-                            "\"{}\")",
-                            what, quote_snippet(header)));
+    throw Error(
+        fmt::format("{}: malformed .npy header: expected it to end with '\\n' (header: "
+                    "\"{}\")",
+                    what, quote_snippet(header)));
   }
 
   // 2. The dict: exactly descr, fortran_order and shape, as numpy itself requires.
@@ -294,25 +300,28 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
     } else if (key == "shape") {
       shape_v = &value;
     } else {
-      throw Error(fmt::format("{}: unexpected key '{}' in .npy header (expected 'descr', "
-                              "'fortran_order' and 'shape')",
-                              what, quote_snippet(key)));
+      throw Error(
+          fmt::format("{}: unexpected key '{}' in .npy header (expected 'descr', "
+                      "'fortran_order' and 'shape')",
+                      what, quote_snippet(key)));
     }
   }
   for (const auto& [name, v] : {std::pair{"descr", descr}, std::pair{"fortran_order", fortran},
                                 std::pair{"shape", shape_v}}) {
     if (!v) {
-      throw Error(fmt::format("{}: .npy header has no '{}' key (expected 'descr', "
-                              "'fortran_order' and 'shape'; header: \"{}\")",
-                              what, name, quote_snippet(unpadded(header))));
+      throw Error(
+          fmt::format("{}: .npy header has no '{}' key (expected 'descr', "
+                      "'fortran_order' and 'shape'; header: \"{}\")",
+                      what, name, quote_snippet(unpadded(header))));
     }
   }
 
   DType dtype;
   if (descr->kind != PyValue::Kind::str) {
-    throw Error(fmt::format("{}: unsupported dtype {} (structured dtypes are not supported; "
-                            "expected {})",
-                            what, quote_snippet(descr->text, 60), kSupported));
+    throw Error(
+        fmt::format("{}: unsupported dtype {} (structured dtypes are not supported; "
+                    "expected {})",
+                    what, quote_snippet(descr->text, 60), kSupported));
   }
   if (!dtype_from_descr(descr->str, &dtype)) {
     throw Error(fmt::format("{}: unsupported dtype '{}' (expected {})", what,
@@ -323,9 +332,10 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
                             quote_snippet(fortran->text, 60)));
   }
   if (fortran->boolean) {
-    throw Error(fmt::format("{}: fortran_order is True; only C-order arrays are supported "
-                            "(save with np.ascontiguousarray)",
-                            what));
+    throw Error(
+        fmt::format("{}: fortran_order is True; only C-order arrays are supported "
+                    "(save with np.ascontiguousarray)",
+                    what));
   }
   if (shape_v->kind != PyValue::Kind::tuple) {
     throw Error(fmt::format("{}: 'shape' must be a tuple of integers, found {}", what,
@@ -338,14 +348,16 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   bool overflow = false;
   for (const PyValue& d : shape_v->items) {
     if (d.kind != PyValue::Kind::integer) {
-      throw Error(fmt::format("{}: shape {} has a non-integer entry {} (expected non-negative "
-                              "integers)",
-                              what, quote_snippet(shape_v->text, 60), quote_snippet(d.text, 30)));
+      throw Error(
+          fmt::format("{}: shape {} has a non-integer entry {} (expected non-negative "
+                      "integers)",
+                      what, quote_snippet(shape_v->text, 60), quote_snippet(d.text, 30)));
     }
     if (d.negative) {
-      throw Error(fmt::format("{}: shape {} has a negative dimension {} (expected non-negative "
-                              "integers)",
-                              what, quote_snippet(shape_v->text, 60), quote_snippet(d.text, 30)));
+      throw Error(
+          fmt::format("{}: shape {} has a negative dimension {} (expected non-negative "
+                      "integers)",
+                      what, quote_snippet(shape_v->text, 60), quote_snippet(d.text, 30)));
     }
     if (d.too_big) overflow = true;
     shape.push_back(d.integer);
@@ -356,22 +368,24 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   // A zero dimension makes the array empty however large the others are, but a product that
   // overflowed on the way is still refused: it cannot be represented as a Tensor shape.
   if (overflow || __builtin_mul_overflow(numel, itemsize, &nbytes)) {
-    throw Error(fmt::format("{}: shape {} with dtype '{}' is too large (the byte size overflows "
-                            "64 bits)",
-                            what, quote_snippet(shape_v->text, 60), descr->str));
+    throw Error(
+        fmt::format("{}: shape {} with dtype '{}' is too large (the byte size overflows "
+                    "64 bits)",
+                    what, quote_snippet(shape_v->text, 60), descr->str));
   }
 
   const size_t data_start = header_start + header_len;
   const size_t found = b.size() - data_start;
   if (found < static_cast<uint64_t>(nbytes)) {
-    throw Error(fmt::format("{}: truncated: expected {} data bytes, found {} (shape {}, dtype '{}')",
-                            what, nbytes, found, shape_str(shape), descr->str));
+    throw Error(
+        fmt::format("{}: truncated: expected {} data bytes, found {} (shape {}, dtype '{}')", what,
+                    nbytes, found, shape_str(shape), descr->str));
   }
   if (found > static_cast<uint64_t>(nbytes)) {
-    throw Error(fmt::format("{}: {} unexpected bytes after the data: expected exactly {} data bytes "
-                            "for shape {} and dtype '{}', found {}",
-                            what, found - static_cast<uint64_t>(nbytes), nbytes, shape_str(shape),
-                            descr->str, found));
+    throw Error(fmt::format(
+        "{}: {} unexpected bytes after the data: expected exactly {} data bytes "
+        "for shape {} and dtype '{}', found {}",
+        what, found - static_cast<uint64_t>(nbytes), nbytes, shape_str(shape), descr->str, found));
   }
 
   // 4. Copy out.
@@ -380,7 +394,9 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   return t;
 }
 
-Tensor read_npy(const std::string& path) { return parse_npy(read_file(path), path); }
+Tensor read_npy(const std::string& path) {
+  return parse_npy(read_file(path), path);
+}
 
 std::string serialize_npy(const Tensor& t) {
   GRUX_CHECK(t.defined(), "serialize_npy: tensor is undefined (expected a defined tensor)");

@@ -1,16 +1,16 @@
 // safetensors reader and writer (dtypes F32, F64, I64). The JSON header is validated in full
 // (fields, shapes, offsets in bounds, sizes, no overlaps or holes) before any tensor is allocated.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "grux/error.h"
 #include "grux/io.h"
@@ -28,12 +28,21 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr const char* kSupported = "F32, F64 or I64";
 
+// Cuts a message fragment taken from the file so that a hostile file cannot flood the terminal.
+std::string cut(std::string s, size_t max_len) {
+  if (s.size() > max_len) {
+    s.resize(max_len);
+    s.append("...");
+  }
+  return s;
+}
+
 // A name or value from the file as it may appear in a one-line message: JSON-escaped (so
 // control characters cannot break the line) and cut short.
 std::string quote_name(std::string_view s, size_t max_len = 100) {
-  std::string cut(s.substr(0, max_len));
-  std::string out = json(cut).dump(-1, ' ', true, json::error_handler_t::replace);
-  if (s.size() > max_len) out += "...";
+  std::string out =
+      json(std::string(s.substr(0, max_len))).dump(-1, ' ', true, json::error_handler_t::replace);
+  if (s.size() > max_len) out.append("...");
   return out;
 }
 
@@ -46,20 +55,15 @@ std::string short_dump(const json& j, size_t max_len = 60) {
     if (v.is_object()) return std::string("{...}");
     return v.dump(-1, ' ', true, json::error_handler_t::replace);
   };
-  std::string out;
-  if (j.is_array()) {
-    out = "[";
-    for (const json& v : j) {
-      if (out.size() > 1) out += ",";
-      out += scalar(v);
-      if (out.size() > max_len) break;
-    }
-    out += "]";
-  } else {
-    out = scalar(j);
+  if (!j.is_array()) return cut(scalar(j), max_len);
+  std::string out(1, '[');
+  for (const json& v : j) {
+    if (out.size() > 1) out += ',';
+    out += scalar(v);
+    if (out.size() > max_len) break;
   }
-  if (out.size() > max_len) out = out.substr(0, max_len) + "...";
-  return out;
+  out += ']';
+  return cut(std::move(out), max_len);
 }
 
 // A JSON value's kind for "expected X, found Y" messages.
@@ -84,9 +88,12 @@ bool dtype_from_name(const std::string& name, DType* out) {
 
 const char* name_of(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::i64: return "I64";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::i64:
+      return "I64";
   }
   GRUX_ASSERT(false);
 }
@@ -107,8 +114,12 @@ json parse_header(std::string_view text, const std::string& what) {
   std::string duplicate;
   auto cb = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: open_objects.emplace_back(); break;
-      case json::parse_event_t::object_end: open_objects.pop_back(); break;
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        open_objects.pop_back();
+        break;
       case json::parse_event_t::key: {
         const auto& k = parsed.get_ref<const std::string&>();
         if (!open_objects.back().insert(k).second && !has_duplicate) {
@@ -117,7 +128,8 @@ json parse_header(std::string_view text, const std::string& what) {
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
     return true;
   };
@@ -128,13 +140,15 @@ json parse_header(std::string_view text, const std::string& what) {
     // nlohmann quotes the offending token, which in a hostile file can be huge.
     std::string msg = e.what();
     if (msg.size() > 300) msg = msg.substr(0, 300) + "...";
-    std::replace_if(msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+    std::replace_if(
+        msg.begin(), msg.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
     throw Error(fmt::format("{}: safetensors header is not valid JSON: {}", what, msg));
   }
   if (has_duplicate) {
-    throw Error(fmt::format("{}: safetensors header has the key {} twice in one object (expected "
-                            "unique keys)",
-                            what, quote_name(duplicate)));
+    throw Error(
+        fmt::format("{}: safetensors header has the key {} twice in one object (expected "
+                    "unique keys)",
+                    what, quote_name(duplicate)));
   }
   return header;
 }
@@ -142,23 +156,26 @@ json parse_header(std::string_view text, const std::string& what) {
 Entry parse_entry(const std::string& key, const json& v, const std::string& what) {
   const std::string name = quote_name(key);
   if (!v.is_object()) {
-    throw Error(fmt::format("{}: tensor {}: expected an object with dtype, shape and data_offsets, "
-                            "found {}",
-                            what, name, kind_of(v)));
+    throw Error(
+        fmt::format("{}: tensor {}: expected an object with dtype, shape and data_offsets, "
+                    "found {}",
+                    what, name, kind_of(v)));
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     if (!v.contains(field)) {
-      throw Error(fmt::format("{}: tensor {}: missing field '{}' (expected dtype, shape and "
-                              "data_offsets)",
-                              what, name, field));
+      throw Error(
+          fmt::format("{}: tensor {}: missing field '{}' (expected dtype, shape and "
+                      "data_offsets)",
+                      what, name, field));
     }
   }
   if (v.size() != 3) {
     for (const auto& [field, unused] : v.items()) {
       if (field != "dtype" && field != "shape" && field != "data_offsets") {
-        throw Error(fmt::format("{}: tensor {}: unexpected field {} (expected only dtype, shape "
-                                "and data_offsets)",
-                                what, name, quote_name(field)));
+        throw Error(
+            fmt::format("{}: tensor {}: unexpected field {} (expected only dtype, shape "
+                        "and data_offsets)",
+                        what, name, quote_name(field)));
       }
     }
   }
@@ -177,17 +194,19 @@ Entry parse_entry(const std::string& key, const json& v, const std::string& what
 
   const json& sh = v["shape"];
   if (!sh.is_array()) {
-    throw Error(fmt::format("{}: tensor {}: shape must be an array of non-negative integers, "
-                            "found {}",
-                            what, name, kind_of(sh)));
+    throw Error(
+        fmt::format("{}: tensor {}: shape must be an array of non-negative integers, "
+                    "found {}",
+                    what, name, kind_of(sh)));
   }
   int64_t numel = 1;
   bool overflow = false;
   for (const json& d : sh) {
     if (!d.is_number_unsigned()) {
-      throw Error(fmt::format("{}: tensor {}: shape {} has an entry that is {} (expected "
-                              "non-negative integers)",
-                              what, name, short_dump(sh), kind_of(d)));
+      throw Error(
+          fmt::format("{}: tensor {}: shape {} has an entry that is {} (expected "
+                      "non-negative integers)",
+                      what, name, short_dump(sh), kind_of(d)));
     }
     const uint64_t u = d.get<uint64_t>();
     if (u > uint64_t(INT64_MAX)) {
@@ -201,17 +220,19 @@ Entry parse_entry(const std::string& key, const json& v, const std::string& what
   int64_t nbytes = 0;
   if (overflow ||
       __builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(e.dtype)), &nbytes)) {
-    throw Error(fmt::format("{}: tensor {}: shape {} with dtype {} is too large (the byte size "
-                            "overflows 64 bits)",
-                            what, name, short_dump(sh), name_of(e.dtype)));
+    throw Error(
+        fmt::format("{}: tensor {}: shape {} with dtype {} is too large (the byte size "
+                    "overflows 64 bits)",
+                    what, name, short_dump(sh), name_of(e.dtype)));
   }
 
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
       !off[1].is_number_unsigned()) {
-    throw Error(fmt::format("{}: tensor {}: data_offsets must be [begin, end] with non-negative "
-                            "integers, found {}",
-                            what, name, short_dump(off)));
+    throw Error(
+        fmt::format("{}: tensor {}: data_offsets must be [begin, end] with non-negative "
+                    "integers, found {}",
+                    what, name, short_dump(off)));
   }
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
@@ -220,10 +241,10 @@ Entry parse_entry(const std::string& key, const json& v, const std::string& what
                             e.begin, e.end));
   }
   if (e.end - e.begin != static_cast<uint64_t>(nbytes)) {
-    throw Error(fmt::format("{}: tensor {}: data_offsets [{}, {}] span {} bytes, expected {} for "
-                            "shape {} and dtype {}",
-                            what, name, e.begin, e.end, e.end - e.begin, nbytes,
-                            shape_str(e.shape), name_of(e.dtype)));
+    throw Error(fmt::format(
+        "{}: tensor {}: data_offsets [{}, {}] span {} bytes, expected {} for "
+        "shape {} and dtype {}",
+        what, name, e.begin, e.end, e.end - e.begin, nbytes, shape_str(e.shape), name_of(e.dtype)));
   }
   return e;
 }
@@ -233,9 +254,10 @@ Entry parse_entry(const std::string& key, const json& v, const std::string& what
 SafeTensors parse_safetensors(const std::string& bytes, const std::string& what) {
   // 1. Header length: bounded by the file and by a fixed cap before the JSON is touched.
   if (bytes.size() < 8) {
-    throw Error(fmt::format("{}: file is {} bytes, too short for a safetensors file (expected at "
-                            "least 8 bytes of header length)",
-                            what, bytes.size()));
+    throw Error(
+        fmt::format("{}: file is {} bytes, too short for a safetensors file (expected at "
+                    "least 8 bytes of header length)",
+                    what, bytes.size()));
   }
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) {
@@ -243,9 +265,10 @@ SafeTensors parse_safetensors(const std::string& bytes, const std::string& what)
   }
   const uint64_t after = bytes.size() - 8;
   if (header_len > after) {
-    throw Error(fmt::format("{}: safetensors header length {} is larger than the {} bytes that "
-                            "follow it",
-                            what, header_len, after));
+    throw Error(
+        fmt::format("{}: safetensors header length {} is larger than the {} bytes that "
+                    "follow it",
+                    what, header_len, after));
   }
   if (header_len > kMaxHeaderBytes) {
     throw Error(fmt::format("{}: safetensors header length {} exceeds the limit of {} bytes", what,
@@ -285,9 +308,10 @@ SafeTensors parse_safetensors(const std::string& bytes, const std::string& what)
   // forbids holes and overlaps so that a file cannot hide extra data or alias two tensors.
   for (const Entry& e : entries) {
     if (e.end > buffer_size) {
-      throw Error(fmt::format("{}: tensor {}: data_offsets [{}, {}] out of range: the data buffer "
-                              "has {} bytes",
-                              what, quote_name(e.key), e.begin, e.end, buffer_size));
+      throw Error(
+          fmt::format("{}: tensor {}: data_offsets [{}, {}] out of range: the data buffer "
+                      "has {} bytes",
+                      what, quote_name(e.key), e.begin, e.end, buffer_size));
     }
   }
   std::vector<const Entry*> by_offset;
@@ -301,21 +325,23 @@ SafeTensors parse_safetensors(const std::string& bytes, const std::string& what)
   for (const Entry* e : by_offset) {
     if (e->begin < cursor) {
       throw Error(fmt::format("{}: tensors {} [{}, {}] and {} [{}, {}] overlap in the data buffer",
-                              what, quote_name(prev->key), prev->begin, prev->end, quote_name(e->key),
-                              e->begin, e->end));
+                              what, quote_name(prev->key), prev->begin, prev->end,
+                              quote_name(e->key), e->begin, e->end));
     }
     if (e->begin > cursor) {
-      throw Error(fmt::format("{}: data buffer bytes [{}, {}) before tensor {} belong to no tensor "
-                              "(expected tensors to cover the buffer without holes)",
-                              what, cursor, e->begin, quote_name(e->key)));
+      throw Error(
+          fmt::format("{}: data buffer bytes [{}, {}) before tensor {} belong to no tensor "
+                      "(expected tensors to cover the buffer without holes)",
+                      what, cursor, e->begin, quote_name(e->key)));
     }
     cursor = e->end;
     prev = e;
   }
   if (cursor != buffer_size) {
-    throw Error(fmt::format("{}: data buffer has {} bytes but the tensors cover only {} (expected "
-                            "no trailing bytes)",
-                            what, buffer_size, cursor));
+    throw Error(
+        fmt::format("{}: data buffer has {} bytes but the tensors cover only {} (expected "
+                    "no trailing bytes)",
+                    what, buffer_size, cursor));
   }
 
   // 4. Everything checked: allocate and copy.
@@ -345,8 +371,8 @@ std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
                            "tensor)",
                            quote_name(key)));
     GRUX_CHECK(t.device() == Device::cpu(),
-               fmt::format("serialize_safetensors: tensor {} is on {} (expected cpu)", quote_name(key),
-                           t.device().str()));
+               fmt::format("serialize_safetensors: tensor {} is on {} (expected cpu)",
+                           quote_name(key), t.device().str()));
     contiguous.push_back(t.contiguous());
     const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
     header[key] = {{"dtype", name_of(t.dtype())},
@@ -360,8 +386,9 @@ std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
   try {
     text = header.dump(-1, ' ', false, json::error_handler_t::strict);
   } catch (const json::exception&) {
-    throw Error("serialize_safetensors: a tensor name or metadata string is not valid UTF-8 "
-                "(expected UTF-8 text)");
+    throw Error(
+        "serialize_safetensors: a tensor name or metadata string is not valid UTF-8 "
+        "(expected UTF-8 text)");
   }
   // Padding keeps the data buffer 8-byte aligned in the file (8-byte length + header).
   text.append((8 - text.size() % 8) % 8, ' ');

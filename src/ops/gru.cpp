@@ -574,6 +574,9 @@ CellProblem cell_problem(const Tensor& x, const Tensor& h, int64_t I, int64_t H)
   if (x.dim() != 1 && x.dim() != 2)
     throw Error(fmt::format("gru cell: input has shape {}, expected (N, I) or (I) unbatched",
                             shape_str(x.shape())));
+  if (x.size(-1) != I)
+    throw Error(fmt::format("gru cell: input has shape {}: feature size {}, expected input_size {}",
+                            shape_str(x.shape()), x.size(-1), I));
   p.x = p.unbatched ? x.unsqueeze(0).unsqueeze(0) : x.unsqueeze(0);
   if (h.defined()) {
     const int64_t N = p.x.size(1);

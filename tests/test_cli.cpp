@@ -1,0 +1,242 @@
+// The `grux gru` conformance CLI end to end: files in, files out, compared with PyTorch's
+// golden results; and every bad-input path: one line on stderr, exit code 2, no crash.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "grux/gru.h"
+#include "test_util.h"
+
+namespace grux {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int code;  // exit code, or 128 + signal
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+CliRun grux_cli(const std::string& dir, const std::string& args) {
+  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
+  const int st = std::system((std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
+  CliRun r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(o);
+  r.err = slurp(e);
+  return r;
+}
+
+// Expects exit code 2 and exactly one stderr line containing every piece.
+void expect_user_error(const CliRun& r, std::initializer_list<const char*> pieces) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* p : pieces) EXPECT_THAT(r.err, HasSubstr(p));
+}
+
+SafeTensors golden(const std::string& name) {
+  return read_safetensors(std::string(GRUX_GOLDEN_DIR) + "/" + name + ".safetensors");
+}
+
+// Writes a golden case's inputs as the CLI's files; returns the CLI arguments.
+std::string write_inputs(const SafeTensors& g, const std::string& dir, bool grad_out, bool grad_hn) {
+  std::map<std::string, Tensor> w;
+  for (const auto& [k, v] : g.tensors)
+    if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
+  write_safetensors(dir + "/w.safetensors", w);
+  std::string args = "gru --weights " + dir + "/w.safetensors --out " + dir + "/out";
+  auto put = [&](const char* key, const char* flag) {
+    if (!g.tensors.count(key)) return;
+    write_npy(dir + "/" + key + ".npy", g.tensors.at(key));
+    args += std::string(" ") + flag + " " + dir + "/" + key + ".npy";
+  };
+  put("input", "--input");
+  put("h0", "--h0");
+  put("lengths", "--lengths");
+  if (grad_out) put("grad_output", "--grad-output");
+  if (grad_hn) put("grad_h_n", "--grad-hn");
+  return args;
+}
+
+struct CliCase {
+  const char* golden;
+  bool batch_first;
+};
+
+class CliGolden : public ::testing::TestWithParam<CliCase> {};
+
+TEST_P(CliGolden, WritesOutputsAndGradientsMatchingPyTorch) {
+  const CliCase& k = GetParam();
+  test::TempDir tmp;
+  const SafeTensors g = golden(k.golden);
+  const bool has_dy = g.tensors.count("grad_output"), has_dhn = g.tensors.count("grad_h_n");
+  std::string args = write_inputs(g, tmp.path, has_dy, has_dhn);
+  if (k.batch_first) args += " --batch-first";
+  CliRun r = grux_cli(tmp.path, args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::string out = tmp.path + "/out/";
+  const test::Tol tol = test::tol_for(g.tensors.at("input").dtype());
+  EXPECT_TRUE(test::all_close(k.golden, "output", read_npy(out + "output.npy"), g.tensors.at("output"), tol));
+  EXPECT_TRUE(test::all_close(k.golden, "h_n", read_npy(out + "h_n.npy"), g.tensors.at("h_n"), tol));
+  EXPECT_TRUE(test::all_close(k.golden, "grad_input", read_npy(out + "grad_input.npy"),
+                              g.tensors.at("grad.input"), tol));
+  EXPECT_EQ(fs::exists(out + "grad_h0.npy"), g.tensors.count("h0") == 1);
+  if (g.tensors.count("h0"))
+    EXPECT_TRUE(test::all_close(k.golden, "grad_h0", read_npy(out + "grad_h0.npy"),
+                                g.tensors.at("grad.h0"), tol));
+  const SafeTensors dw = read_safetensors(out + "grad_weights.safetensors");
+  size_t n = 0;
+  for (const auto& [key, v] : g.tensors) {
+    if (key.rfind("grad.", 0) != 0 || key == "grad.input" || key == "grad.h0") continue;
+    ++n;
+    ASSERT_TRUE(dw.tensors.count(key.substr(5))) << key;
+    EXPECT_TRUE(test::all_close(k.golden, key, dw.tensors.at(key.substr(5)), v, tol));
+  }
+  EXPECT_EQ(dw.tensors.size(), n);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Golden, CliGolden,
+    ::testing::Values(CliCase{"gru_l2_bidir_lengths_bf_h0_f64", true},
+                      CliCase{"gru_l2_bidir_lengths_bf_h0_f32", true},
+                      CliCase{"gru_unbatched_l2_bidir_h0_f32", false},
+                      CliCase{"gru_gradhn_bidir_lengths_f64", false},
+                      CliCase{"gru_gradout_bidir_lengths_f32", false},
+                      CliCase{"gru_nobias_bidir_lengths_f64", false}),
+    [](const auto& info) { return std::string(info.param.golden); });
+
+TEST(Cli, ForwardOnlyWritesNoGradients) {
+  test::TempDir tmp;
+  CliRun r = grux_cli(tmp.path, write_inputs(golden("gru_basic_f32"), tmp.path, false, false));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(tmp.path + "/out/output.npy"));
+  EXPECT_TRUE(fs::exists(tmp.path + "/out/h_n.npy"));
+  EXPECT_FALSE(fs::exists(tmp.path + "/out/grad_input.npy"));
+  EXPECT_FALSE(fs::exists(tmp.path + "/out/grad_weights.safetensors"));
+}
+
+TEST(Cli, ResetBeforeMatchesTheApi) {
+  test::TempDir tmp;
+  const SafeTensors g = golden("gru_l2_bidir_lengths_bf_h0_f64");
+  CliRun r = grux_cli(tmp.path, write_inputs(g, tmp.path, true, true) + " --batch-first --reset-before");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, Tensor> w;
+  for (const auto& [k, v] : g.tensors)
+    if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
+  GruConfig o;
+  o.batch_first = true;
+  o.form = GruForm::reset_before;
+  Gru gru = Gru::from_state_dict(w, o);
+  GruOutput y = gru.forward(g.tensors.at("input"), g.tensors.at("h0"), g.tensors.at("lengths"));
+  EXPECT_EQ(max_abs_diff(read_npy(tmp.path + "/out/output.npy"), y.output), 0.0);
+  // And it is not the linear-before-reset answer.
+  EXPECT_GT(max_abs_diff(y.output, g.tensors.at("output")), 1e-4);
+}
+
+TEST(Cli, HelpAndUsageErrors) {
+  test::TempDir tmp;
+  CliRun help = grux_cli(tmp.path, "gru --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_THAT(help.out, HasSubstr("--grad-output"));
+  expect_user_error(grux_cli(tmp.path, "gru --input x.npy"), {"--weights"});
+  expect_user_error(grux_cli(tmp.path, "gru --weights w --input x --out o --bogus"), {"--bogus"});
+  expect_user_error(grux_cli(tmp.path, ""), {"subcommand"});
+}
+
+// Bad inputs of every kind, starting from a valid problem and breaking one file at a time.
+class CliBadInput : public ::testing::Test {
+ protected:
+  test::TempDir tmp;
+  SafeTensors g = golden("gru_lengths_h0_f32");
+  std::string args;
+  void SetUp() override { args = write_inputs(g, tmp.path, true, true); }
+  std::string p(const char* f) { return tmp.path + "/" + f; }
+  void write_raw(const char* f, const std::string& bytes) {
+    std::ofstream(p(f), std::ios::binary) << bytes;
+  }
+};
+
+TEST_F(CliBadInput, ValidBaselineSucceeds) { EXPECT_EQ(grux_cli(tmp.path, args).code, 0); }
+
+TEST_F(CliBadInput, MissingFile) {
+  fs::remove(p("input.npy"));
+  expect_user_error(grux_cli(tmp.path, args), {"input.npy"});
+}
+
+TEST_F(CliBadInput, TruncatedNpy) {
+  const std::string bytes = slurp(p("input.npy"));
+  write_raw("input.npy", bytes.substr(0, bytes.size() - 7));
+  expect_user_error(grux_cli(tmp.path, args), {"input.npy", "truncated"});
+  write_raw("input.npy", bytes.substr(0, 20));
+  expect_user_error(grux_cli(tmp.path, args), {"input.npy"});
+}
+
+TEST_F(CliBadInput, UnsupportedNpyDtype) {
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }";
+  header += std::string(128 - 10 - header.size() - 1, ' ') + "\n";  // data at byte 128
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += char(header.size() & 0xff);
+  bytes += char(header.size() >> 8);
+  write_raw("input.npy", bytes + header + std::string(8, '\0'));
+  expect_user_error(grux_cli(tmp.path, args), {"input.npy", "<i4"});
+}
+
+TEST_F(CliBadInput, MixedDtypes) {
+  write_npy(p("h0.npy"), g.tensors.at("h0").to(DType::f64));
+  expect_user_error(grux_cli(tmp.path, args), {"h0.npy", "f64", "mixed"});
+  write_npy(p("h0.npy"), g.tensors.at("h0"));
+  write_npy(p("input.npy"), g.tensors.at("input").to(DType::f64));
+  expect_user_error(grux_cli(tmp.path, args), {"w.safetensors", "mixed"});
+}
+
+TEST_F(CliBadInput, WrongShapes) {
+  write_npy(p("h0.npy"), Tensor::zeros({2, 2, 2}, DType::f32));
+  expect_user_error(grux_cli(tmp.path, args), {"h0", "(2, 2, 2)"});
+  write_npy(p("h0.npy"), g.tensors.at("h0"));
+  write_npy(p("grad_output.npy"), Tensor::zeros({1, 2, 3}, DType::f32));
+  expect_user_error(grux_cli(tmp.path, args), {"grad_output", "(1, 2, 3)"});
+  write_npy(p("input.npy"), Tensor::zeros({2, 3, 4, 5}, DType::f32));
+  expect_user_error(grux_cli(tmp.path, args), {"input", "(2, 3, 4, 5)"});
+}
+
+TEST_F(CliBadInput, LengthsOutOfRangeOrWrongDtype) {
+  const int64_t N = g.tensors.at("lengths").numel();
+  Tensor bad = Tensor::full({N}, 99, DType::i64);
+  write_npy(p("lengths.npy"), bad);
+  expect_user_error(grux_cli(tmp.path, args), {"lengths[0] = 99"});
+  write_npy(p("lengths.npy"), Tensor::full({N}, 1, DType::f32));
+  expect_user_error(grux_cli(tmp.path, args), {"lengths.npy", "i64"});
+}
+
+TEST_F(CliBadInput, MalformedWeights) {
+  write_raw("w.safetensors", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
+  expect_user_error(grux_cli(tmp.path, args), {"w.safetensors"});
+  write_raw("w.safetensors", "");
+  expect_user_error(grux_cli(tmp.path, args), {"w.safetensors"});
+  std::map<std::string, Tensor> w;
+  for (const auto& [k, v] : g.tensors)
+    if (k.rfind("w.", 0) == 0 && k != "w.bias_hh_l0") w[k.substr(2)] = v;
+  write_safetensors(p("w.safetensors"), w);
+  expect_user_error(grux_cli(tmp.path, args), {"w.safetensors", "bias_hh_l0"});
+}
+
+TEST_F(CliBadInput, OutputDirectoryIsAFile) {
+  write_raw("out", "x");
+  expect_user_error(grux_cli(tmp.path, args), {"out", "directory"});
+}
+
+}  // namespace
+}  // namespace grux
