@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gru_gates_ref.h"
 #include "grux/gru.h"
@@ -28,6 +30,28 @@ void BM_gates_lbr_forward(benchmark::State& state) {
 }
 BENCHMARK(BM_gates_lbr_forward<false>)->Args({1, 256})->Args({64, 512});
 BENCHMARK(BM_gates_lbr_forward<true>)->Args({1, 256})->Args({64, 512});
+
+// The input projection (rows x 3H) = x (rows x I) W_ih^T: the row-invariant packed kernel
+// against the BLAS. Args: rows, I, H, packed (0/1).
+void BM_input_projection(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = 3 * state.range(2);
+  const bool packed = state.range(3) != 0;
+  std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N), b(N, 0.1f);
+  std::vector<float> P(grux::cpu::packed_weights_size<float>(N, K) + 16);
+  float* Pa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(P.data()) + 63) & ~uintptr_t(63));
+  grux::cpu::pack_weights_nt<float>(N, K, W.data(), Pa);
+  for (auto _ : state) {
+    if (packed) grux::cpu::gemm_nt_packed<float>(M, N, K, A.data(), K, Pa, b.data(), C.data(), N);
+    else grux::cpu::gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_input_projection)
+    ->Args({6400, 256, 512, 0})->Args({6400, 256, 512, 1})   // W3 layer input
+    ->Args({1000, 128, 256, 0})->Args({1000, 128, 256, 1})   // W2
+    ->Unit(benchmark::kMillisecond);
 
 // Args: T, N, I, H, train (0/1).
 void BM_gru_stack(benchmark::State& state) {

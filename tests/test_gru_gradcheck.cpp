@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "grux/gru.h"
+#include "ops/gru_layer.h"
 #include "test_util.h"
 
 namespace grux {
@@ -125,6 +126,57 @@ TEST(GruLengths, PaddingIsZero) {
     for (int64_t j = 0; j < 10; ++j) EXPECT_EQ(y.output.item({t, 0, j}), 0.0);
     for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(g.dinput.item({t, 0, i}), 0.0);
   }
+}
+
+}  // namespace
+}  // namespace grux
+
+namespace grux {
+namespace {
+
+// Variable-length work follows the sum of lengths: the packed layout has exactly that many
+// rows, and the active batch shrinks as sequences end, whatever the order of the lengths.
+TEST(GruLengths, PackedRowsFollowSumOfLengths) {
+  const std::vector<int64_t> len{3, 10, 1, 7, 10};
+  ops::SeqLayout lay = ops::make_seq_layout(10, 5, len.data());
+  EXPECT_EQ(lay.rows(), 3 + 10 + 1 + 7 + 10);
+  EXPECT_EQ(lay.S, 10);
+  EXPECT_EQ(lay.bs.front(), 5);
+  EXPECT_EQ(lay.bs.back(), 2);
+  EXPECT_EQ(lay.perm, (std::vector<int64_t>{1, 4, 3, 0, 2}));  // longest first, stable
+  for (size_t s = 1; s < lay.bs.size(); ++s) EXPECT_LE(lay.bs[s], lay.bs[s - 1]);
+  ops::SeqLayout short_batch = ops::make_seq_layout(10, 2, std::vector<int64_t>{2, 4}.data());
+  EXPECT_EQ(short_batch.S, 4);  // no steps past the longest sequence
+  EXPECT_EQ(short_batch.rows(), 6);
+}
+
+// Dropout acts between layers in forward_train only, is reproducible from its seed, and
+// leaves the top layer's output undropped.
+TEST(GruDropout, TrainingOnlySeededBetweenLayers) {
+  GruConfig c;
+  c.input_size = 4;
+  c.hidden_size = 8;
+  c.num_layers = 2;
+  c.dropout = 0.5;
+  Gru gru(c, DType::f64, 1);
+  GruConfig c0 = c;
+  c0.dropout = 0.0;
+  Gru no_dropout(c0, gru.weights());
+  std::mt19937_64 rng(5);
+  Tensor x = test::random_tensor({6, 3, 4}, DType::f64, rng);
+  GruTape t1, t2, t3;
+  const Tensor a = gru.forward_train(x, {}, {}, t1, 7).output;
+  const Tensor b = gru.forward_train(x, {}, {}, t2, 7).output;
+  const Tensor other = gru.forward_train(x, {}, {}, t3, 8).output;
+  EXPECT_EQ(max_abs_diff(a, b), 0.0);
+  EXPECT_GT(max_abs_diff(a, other), 1e-6);
+  EXPECT_EQ(max_abs_diff(gru.forward(x).output, no_dropout.forward(x).output), 0.0);
+  EXPECT_GT(max_abs_diff(a, gru.forward(x).output), 1e-6);
+  GruConfig one = c;
+  one.num_layers = 1;
+  Gru single(one, {gru.weights()[0]});
+  GruTape t4;  // one layer: nothing between layers to drop
+  EXPECT_EQ(max_abs_diff(single.forward_train(x, {}, {}, t4, 7).output, single.forward(x).output), 0.0);
 }
 
 }  // namespace

@@ -82,13 +82,6 @@ void check_layer_weights(const GruConfig& c, DType dtype, const GruLayerWeights&
   }
 }
 
-template <typename T>
-ops::LayerWeightPtrs<T> weight_ptrs(const GruLayerWeights& w) {
-  // Weights are made contiguous when stored (see Gru's constructor).
-  return {w.w_ih.data<T>(), w.w_hh.data<T>(), w.b_ih.defined() ? w.b_ih.data<T>() : nullptr,
-          w.b_hh.defined() ? w.b_hh.data<T>() : nullptr};
-}
-
 // ---- Problem normalization -----------------------------------------------------------
 
 // The caller's tensors as time-major views, plus the sequence layout.
@@ -226,7 +219,9 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
             h0s.data<T>()[j * H + h] = static_cast<T>(p.h0.item({ld, lay.perm[j], h}));
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
       Tensor hs = Tensor::empty({rows, H}, dt);
-      ops::gru_layer_forward<T>(k, c.form, H, in, lay, weight_ptrs<T>(weights[ld]),
+      ops::LayerWeightPtrs<T> wp;
+      const Tensor packed = ops::pack_layer_weights<T>(weights[ld], wp);
+      ops::gru_layer_forward<T>(k, c.form, H, in, lay, wp,
                                 xp.data<T>(), h0s.data<T>(), g.data<T>(), aux.data<T>(),
                                 hs.data<T>(), gh.data<T>());
       scatter_packed<T>(lay, d, hs.data<T>(), H, out.data<T>(), D * H, d * H, false);
@@ -299,8 +294,10 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         dw.b_ih = Tensor::empty({3 * H}, dt);
         dw.b_hh = Tensor::empty({3 * H}, dt);
       }
+      ops::LayerWeightPtrs<T> wp;
+      const Tensor packed = ops::pack_layer_weights<T>(weights[ld], wp);
       ops::gru_layer_backward<T>(
-          k, c.form, H, in, lay, weight_ptrs<T>(weights[ld]), xp.data<T>(),
+          k, c.form, H, in, lay, wp, xp.data<T>(),
           tape.h0s[ld].data<T>(), tape.g[ld].data<T>(), tape.aux[ld].data<T>(),
           tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw.w_ih.data<T>(), dw.w_hh.data<T>(),
           c.bias ? dw.b_ih.data<T>() : nullptr, c.bias ? dw.b_hh.data<T>() : nullptr,

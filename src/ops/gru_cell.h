@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gemm_ref.h"
 #include "cpu/ref/gru_gates_ref.h"
@@ -21,6 +22,7 @@ namespace grux::ops {
 // The kernels one run uses: optimized, or the reference twins when the switch is on.
 template <typename T>
 struct GruKernels {
+  bool reference;
   decltype(&cpu::gemm<T>) gemm;
   decltype(&cpu::gru_gates_lbr_forward<T>) lbr_forward;
   decltype(&cpu::gru_gates_lbr_backward<T>) lbr_backward;
@@ -33,20 +35,35 @@ struct GruKernels {
 template <typename T>
 GruKernels<T> gru_kernels() {
   if (reference_kernels())
-    return {&cpu::ref::gemm<T>,
+    return {true,
+            &cpu::ref::gemm<T>,
             &cpu::ref::gru_gates_lbr_forward<T>,
             &cpu::ref::gru_gates_lbr_backward<T>,
             &cpu::ref::gru_gates_rb_forward_rz<T>,
             &cpu::ref::gru_gates_rb_forward_n<T>,
             &cpu::ref::gru_gates_rb_backward_zn<T>,
             &cpu::ref::gru_gates_rb_backward_r<T>};
-  return {&cpu::gemm<T>,
+  return {false,
+          &cpu::gemm<T>,
           &cpu::gru_gates_lbr_forward<T>,
           &cpu::gru_gates_lbr_backward<T>,
           &cpu::gru_gates_rb_forward_rz<T>,
           &cpu::gru_gates_rb_forward_n<T>,
           &cpu::gru_gates_rb_backward_zn<T>,
           &cpu::gru_gates_rb_backward_r<T>};
+}
+
+// The input projection g (rows x 3H) = x W_ih^T + b_ih, for all rows at once. The optimized
+// path uses the row-invariant packed GEMM (w_ih_packed from cpu::pack_weights_nt), so a
+// row's result does not depend on how many rows are projected together.
+template <typename T>
+void gru_input_projection(const GruKernels<T>& k, int64_t rows, int64_t H, int64_t in,
+                          const T* x, const T* w_ih, const T* w_ih_packed, const T* b_ih, T* g) {
+  const int64_t G = 3 * H;
+  if (!k.reference) return cpu::gemm_nt_packed<T>(rows, G, in, x, in, w_ih_packed, b_ih, g, G);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < G; ++c) g[r * G + c] = b_ih ? b_ih[c] : T(0);
+  k.gemm(false, true, rows, G, in, T(1), x, in, w_ih, in, T(1), g, G);
 }
 
 // One forward step: h = cell(g, h_prev). b_hh may be null (no bias).

@@ -28,16 +28,22 @@ SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths) {
 }
 
 template <typename T>
+Tensor pack_layer_weights(const GruLayerWeights& w, LayerWeightPtrs<T>& ptrs) {
+  const int64_t G = w.w_ih.size(0), in = w.w_ih.size(1);
+  Tensor packed = Tensor::empty({cpu::packed_weights_size<T>(G, in)}, dtype_of<T>());
+  cpu::pack_weights_nt<T>(G, in, w.w_ih.data<T>(), packed.data<T>());
+  ptrs = {w.w_ih.data<T>(), w.w_hh.data<T>(), w.b_ih.defined() ? w.b_ih.data<T>() : nullptr,
+          w.b_hh.defined() ? w.b_hh.data<T>() : nullptr, packed.data<T>()};
+  return packed;
+}
+
+template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
                        const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
                        const T* h0s, T* g, T* aux, T* hs, T* gh) {
   const int64_t rows = lay.rows(), G = 3 * H;
-  // 1. Input projection of every step at once: g = b_ih + xp W_ih^T.
-  for (int64_t r = 0; r < rows; ++r) {
-    if (w.b_ih) std::memcpy(g + r * G, w.b_ih, G * sizeof(T));
-    else std::memset(g + r * G, 0, G * sizeof(T));
-  }
-  k.gemm(false, true, rows, G, in, T(1), xp, in, w.w_ih, in, T(1), g, G);
+  // 1. Input projection of every step at once: g = xp W_ih^T + b_ih.
+  gru_input_projection(k, rows, H, in, xp, w.w_ih, w.w_ih_packed, w.b_ih, g);
   // 2. The recurrence: the active rows of step s are a prefix of those of step s - 1.
   for (int64_t s = 0; s < lay.S; ++s) {
     const int64_t o = lay.off[s];
@@ -100,6 +106,7 @@ void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t
 }
 
 #define GRUX_INSTANTIATE(T)                                                                    \
+  template Tensor pack_layer_weights<T>(const GruLayerWeights&, LayerWeightPtrs<T>&);          \
   template void gru_layer_forward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,          \
                                      const SeqLayout&, const LayerWeightPtrs<T>&, const T*,    \
                                      const T*, T*, T*, T*, T*);                                \

@@ -32,11 +32,17 @@ struct SeqLayout {
 // already be validated (1 <= len <= T).
 SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths);
 
-// Raw pointers of one layer-direction's weights; biases null without bias.
+// Raw pointers of one layer-direction's weights; biases null without bias. w_ih_packed is
+// w_ih packed by cpu::pack_weights_nt (see pack_layer_weights).
 template <typename T>
 struct LayerWeightPtrs {
-  const T *w_ih, *w_hh, *b_ih, *b_hh;
+  const T *w_ih, *w_hh, *b_ih, *b_hh, *w_ih_packed;
 };
+
+// Packs w_ih for the input projection; returns the packed tensor (keep it alive while the
+// pointers are used) and fills the pointers.
+template <typename T>
+Tensor pack_layer_weights(const GruLayerWeights& w, LayerWeightPtrs<T>& ptrs);
 
 // Forward over all steps of one layer-direction.
 //   xp (rows x in): packed layer input. h0s (N x H): initial state in sorted order.

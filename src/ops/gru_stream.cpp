@@ -17,6 +17,23 @@ struct GruStream::Impl {
   int64_t capacity = 0;   // chunk length the workspace holds
   std::vector<Tensor> hs; // per layer (capacity * N, H): that layer's outputs
   Tensor xp, g, aux, gh;  // workspace
+  std::vector<Tensor> packed;  // per layer: w_ih packed once, at construction
+
+  template <typename T>
+  std::vector<ops::LayerWeightPtrs<T>> layer_ptrs() {
+    std::vector<ops::LayerWeightPtrs<T>> ptrs(gru->config().num_layers);
+    packed.resize(ptrs.size());
+    for (size_t l = 0; l < ptrs.size(); ++l)
+      packed[l] = ops::pack_layer_weights<T>(gru->weights()[l], ptrs[l]);
+    return ptrs;
+  }
+  std::vector<ops::LayerWeightPtrs<float>> ptrs_f32;
+  std::vector<ops::LayerWeightPtrs<double>> ptrs_f64;
+  template <typename T>
+  const std::vector<ops::LayerWeightPtrs<T>>& ptrs() const {
+    if constexpr (sizeof(T) == 4) return ptrs_f32;
+    else return ptrs_f64;
+  }
 
   void ensure_capacity(int64_t t) {
     if (t <= capacity) return;
@@ -46,10 +63,7 @@ struct GruStream::Impl {
           xpd[(s * N + n) * I + i] = x.data<T>()[s * x.stride(0) + n * x.stride(1) + i * x.stride(2)];
     const T* layer_in = xpd;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-      const GruLayerWeights& w = gru->weights()[l];
-      const ops::LayerWeightPtrs<T> wp{w.w_ih.data<T>(), w.w_hh.data<T>(),
-                                       w.b_ih.defined() ? w.b_ih.data<T>() : nullptr,
-                                       w.b_hh.defined() ? w.b_hh.data<T>() : nullptr};
+      const ops::LayerWeightPtrs<T>& wp = ptrs<T>()[l];
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
       ops::gru_layer_forward<T>(k, c.form, H, c.layer_input_size(l), lay, wp, layer_in, st,
@@ -69,6 +83,8 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0) : impl_(ne
   impl_->gru = &gru;
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
+  if (gru.dtype() == DType::f32) impl_->ptrs_f32 = impl_->layer_ptrs<float>();
+  else impl_->ptrs_f64 = impl_->layer_ptrs<double>();
   reset(h0);
 }
 
