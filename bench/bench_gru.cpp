@@ -19,8 +19,8 @@ void BM_gates_lbr_forward(benchmark::State& state) {
       h(B * H), hn(B * H);
   for (auto _ : state) {
     if (kReference)
-      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(),
-                                                   hp.data(), h.data(), hn.data());
+      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(), hp.data(),
+                                                   h.data(), hn.data());
     else
       grux::cpu::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(), hp.data(),
                                               h.data(), hn.data());
@@ -38,19 +38,24 @@ void BM_input_projection(benchmark::State& state) {
   const bool packed = state.range(3) != 0;
   std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N), b(N, 0.1f);
   std::vector<float> P(grux::cpu::packed_weights_size<float>(N, K) + 16);
-  float* Pa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(P.data()) + 63) & ~uintptr_t(63));
+  float* Pa =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(P.data()) + 63) & ~uintptr_t(63));
   grux::cpu::pack_weights_nt<float>(N, K, W.data(), Pa);
   for (auto _ : state) {
-    if (packed) grux::cpu::gemm_nt_packed<float>(M, N, K, A.data(), K, Pa, b.data(), C.data(), N);
-    else grux::cpu::gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
+    if (packed)
+      grux::cpu::gemm_nt_packed<float>(M, N, K, A.data(), K, Pa, b.data(), C.data(), N);
+    else
+      grux::cpu::gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_input_projection)
-    ->Args({6400, 256, 512, 0})->Args({6400, 256, 512, 1})   // W3 layer input
-    ->Args({1000, 128, 256, 0})->Args({1000, 128, 256, 1})   // W2
+    ->Args({6400, 256, 512, 0})
+    ->Args({6400, 256, 512, 1})  // W3 layer input
+    ->Args({1000, 128, 256, 0})
+    ->Args({1000, 128, 256, 1})  // W2
     ->Unit(benchmark::kMillisecond);
 
 // Args: T, N, I, H, train (0/1).
@@ -77,9 +82,9 @@ void BM_gru_stack(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_gru_stack)
-    ->Args({1000, 1, 128, 256, 0})   // W2
-    ->Args({100, 64, 256, 512, 0})   // W3
-    ->Args({100, 64, 256, 512, 1})   // W4
+    ->Args({1000, 1, 128, 256, 0})  // W2
+    ->Args({100, 64, 256, 512, 0})  // W3
+    ->Args({100, 64, 256, 512, 1})  // W4
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -31,7 +31,8 @@ std::string slurp(const std::string& path) {
 
 CliRun grux_cli(const std::string& dir, const std::string& args) {
   const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int st = std::system((std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
+  const int st = std::system(
+      (std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
   CliRun r;
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   r.out = slurp(o);
@@ -51,7 +52,8 @@ SafeTensors golden(const std::string& name) {
 }
 
 // Writes a golden case's inputs as the CLI's files; returns the CLI arguments.
-std::string write_inputs(const SafeTensors& g, const std::string& dir, bool grad_out, bool grad_hn) {
+std::string write_inputs(const SafeTensors& g, const std::string& dir, bool grad_out,
+                         bool grad_hn) {
   std::map<std::string, Tensor> w;
   for (const auto& [k, v] : g.tensors)
     if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
@@ -89,14 +91,17 @@ TEST_P(CliGolden, WritesOutputsAndGradientsMatchingPyTorch) {
   EXPECT_EQ(r.err, "");
   const std::string out = tmp.path + "/out/";
   const test::Tol tol = test::tol_for(g.tensors.at("input").dtype());
-  EXPECT_TRUE(test::all_close(k.golden, "output", read_npy(out + "output.npy"), g.tensors.at("output"), tol));
-  EXPECT_TRUE(test::all_close(k.golden, "h_n", read_npy(out + "h_n.npy"), g.tensors.at("h_n"), tol));
+  EXPECT_TRUE(test::all_close(k.golden, "output", read_npy(out + "output.npy"),
+                              g.tensors.at("output"), tol));
+  EXPECT_TRUE(
+      test::all_close(k.golden, "h_n", read_npy(out + "h_n.npy"), g.tensors.at("h_n"), tol));
   EXPECT_TRUE(test::all_close(k.golden, "grad_input", read_npy(out + "grad_input.npy"),
                               g.tensors.at("grad.input"), tol));
   EXPECT_EQ(fs::exists(out + "grad_h0.npy"), g.tensors.count("h0") == 1);
-  if (g.tensors.count("h0"))
+  if (g.tensors.count("h0")) {
     EXPECT_TRUE(test::all_close(k.golden, "grad_h0", read_npy(out + "grad_h0.npy"),
                                 g.tensors.at("grad.h0"), tol));
+  }
   const SafeTensors dw = read_safetensors(out + "grad_weights.safetensors");
   size_t n = 0;
   for (const auto& [key, v] : g.tensors) {
@@ -108,15 +113,14 @@ TEST_P(CliGolden, WritesOutputsAndGradientsMatchingPyTorch) {
   EXPECT_EQ(dw.tensors.size(), n);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Golden, CliGolden,
-    ::testing::Values(CliCase{"gru_l2_bidir_lengths_bf_h0_f64", true},
-                      CliCase{"gru_l2_bidir_lengths_bf_h0_f32", true},
-                      CliCase{"gru_unbatched_l2_bidir_h0_f32", false},
-                      CliCase{"gru_gradhn_bidir_lengths_f64", false},
-                      CliCase{"gru_gradout_bidir_lengths_f32", false},
-                      CliCase{"gru_nobias_bidir_lengths_f64", false}),
-    [](const auto& info) { return std::string(info.param.golden); });
+INSTANTIATE_TEST_SUITE_P(Golden, CliGolden,
+                         ::testing::Values(CliCase{"gru_l2_bidir_lengths_bf_h0_f64", true},
+                                           CliCase{"gru_l2_bidir_lengths_bf_h0_f32", true},
+                                           CliCase{"gru_unbatched_l2_bidir_h0_f32", false},
+                                           CliCase{"gru_gradhn_bidir_lengths_f64", false},
+                                           CliCase{"gru_gradout_bidir_lengths_f32", false},
+                                           CliCase{"gru_nobias_bidir_lengths_f64", false}),
+                         [](const auto& info) { return std::string(info.param.golden); });
 
 TEST(Cli, ForwardOnlyWritesNoGradients) {
   test::TempDir tmp;
@@ -131,7 +135,8 @@ TEST(Cli, ForwardOnlyWritesNoGradients) {
 TEST(Cli, ResetBeforeMatchesTheApi) {
   test::TempDir tmp;
   const SafeTensors g = golden("gru_l2_bidir_lengths_bf_h0_f64");
-  CliRun r = grux_cli(tmp.path, write_inputs(g, tmp.path, true, true) + " --batch-first --reset-before");
+  CliRun r =
+      grux_cli(tmp.path, write_inputs(g, tmp.path, true, true) + " --batch-first --reset-before");
   ASSERT_EQ(r.code, 0) << r.err;
   std::map<std::string, Tensor> w;
   for (const auto& [k, v] : g.tensors)
@@ -169,7 +174,9 @@ class CliBadInput : public ::testing::Test {
   }
 };
 
-TEST_F(CliBadInput, ValidBaselineSucceeds) { EXPECT_EQ(grux_cli(tmp.path, args).code, 0); }
+TEST_F(CliBadInput, ValidBaselineSucceeds) {
+  EXPECT_EQ(grux_cli(tmp.path, args).code, 0);
+}
 
 TEST_F(CliBadInput, MissingFile) {
   fs::remove(p("input.npy"));

@@ -46,7 +46,8 @@ void check_packed(int64_t M, int64_t N, int64_t K, bool bias, std::mt19937_64& r
     cpu::gemm_nt_packed<T>(1, N, K, A.data() + m * K, K, packed.data<T>(),
                            bias ? b.data() : nullptr, row.data(), N);
     for (int64_t n = 0; n < N; ++n)
-      ASSERT_EQ(row[n], C[m * N + n]) << "row " << m << " of M=" << M << " differs alone, col " << n;
+      ASSERT_EQ(row[n], C[m * N + n])
+          << "row " << m << " of M=" << M << " differs alone, col " << n;
   }
 }
 

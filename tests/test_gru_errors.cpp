@@ -47,30 +47,61 @@ TEST(GruErrors, Config) {
 TEST(GruErrors, InputShapesAndDtypes) {
   Gru gru(small_config(), DType::f32, 1);
   const Tensor x = Tensor::zeros({5, 2, 3}, DType::f32);
-  expect_error([&] { gru.forward(Tensor::zeros({5, 2, 3, 1}, DType::f32)); }, {"input", "(5, 2, 3, 1)"});
-  expect_error([&] { gru.forward(Tensor::zeros({5, 2, 6}, DType::f32)); }, {"input", "input_size 3"});
+  expect_error(
+      [&] {
+        gru.forward(Tensor::zeros({5, 2, 3, 1}, DType::f32));
+      },
+      {"input", "(5, 2, 3, 1)"});
+  expect_error(
+      [&] {
+        gru.forward(Tensor::zeros({5, 2, 6}, DType::f32));
+      },
+      {"input", "input_size 3"});
   expect_error([&] { gru.forward(Tensor::zeros({5, 2, 3}, DType::f64)); }, {"input", "f64", "f32"});
   expect_error([&] { gru.forward(Tensor::zeros({0, 2, 3}, DType::f32)); }, {"input", "time step"});
   expect_error([&] { gru.forward(Tensor()); }, {"input", "undefined"});
   // h0: (L*D, N, H) = (4, 2, 4)
-  expect_error([&] { gru.forward(x, Tensor::zeros({2, 2, 4}, DType::f32)); }, {"h0", "(2, 2, 4)", "(4, 2, 4)"});
+  expect_error(
+      [&] {
+        gru.forward(x, Tensor::zeros({2, 2, 4}, DType::f32));
+      },
+      {"h0", "(2, 2, 4)", "(4, 2, 4)"});
   expect_error([&] { gru.forward(x, Tensor::zeros({4, 2, 4}, DType::f64)); }, {"h0", "f64", "f32"});
-  expect_error([&] { gru.forward(x.select(1, 0), Tensor::zeros({4, 2, 4}, DType::f32)); }, {"h0", "(4, 4)"});
+  expect_error(
+      [&] {
+        gru.forward(x.select(1, 0), Tensor::zeros({4, 2, 4}, DType::f32));
+      },
+      {"h0", "(4, 4)"});
 }
 
 TEST(GruErrors, Lengths) {
   Gru gru(small_config(), DType::f32, 1);
   const Tensor x = Tensor::zeros({5, 2, 3}, DType::f32);
-  expect_error([&] { gru.forward(x, {}, Tensor::from_vector<int64_t>({2}, {5, 0})); },
-               {"lengths[1] = 0", "1 <= length <= T = 5"});
-  expect_error([&] { gru.forward(x, {}, Tensor::from_vector<int64_t>({2}, {6, 1})); },
-               {"lengths[0] = 6"});
-  expect_error([&] { gru.forward(x, {}, Tensor::from_vector<int64_t>({2}, {-1, 1})); },
-               {"lengths[0] = -1"});
-  expect_error([&] { gru.forward(x, {}, Tensor::from_vector<int64_t>({3}, {1, 1, 1})); },
-               {"lengths", "(3,)", "(2,)"});
-  expect_error([&] { gru.forward(x, {}, Tensor::from_vector<float>({2}, {1, 1})); },
-               {"lengths", "f32", "i64"});
+  expect_error(
+      [&] {
+        gru.forward(x, {}, Tensor::from_vector<int64_t>({2}, {5, 0}));
+      },
+      {"lengths[1] = 0", "1 <= length <= T = 5"});
+  expect_error(
+      [&] {
+        gru.forward(x, {}, Tensor::from_vector<int64_t>({2}, {6, 1}));
+      },
+      {"lengths[0] = 6"});
+  expect_error(
+      [&] {
+        gru.forward(x, {}, Tensor::from_vector<int64_t>({2}, {-1, 1}));
+      },
+      {"lengths[0] = -1"});
+  expect_error(
+      [&] {
+        gru.forward(x, {}, Tensor::from_vector<int64_t>({3}, {1, 1, 1}));
+      },
+      {"lengths", "(3,)", "(2,)"});
+  expect_error(
+      [&] {
+        gru.forward(x, {}, Tensor::from_vector<float>({2}, {1, 1}));
+      },
+      {"lengths", "f32", "i64"});
   expect_error([&] { gru.forward(x.select(1, 0), {}, Tensor::from_vector<int64_t>({1}, {5})); },
                {"lengths", "unbatched"});
 }
@@ -129,22 +160,37 @@ TEST(GruErrors, Backward) {
   GruTape tape;
   gru.forward_train(x, {}, {}, tape);
   expect_error([&] { gru.backward(tape, {}, {}); }, {"grad_output", "grad_h_n"});
-  expect_error([&] { gru.backward(tape, Tensor::zeros({5, 2, 4}, DType::f32), {}); },
-               {"grad_output", "(5, 2, 4)", "(5, 2, 8)"});
-  expect_error([&] { gru.backward(tape, {}, Tensor::zeros({4, 2, 3}, DType::f32)); },
-               {"grad_h_n", "(4, 2, 3)", "(4, 2, 4)"});
-  expect_error([&] { gru.backward(tape, Tensor::zeros({5, 2, 8}, DType::f64), {}); },
-               {"grad_output", "f64"});
+  expect_error(
+      [&] {
+        gru.backward(tape, Tensor::zeros({5, 2, 4}, DType::f32), {});
+      },
+      {"grad_output", "(5, 2, 4)", "(5, 2, 8)"});
+  expect_error(
+      [&] {
+        gru.backward(tape, {}, Tensor::zeros({4, 2, 3}, DType::f32));
+      },
+      {"grad_h_n", "(4, 2, 3)", "(4, 2, 4)"});
+  expect_error(
+      [&] {
+        gru.backward(tape, Tensor::zeros({5, 2, 8}, DType::f64), {});
+      },
+      {"grad_output", "f64"});
 }
 
 TEST(GruErrors, Cell) {
   GruCell cell(3, 4);
   expect_error([&] { cell.forward(Tensor::zeros({2, 5}, DType::f32)); }, {"input", "input_size 3"});
   expect_error([&] { cell.forward(Tensor::zeros({2, 2, 3}, DType::f32)); }, {"input", "(N, I)"});
-  expect_error([&] { cell.forward(Tensor::zeros({2, 3}, DType::f32), Tensor::zeros({3, 4}, DType::f32)); },
-               {"hx", "(3, 4)", "(2, 4)"});
-  expect_error([&] { GruCell::from_state_dict({{"weight_ih_l0", Tensor::zeros({12, 3}, DType::f32)}}); },
-               {"unexpected key 'weight_ih_l0'"});
+  expect_error(
+      [&] {
+        cell.forward(Tensor::zeros({2, 3}, DType::f32), Tensor::zeros({3, 4}, DType::f32));
+      },
+      {"hx", "(3, 4)", "(2, 4)"});
+  expect_error(
+      [&] {
+        GruCell::from_state_dict({{"weight_ih_l0", Tensor::zeros({12, 3}, DType::f32)}});
+      },
+      {"unexpected key 'weight_ih_l0'"});
 }
 
 }  // namespace

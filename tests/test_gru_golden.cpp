@@ -56,7 +56,9 @@ TEST_P(GoldenTest, MatchesPyTorch) {
     EXPECT_TRUE(test::all_close(where, "h_new", cell.forward(x, h), g.get("h_new"), tol));
     GruCell::Grads d = cell.backward(x, h, g.get("grad_h_new"));
     EXPECT_TRUE(test::all_close(where, "grad.input", d.dx, g.get("grad.input"), tol));
-    if (h.defined()) EXPECT_TRUE(test::all_close(where, "grad.h0", d.dh, g.get("grad.h0"), tol));
+    if (h.defined()) {
+      EXPECT_TRUE(test::all_close(where, "grad.h0", d.dh, g.get("grad.h0"), tol));
+    }
     const GruLayerWeights& dw = d.dweights;
     EXPECT_TRUE(test::all_close(where, "grad.weight_ih", dw.w_ih, g.get("grad.weight_ih"), tol));
     EXPECT_TRUE(test::all_close(where, "grad.weight_hh", dw.w_hh, g.get("grad.weight_hh"), tol));
@@ -84,7 +86,9 @@ TEST_P(GoldenTest, MatchesPyTorch) {
   EXPECT_TRUE(test::all_close(where, "h_n (train)", y.h_n, g.get("h_n"), tol));
   GruGrads d = gru.backward(tape, g.get("grad_output"), g.get("grad_h_n"));
   EXPECT_TRUE(test::all_close(where, "grad.input", d.dinput, g.get("grad.input"), tol));
-  if (h0.defined()) EXPECT_TRUE(test::all_close(where, "grad.h0", d.dh0, g.get("grad.h0"), tol));
+  if (h0.defined()) {
+    EXPECT_TRUE(test::all_close(where, "grad.h0", d.dh0, g.get("grad.h0"), tol));
+  }
   const auto dstate = d.state_dict(gru.config());
   EXPECT_EQ(dstate.size(), g.weights.size());
   for (const auto& [key, w] : g.weights) {
@@ -100,8 +104,7 @@ std::string case_name(const ::testing::TestParamInfo<GoldenTest::ParamType>& inf
 }
 
 INSTANTIATE_TEST_SUITE_P(PyTorch, GoldenTest,
-                         ::testing::Combine(::testing::ValuesIn(golden_files()),
-                                            ::testing::Bool()),
+                         ::testing::Combine(::testing::ValuesIn(golden_files()), ::testing::Bool()),
                          case_name);
 
 TEST(GoldenFiles, AllCasesPresent) {

@@ -19,11 +19,14 @@ struct Case {
   bool grad_out, grad_hn;
 };
 
-std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << c.name;
+}
 
 constexpr auto LBR = GruForm::linear_before_reset;
 constexpr auto RB = GruForm::reset_before;
 
+// clang-format off
 const Case kCases[] = {
     // name                         form L  bidir  bias   bf     unb    len    h0     drop grad_out grad_hn
     {"lbr_basic",                   LBR, 1, false, true,  false, false, false, true,  0.0, true,  true},
@@ -41,6 +44,7 @@ const Case kCases[] = {
     {"lbr_l2_dropout",              LBR, 2, false, true,  false, false, false, true,  0.4, true,  true},
     {"rb_l3_bidir_dropout_lengths", RB,  3, true,  true,  true,  false, true,  true,  0.3, true,  true},
 };
+// clang-format on
 
 class GradCheck : public ::testing::TestWithParam<Case> {};
 
@@ -176,7 +180,8 @@ TEST(GruDropout, TrainingOnlySeededBetweenLayers) {
   one.num_layers = 1;
   Gru single(one, {gru.weights()[0]});
   GruTape t4;  // one layer: nothing between layers to drop
-  EXPECT_EQ(max_abs_diff(single.forward_train(x, {}, {}, t4, 7).output, single.forward(x).output), 0.0);
+  EXPECT_EQ(max_abs_diff(single.forward_train(x, {}, {}, t4, 7).output, single.forward(x).output),
+            0.0);
 }
 
 }  // namespace

@@ -15,7 +15,9 @@ namespace grux {
 namespace {
 
 using Vec = std::vector<long double>;
-long double sigm(long double x) { return 1.0L / (1.0L + std::exp(-x)); }
+long double sigm(long double x) {
+  return 1.0L / (1.0L + std::exp(-x));
+}
 
 // Weights of one layer-direction as long double row-major copies.
 struct W {
@@ -186,8 +188,10 @@ TEST_P(ResetBefore, MatchesBothReferences) {
   Gru gru(c, k.dtype, 21);
   std::mt19937_64 rng(4);
   Tensor x = test::random_tensor({T, N, I}, k.dtype, rng, k.x_scale);
-  Tensor h0 = k.h0 ? test::random_tensor({k.layers * c.directions(), N, H}, k.dtype, rng) : Tensor();
-  std::vector<int64_t> len = k.lengths ? std::vector<int64_t>{4, 9, 1, 6} : std::vector<int64_t>(N, T);
+  Tensor h0 =
+      k.h0 ? test::random_tensor({k.layers * c.directions(), N, H}, k.dtype, rng) : Tensor();
+  std::vector<int64_t> len =
+      k.lengths ? std::vector<int64_t>{4, 9, 1, 6} : std::vector<int64_t>(N, T);
   Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({N}, len) : Tensor();
 
   const RefOut a = reference_stack(gru, x, h0, len, step_pytorch_layout);
@@ -206,6 +210,7 @@ TEST_P(ResetBefore, MatchesBothReferences) {
 
 constexpr auto LBR = GruForm::linear_before_reset;
 constexpr auto RB = GruForm::reset_before;
+// clang-format off
 const RbCase kRbCases[] = {
     {"rb_f64", RB, 1, false, true, false, true, DType::f64, 1.0},
     {"rb_f32", RB, 1, false, true, false, true, DType::f32, 1.0},
@@ -217,6 +222,7 @@ const RbCase kRbCases[] = {
     {"lbr_l2_bidir_lengths_f64", LBR, 2, true, true, true, true, DType::f64, 1.0},
     {"lbr_saturated_f32", LBR, 1, true, true, true, false, DType::f32, 50.0},
 };
+// clang-format on
 INSTANTIATE_TEST_SUITE_P(Equations, ResetBefore, ::testing::ValuesIn(kRbCases),
                          [](const auto& info) { return std::string(info.param.name); });
 

@@ -37,11 +37,14 @@ TEST_P(Stream, EqualsWholeSequence) {
   Tensor x_tm = test::random_tensor({T, N, I}, k.dtype, rng);  // time-major
   Tensor h0 = k.h0 ? test::random_tensor({k.layers, N, H}, k.dtype, rng) : Tensor();
   // Whole sequence, in the caller's layout.
-  Tensor x = k.batch == 0 ? x_tm.select(1, 0) : k.batch_first ? x_tm.transpose(0, 1).contiguous() : x_tm;
+  Tensor x = k.batch == 0    ? x_tm.select(1, 0)
+             : k.batch_first ? x_tm.transpose(0, 1).contiguous()
+                             : x_tm;
   Tensor h0c = h0.defined() && k.batch == 0 ? h0.select(1, 0) : h0;
   GruOutput whole = gru.forward(x, h0c);
-  Tensor y_tm = k.batch == 0 ? whole.output.unsqueeze(1)
-                : k.batch_first ? whole.output.transpose(0, 1) : whole.output;
+  Tensor y_tm = k.batch == 0    ? whole.output.unsqueeze(1)
+                : k.batch_first ? whole.output.transpose(0, 1)
+                                : whole.output;
 
   GruStream stream(gru, k.batch, h0c);
   int64_t t0 = 0;
@@ -57,8 +60,8 @@ TEST_P(Stream, EqualsWholeSequence) {
     }
     Tensor got = stream.step(frames);
     // Bit-identical: the input projection's rounding does not depend on the chunk size.
-    ASSERT_TRUE(test::all_close(std::string(k.name) + " chunk at t=" + std::to_string(t0),
-                                "output", got, expect, {0.0, 0.0}));
+    ASSERT_TRUE(test::all_close(std::string(k.name) + " chunk at t=" + std::to_string(t0), "output",
+                                got, expect, {0.0, 0.0}));
     t0 += len;
   }
   Tensor state = stream.state();
@@ -68,6 +71,7 @@ TEST_P(Stream, EqualsWholeSequence) {
 constexpr auto LBR = GruForm::linear_before_reset;
 constexpr auto RB = GruForm::reset_before;
 const std::vector<int64_t> kFrames(12, 1);
+// clang-format off
 const StreamCase kStreamCases[] = {
     {"frames_f32", LBR, 1, 3, false, true, DType::f32, kFrames},
     {"frames_f64", LBR, 2, 3, false, true, DType::f64, kFrames},
@@ -79,6 +83,7 @@ const StreamCase kStreamCases[] = {
     {"unbatched_rb_f64", RB, 1, 0, false, false, DType::f64, kFrames},
     {"batch1_long_f32", LBR, 1, 1, false, true, DType::f32, std::vector<int64_t>(300, 1)},
 };
+// clang-format on
 INSTANTIATE_TEST_SUITE_P(All, Stream, ::testing::ValuesIn(kStreamCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
@@ -110,10 +115,10 @@ TEST(StreamApi, Errors) {
   c.bidirectional = false;
   Gru gru(c, DType::f32, 1);
   GruStream s(gru, 2);
-  EXPECT_THROW(s.step(Tensor::zeros({2, 5}, DType::f32)), Error);      // wrong I
-  EXPECT_THROW(s.step(Tensor::zeros({3, 4}, DType::f32)), Error);      // wrong N
-  EXPECT_THROW(s.step(Tensor::zeros({2, 4}, DType::f64)), Error);      // wrong dtype
-  EXPECT_THROW(s.step(Tensor::zeros({0, 2, 4}, DType::f32)), Error);   // empty chunk
+  EXPECT_THROW(s.step(Tensor::zeros({2, 5}, DType::f32)), Error);                // wrong I
+  EXPECT_THROW(s.step(Tensor::zeros({3, 4}, DType::f32)), Error);                // wrong N
+  EXPECT_THROW(s.step(Tensor::zeros({2, 4}, DType::f64)), Error);                // wrong dtype
+  EXPECT_THROW(s.step(Tensor::zeros({0, 2, 4}, DType::f32)), Error);             // empty chunk
   EXPECT_THROW(GruStream(gru, 2, Tensor::zeros({1, 3, 8}, DType::f32)), Error);  // h0 shape
   EXPECT_THROW(GruStream(gru, -1), Error);
 }

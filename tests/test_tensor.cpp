@@ -18,18 +18,18 @@ Tensor arange(const Shape& shape) {
 
 TEST(Tensor, ViewsShareStorageCloneDoesNot) {
   Tensor a = arange({3, 4});
-  Tensor row = a.select(0, 1);       // shallow: a view
-  Tensor deep = a.clone();           // deep copy
+  Tensor row = a.select(0, 1);  // shallow: a view
+  Tensor deep = a.clone();      // deep copy
   row.set({2}, 100.0);
-  EXPECT_EQ(a.item({1, 2}), 100.0);  // the write is visible through the base
-  EXPECT_EQ(deep.item({1, 2}), 6.0); // but not in the clone
+  EXPECT_EQ(a.item({1, 2}), 100.0);   // the write is visible through the base
+  EXPECT_EQ(deep.item({1, 2}), 6.0);  // but not in the clone
   EXPECT_TRUE(row.shares_storage(a));
   EXPECT_FALSE(deep.shares_storage(a));
   Tensor tr = a.transpose(0, 1);
   tr.set({3, 0}, -1.0);
   EXPECT_EQ(a.item({0, 3}), -1.0);
   EXPECT_FALSE(tr.is_contiguous());
-  Tensor sl = a.slice(1, 1, 4, 2);   // columns 1 and 3
+  Tensor sl = a.slice(1, 1, 4, 2);  // columns 1 and 3
   EXPECT_EQ(sl.shape(), (Shape{3, 2}));
   EXPECT_EQ(sl.item({2, 1}), 11.0);
   sl.fill(7.0);
@@ -41,11 +41,11 @@ TEST(Tensor, ReshapeIsAViewWhenStridesAllowOtherwiseACopy) {
   Tensor a = arange({2, 3, 4});
   Tensor v = a.reshape({6, 4});
   EXPECT_TRUE(v.shares_storage(a));
-  Tensor t = a.transpose(1, 2);      // (2, 4, 3), not contiguous
+  Tensor t = a.transpose(1, 2);  // (2, 4, 3), not contiguous
   Tensor merged_outer = t.reshape({2, 12});
   EXPECT_FALSE(merged_outer.shares_storage(a));  // merging transposed dims needs a copy
   EXPECT_EQ(merged_outer.item({1, 1}), a.item({1, 1, 0}));
-  Tensor split = t.reshape({2, 2, 2, 3});        // splitting a dim is still a view
+  Tensor split = t.reshape({2, 2, 2, 3});  // splitting a dim is still a view
   EXPECT_TRUE(split.shares_storage(a));
   EXPECT_EQ(split.item({1, 1, 0, 2}), a.item({1, 2, 2}));
   EXPECT_THROW(t.view({2, 12}), Error);

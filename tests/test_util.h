@@ -17,7 +17,9 @@ namespace grux::test {
 struct Tol {
   double atol, rtol;
 };
-inline Tol tol_for(DType t) { return t == DType::f32 ? Tol{1e-5, 1e-4} : Tol{1e-10, 1e-10}; }
+inline Tol tol_for(DType t) {
+  return t == DType::f32 ? Tol{1e-5, 1e-4} : Tol{1e-10, 1e-10};
+}
 
 // Checks |a - e| <= atol + rtol * |e| elementwise. On failure reports the case, the tensor,
 // the first failing index, both values and the max difference.
@@ -26,9 +28,9 @@ inline ::testing::AssertionResult all_close(const std::string& where, const std:
   if (!actual.defined() || !expected.defined())
     return ::testing::AssertionFailure() << where << ": " << name << " is undefined";
   if (actual.shape() != expected.shape())
-    return ::testing::AssertionFailure() << where << ": " << name << " has shape "
-                                         << shape_str(actual.shape()) << ", expected "
-                                         << shape_str(expected.shape());
+    return ::testing::AssertionFailure()
+           << where << ": " << name << " has shape " << shape_str(actual.shape()) << ", expected "
+           << shape_str(expected.shape());
   double max_diff = 0;
   int64_t first_bad = -1, bad = 0;
   for (int64_t i = 0; i < actual.numel(); ++i) {

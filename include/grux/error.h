@@ -23,7 +23,7 @@ class Error : public std::runtime_error {
   ((cond) ? static_cast<void>(0) : ::grux::assert_fail(#cond, __FILE__, __LINE__))
 
 // User-input check: throws grux::Error with the given message when cond is false.
-#define GRUX_CHECK(cond, msg)                 \
-  do {                                        \
-    if (!(cond)) throw ::grux::Error((msg));  \
+#define GRUX_CHECK(cond, msg)                \
+  do {                                       \
+    if (!(cond)) throw ::grux::Error((msg)); \
   } while (0)

@@ -125,8 +125,7 @@ class Gru {
 class GruCell {
  public:
   GruCell(int64_t input_size, int64_t hidden_size, bool bias = true,
-          GruForm form = GruForm::linear_before_reset, DType dtype = DType::f32,
-          uint64_t seed = 0);
+          GruForm form = GruForm::linear_before_reset, DType dtype = DType::f32, uint64_t seed = 0);
   static GruCell from_state_dict(const std::map<std::string, Tensor>& state,
                                  GruForm form = GruForm::linear_before_reset);
   std::map<std::string, Tensor> state_dict() const;

@@ -1,10 +1,11 @@
 // Internal-invariant failure handler and the process-wide reference-kernel switch.
 // User errors are grux::Error (include/grux/error.h); this file handles the other tier.
+#include "grux/error.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "grux/error.h"
 #include "grux/runtime.h"
 
 namespace grux {
@@ -22,7 +23,11 @@ bool reference_from_env() {
 bool g_reference = reference_from_env();
 }  // namespace
 
-void set_reference_kernels(bool on) { g_reference = on; }
-bool reference_kernels() { return g_reference; }
+void set_reference_kernels(bool on) {
+  g_reference = on;
+}
+bool reference_kernels() {
+  return g_reference;
+}
 
 }  // namespace grux

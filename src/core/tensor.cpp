@@ -13,18 +13,24 @@ namespace grux {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::i64:
+      return 8;
   }
   GRUX_ASSERT(false);
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::i64: return "i64";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i64:
+      return "i64";
   }
   GRUX_ASSERT(false);
 }
@@ -49,7 +55,9 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   if (!data_) throw Error(fmt::format("out of memory allocating {} bytes", nbytes));
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  std::free(data_);
+}
 
 namespace {
 
@@ -79,24 +87,34 @@ Shape contiguous_strides(const Shape& shape) {
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* what) {
   int64_t w = d < 0 ? d + ndim : d;
   if (w < 0 || w >= ndim)
-    throw Error(fmt::format("{}: dimension {} out of range for a tensor of rank {}", what, d, ndim));
+    throw Error(
+        fmt::format("{}: dimension {} out of range for a tensor of rank {}", what, d, ndim));
   return w;
 }
 
 // Reads / writes element `off` (in elements from the storage start) as double.
 double load(const void* base, DType t, int64_t off) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(base)[off];
-    case DType::f64: return static_cast<const double*>(base)[off];
-    case DType::i64: return static_cast<double>(static_cast<const int64_t*>(base)[off]);
+    case DType::f32:
+      return static_cast<const float*>(base)[off];
+    case DType::f64:
+      return static_cast<const double*>(base)[off];
+    case DType::i64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[off]);
   }
   GRUX_ASSERT(false);
 }
 void store(void* base, DType t, int64_t off, double v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(base)[off] = static_cast<float>(v); return;
-    case DType::f64: static_cast<double*>(base)[off] = v; return;
-    case DType::i64: static_cast<int64_t*>(base)[off] = static_cast<int64_t>(v); return;
+    case DType::f32:
+      static_cast<float*>(base)[off] = static_cast<float>(v);
+      return;
+    case DType::f64:
+      static_cast<double*>(base)[off] = v;
+      return;
+    case DType::i64:
+      static_cast<int64_t*>(base)[off] = static_cast<int64_t>(v);
+      return;
   }
 }
 
@@ -159,8 +177,12 @@ template Tensor Tensor::from_vector<float>(const Shape&, const std::vector<float
 template Tensor Tensor::from_vector<double>(const Shape&, const std::vector<double>&);
 template Tensor Tensor::from_vector<int64_t>(const Shape&, const std::vector<int64_t>&);
 
-int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  return shape_[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return strides_[wrap_dim(d, dim(), "stride")];
+}
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
@@ -214,8 +236,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   const int64_t n = shape_[d];
   if (index < -n || index >= n)
-    throw Error(fmt::format("select: index {} out of range for dimension {} of size {}", index,
-                            d, n));
+    throw Error(
+        fmt::format("select: index {} out of range for dimension {} of size {}", index, d, n));
   if (index < 0) index += n;
   Tensor v = *this;
   v.offset_ += index * strides_[d];
@@ -268,8 +290,8 @@ Shape infer_shape(const Shape& requested, int64_t numel, const Shape& from) {
   }
   if (infer >= 0) {
     if (known == 0 || numel % known != 0)
-      throw Error(fmt::format("reshape: cannot reshape {} into {}", shape_str(from),
-                              shape_str(requested)));
+      throw Error(
+          fmt::format("reshape: cannot reshape {} into {}", shape_str(from), shape_str(requested)));
     s[infer] = numel / known;
     known *= s[infer];
   }
@@ -295,8 +317,10 @@ bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_sha
   while (ni < nnz && oi < on) {
     int64_t np = new_shape[nidx[ni]], op = os[oi];
     while (np != op) {
-      if (np < op) np *= new_shape[nidx[nj++]];
-      else op *= os[oj++];
+      if (np < op)
+        np *= new_shape[nidx[nj++]];
+      else
+        op *= os[oj++];
     }
     for (size_t k = oi; k + 1 < oj; ++k)
       if (ost[k] != os[k + 1] * ost[k + 1]) return false;
@@ -307,7 +331,8 @@ bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_sha
   }
   // Unit dimensions get the stride a contiguous layout would give them.
   for (size_t i = nn; i-- > 0;)
-    if (new_shape[i] == 1) out[i] = (i + 1 < nn) ? out[i + 1] * std::max<int64_t>(new_shape[i + 1], 1) : 1;
+    if (new_shape[i] == 1)
+      out[i] = (i + 1 < nn) ? out[i + 1] * std::max<int64_t>(new_shape[i + 1], 1) : 1;
   return true;
 }
 }  // namespace
@@ -362,7 +387,9 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::to(DType dtype) const {
   check_defined("to", "self", *this);
@@ -370,7 +397,8 @@ Tensor Tensor::to(DType dtype) const {
   Tensor t = empty(shape_, dtype, device_);
   void* db = t.storage_->data();
   const void* sb = storage_->data();
-  for_each_offset(*this, [&](int64_t off, int64_t i) { store(db, dtype, i, load(sb, dtype_, off)); });
+  for_each_offset(*this,
+                  [&](int64_t off, int64_t i) { store(db, dtype, i, load(sb, dtype_, off)); });
   return t;
 }
 
@@ -389,8 +417,8 @@ int64_t Tensor::element_offset(const int64_t* index) const {
   int64_t off = offset_;
   for (int64_t d = 0; d < dim(); ++d) {
     if (index[d] < 0 || index[d] >= shape_[d])
-      throw Error(fmt::format("index {} out of range for dimension {} of size {}", index[d], d,
-                              shape_[d]));
+      throw Error(
+          fmt::format("index {} out of range for dimension {} of size {}", index[d], d, shape_[d]));
     off += index[d] * strides_[d];
   }
   return off;
@@ -403,8 +431,9 @@ double Tensor::item(std::initializer_list<int64_t> index) const {
 }
 
 double Tensor::item() const {
-  if (numel() != 1) throw Error(fmt::format("item: tensor of shape {} has {} elements, expected 1",
-                                           shape_str(shape_), numel()));
+  if (numel() != 1)
+    throw Error(fmt::format("item: tensor of shape {} has {} elements, expected 1",
+                            shape_str(shape_), numel()));
   std::vector<int64_t> zero(dim(), 0);
   return load(storage_->data(), dtype_, element_offset(zero.data()));
 }
@@ -438,8 +467,8 @@ void check_same_device(const char* op, const char* a_name, const Tensor& a, cons
 void check_same_dtype(const char* op, const char* a_name, const Tensor& a, const char* b_name,
                       const Tensor& b) {
   if (a.dtype() != b.dtype())
-    throw Error(fmt::format("{}: {} has dtype {} but {} has dtype {} (expected the same dtype)",
-                            op, b_name, dtype_name(b.dtype()), a_name, dtype_name(a.dtype())));
+    throw Error(fmt::format("{}: {} has dtype {} but {} has dtype {} (expected the same dtype)", op,
+                            b_name, dtype_name(b.dtype()), a_name, dtype_name(a.dtype())));
 }
 
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {

@@ -69,12 +69,23 @@ void GemmNtPacked(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, cons
       for (; m + MR <= m1; m += MR)
         MicroKernel<MR>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
       switch (m1 - m) {
-        case 5: MicroKernel<5>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc); break;
-        case 4: MicroKernel<4>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc); break;
-        case 3: MicroKernel<3>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc); break;
-        case 2: MicroKernel<2>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc); break;
-        case 1: MicroKernel<1>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc); break;
-        default: break;
+        case 5:
+          MicroKernel<5>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
+          break;
+        case 4:
+          MicroKernel<4>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
+          break;
+        case 3:
+          MicroKernel<3>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
+          break;
+        case 2:
+          MicroKernel<2>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
+          break;
+        case 1:
+          MicroKernel<1>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
+          break;
+        default:
+          break;
       }
     }
   }

@@ -33,8 +33,10 @@ struct Chunk {
   V load(const T* p) const { return full ? hn::LoadU(d, p) : hn::MaskedLoad(mask, d, p); }
   V load_or_zero(const T* p) const { return p ? load(p) : hn::Zero(d); }
   void store(V v, T* p) const {
-    if (full) hn::StoreU(v, d, p);
-    else hn::BlendedStore(v, mask, d, p);
+    if (full)
+      hn::StoreU(v, d, p);
+    else
+      hn::BlendedStore(v, mask, d, p);
   }
 };
 
@@ -109,8 +111,7 @@ void LbrBackward(int64_t B, int64_t H, const T* g, const T* hn_in, const T* h_pr
 }
 
 template <typename T>
-void RbForwardRz(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
-                 T* rh) {
+void RbForwardRz(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev, T* rh) {
   const hn::ScalableTag<T> d;
   for (int64_t b = 0; b < B; ++b) {
     T* gb = g + b * 3 * H;
@@ -185,29 +186,28 @@ void RbBackwardR(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh
 }
 
 // Non-template entry points, one per kernel and type, for HWY_EXPORT.
-#define GRUX_GATE_ENTRIES(T, S)                                                                \
-  void LbrForward##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* h,   \
-                     T* hn) {                                                                  \
-    LbrForward(B, H, g, gh, b, hp, h, hn);                                                     \
-  }                                                                                            \
-  void LbrBackward##S(int64_t B, int64_t H, const T* g, const T* hn, const T* hp, const T* dh, \
-                      T* dg, T* dgh, T* dhp) {                                                 \
-    LbrBackward(B, H, g, hn, hp, dh, dg, dgh, dhp);                                            \
-  }                                                                                            \
-  void RbForwardRz##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp,        \
-                      T* rh) {                                                                 \
-    RbForwardRz(B, H, g, gh, b, hp, rh);                                                       \
-  }                                                                                            \
-  void RbForwardN##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* h) { \
-    RbForwardN(B, H, g, gh, b, hp, h);                                                         \
-  }                                                                                            \
-  void RbBackwardZn##S(int64_t B, int64_t H, const T* g, const T* hp, const T* dh, T* dg,      \
-                       T* dhp) {                                                               \
-    RbBackwardZn(B, H, g, hp, dh, dg, dhp);                                                    \
-  }                                                                                            \
-  void RbBackwardR##S(int64_t B, int64_t H, const T* g, const T* hp, const T* drh, T* dg,      \
-                      T* dhp) {                                                                \
-    RbBackwardR(B, H, g, hp, drh, dg, dhp);                                                    \
+#define GRUX_GATE_ENTRIES(T, S)                                                                  \
+  void LbrForward##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* h,     \
+                     T* hn) {                                                                    \
+    LbrForward(B, H, g, gh, b, hp, h, hn);                                                       \
+  }                                                                                              \
+  void LbrBackward##S(int64_t B, int64_t H, const T* g, const T* hn, const T* hp, const T* dh,   \
+                      T* dg, T* dgh, T* dhp) {                                                   \
+    LbrBackward(B, H, g, hn, hp, dh, dg, dgh, dhp);                                              \
+  }                                                                                              \
+  void RbForwardRz##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* rh) { \
+    RbForwardRz(B, H, g, gh, b, hp, rh);                                                         \
+  }                                                                                              \
+  void RbForwardN##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* h) {   \
+    RbForwardN(B, H, g, gh, b, hp, h);                                                           \
+  }                                                                                              \
+  void RbBackwardZn##S(int64_t B, int64_t H, const T* g, const T* hp, const T* dh, T* dg,        \
+                       T* dhp) {                                                                 \
+    RbBackwardZn(B, H, g, hp, dh, dg, dhp);                                                      \
+  }                                                                                              \
+  void RbBackwardR##S(int64_t B, int64_t H, const T* g, const T* hp, const T* drh, T* dg,        \
+                      T* dhp) {                                                                  \
+    RbBackwardR(B, H, g, hp, drh, dg, dhp);                                                      \
   }
 GRUX_GATE_ENTRIES(float, F32)
 GRUX_GATE_ENTRIES(double, F64)
@@ -221,42 +221,42 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace grux::cpu {
 
-#define GRUX_GATE_DISPATCH(T, S)                                                               \
-  HWY_EXPORT(LbrForward##S);                                                                   \
-  HWY_EXPORT(LbrBackward##S);                                                                  \
-  HWY_EXPORT(RbForwardRz##S);                                                                  \
-  HWY_EXPORT(RbForwardN##S);                                                                   \
-  HWY_EXPORT(RbBackwardZn##S);                                                                 \
-  HWY_EXPORT(RbBackwardR##S);                                                                  \
-  template <>                                                                                  \
-  void gru_gates_lbr_forward<T>(int64_t B, int64_t H, T* g, const T* gh, const T* b,           \
-                                const T* hp, T* h, T* hn) {                                    \
-    HWY_DYNAMIC_DISPATCH(LbrForward##S)(B, H, g, gh, b, hp, h, hn);                            \
-  }                                                                                            \
-  template <>                                                                                  \
-  void gru_gates_lbr_backward<T>(int64_t B, int64_t H, const T* g, const T* hn, const T* hp,   \
-                                 const T* dh, T* dg, T* dgh, T* dhp) {                         \
-    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, g, hn, hp, dh, dg, dgh, dhp);                   \
-  }                                                                                            \
-  template <>                                                                                  \
-  void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, T* g, const T* gh, const T* b,         \
-                                  const T* hp, T* rh) {                                        \
-    HWY_DYNAMIC_DISPATCH(RbForwardRz##S)(B, H, g, gh, b, hp, rh);                              \
-  }                                                                                            \
-  template <>                                                                                  \
-  void gru_gates_rb_forward_n<T>(int64_t B, int64_t H, T* g, const T* gh, const T* b,          \
-                                 const T* hp, T* h) {                                          \
-    HWY_DYNAMIC_DISPATCH(RbForwardN##S)(B, H, g, gh, b, hp, h);                                \
-  }                                                                                            \
-  template <>                                                                                  \
-  void gru_gates_rb_backward_zn<T>(int64_t B, int64_t H, const T* g, const T* hp, const T* dh, \
-                                   T* dg, T* dhp) {                                            \
-    HWY_DYNAMIC_DISPATCH(RbBackwardZn##S)(B, H, g, hp, dh, dg, dhp);                           \
-  }                                                                                            \
-  template <>                                                                                  \
-  void gru_gates_rb_backward_r<T>(int64_t B, int64_t H, const T* g, const T* hp,               \
-                                  const T* drh, T* dg, T* dhp) {                               \
-    HWY_DYNAMIC_DISPATCH(RbBackwardR##S)(B, H, g, hp, drh, dg, dhp);                           \
+#define GRUX_GATE_DISPATCH(T, S)                                                                   \
+  HWY_EXPORT(LbrForward##S);                                                                       \
+  HWY_EXPORT(LbrBackward##S);                                                                      \
+  HWY_EXPORT(RbForwardRz##S);                                                                      \
+  HWY_EXPORT(RbForwardN##S);                                                                       \
+  HWY_EXPORT(RbBackwardZn##S);                                                                     \
+  HWY_EXPORT(RbBackwardR##S);                                                                      \
+  template <>                                                                                      \
+  void gru_gates_lbr_forward<T>(int64_t B, int64_t H, T * g, const T* gh, const T* b, const T* hp, \
+                                T* h, T* hn) {                                                     \
+    HWY_DYNAMIC_DISPATCH(LbrForward##S)(B, H, g, gh, b, hp, h, hn);                                \
+  }                                                                                                \
+  template <>                                                                                      \
+  void gru_gates_lbr_backward<T>(int64_t B, int64_t H, const T* g, const T* hn, const T* hp,       \
+                                 const T* dh, T* dg, T* dgh, T* dhp) {                             \
+    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, g, hn, hp, dh, dg, dgh, dhp);                       \
+  }                                                                                                \
+  template <>                                                                                      \
+  void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, T * g, const T* gh, const T* b,            \
+                                  const T* hp, T* rh) {                                            \
+    HWY_DYNAMIC_DISPATCH(RbForwardRz##S)(B, H, g, gh, b, hp, rh);                                  \
+  }                                                                                                \
+  template <>                                                                                      \
+  void gru_gates_rb_forward_n<T>(int64_t B, int64_t H, T * g, const T* gh, const T* b,             \
+                                 const T* hp, T* h) {                                              \
+    HWY_DYNAMIC_DISPATCH(RbForwardN##S)(B, H, g, gh, b, hp, h);                                    \
+  }                                                                                                \
+  template <>                                                                                      \
+  void gru_gates_rb_backward_zn<T>(int64_t B, int64_t H, const T* g, const T* hp, const T* dh,     \
+                                   T* dg, T* dhp) {                                                \
+    HWY_DYNAMIC_DISPATCH(RbBackwardZn##S)(B, H, g, hp, dh, dg, dhp);                               \
+  }                                                                                                \
+  template <>                                                                                      \
+  void gru_gates_rb_backward_r<T>(int64_t B, int64_t H, const T* g, const T* hp, const T* drh,     \
+                                  T* dg, T* dhp) {                                                 \
+    HWY_DYNAMIC_DISPATCH(RbBackwardR##S)(B, H, g, hp, drh, dg, dhp);                               \
   }
 GRUX_GATE_DISPATCH(float, F32)
 GRUX_GATE_DISPATCH(double, F64)

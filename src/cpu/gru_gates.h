@@ -19,8 +19,8 @@ namespace grux::cpu {
 // Linear-before-reset form: n = tanh(g_n + r * (gh_n + b_hn)).
 // Writes r, z, n into g, h' = (1 - z) * n + z * h_prev into h, and hn = gh_n + b_hn.
 template <typename T>
-void gru_gates_lbr_forward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
-                           const T* h_prev, T* h, T* hn);
+void gru_gates_lbr_forward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
+                           T* h, T* hn);
 // Backward of the above given dh = dL/dh'. Writes dg = [dr, dz, dn] pre-activation
 // gradients, dgh = [dr, dz, dn * r], and dh_prev = dh * z (the direct path only; the
 // caller adds dgh W_hh).
@@ -35,17 +35,17 @@ template <typename T>
 void gru_gates_rb_forward_rz(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
                              const T* h_prev, T* rh);
 template <typename T>
-void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
-                            const T* h_prev, T* h);
+void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
+                            T* h);
 // Backward, two phases around the GEMM drh = dg_n W_hn:
 //   zn: writes dg's z and n blocks and dh_prev = dh * z.
 //   r:  given drh = dL/d(r * h_prev), writes dg's r block and adds drh * r to dh_prev.
 // In this form the recurrent-side gradient equals dg (dgh == dg).
 template <typename T>
-void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh,
-                              T* dg, T* dh_prev);
+void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh, T* dg,
+                              T* dh_prev);
 template <typename T>
-void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh,
-                             T* dg, T* dh_prev);
+void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh, T* dg,
+                             T* dh_prev);
 
 }  // namespace grux::cpu

@@ -42,7 +42,9 @@ GruTape::GruTape() = default;
 GruTape::~GruTape() = default;
 GruTape::GruTape(GruTape&&) noexcept = default;
 GruTape& GruTape::operator=(GruTape&&) noexcept = default;
-bool GruTape::empty() const { return data == nullptr; }
+bool GruTape::empty() const {
+  return data == nullptr;
+}
 
 // What backward needs from forward_train.
 struct GruTapeData {
@@ -50,8 +52,8 @@ struct GruTapeData {
   Shape input_shape, h0_shape;  // as the caller gave them (h0_shape: of h_n when no h0)
   bool unbatched = false;
   DType dtype = DType::f32;
-  std::vector<Tensor> layer_inputs;  // per layer, (T, N, in) time-major (views allowed)
-  std::vector<Tensor> masks;         // per layer below the top: dropout scale or undefined
+  std::vector<Tensor> layer_inputs;     // per layer, (T, N, in) time-major (views allowed)
+  std::vector<Tensor> masks;            // per layer below the top: dropout scale or undefined
   std::vector<Tensor> h0s, g, aux, hs;  // per layer * D + direction, packed buffers
 };
 
@@ -97,11 +99,15 @@ Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Te
   const char* op = "gru";
   check_defined(op, "input", input);
   if (input.dtype() != dtype)
-    throw Error(fmt::format("gru: input has dtype {} but the weights have dtype {} (expected "
-                            "the same dtype)", dtype_name(input.dtype()), dtype_name(dtype)));
+    throw Error(
+        fmt::format("gru: input has dtype {} but the weights have dtype {} (expected "
+                    "the same dtype)",
+                    dtype_name(input.dtype()), dtype_name(dtype)));
   if (input.device() != Device::cpu())
-    throw Error(fmt::format("gru: input is on {} but the weights are on cpu (expected the "
-                            "same device)", input.device().str()));
+    throw Error(
+        fmt::format("gru: input is on {} but the weights are on cpu (expected the "
+                    "same device)",
+                    input.device().str()));
   Problem p;
   if (input.dim() == 2) {
     p.unbatched = true;
@@ -109,16 +115,20 @@ Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Te
   } else if (input.dim() == 3) {
     p.x = c.batch_first ? input.transpose(0, 1) : input;
   } else {
-    throw Error(fmt::format("gru: input has shape {}, expected (T, N, I), (N, T, I) with "
-                            "batch_first, or (T, I) unbatched", shape_str(input.shape())));
+    throw Error(
+        fmt::format("gru: input has shape {}, expected (T, N, I), (N, T, I) with "
+                    "batch_first, or (T, I) unbatched",
+                    shape_str(input.shape())));
   }
   const int64_t T = p.x.size(0), N = p.x.size(1), I = p.x.size(2);
   if (I != c.input_size)
     throw Error(fmt::format("gru: input has shape {}: feature size {}, expected input_size {}",
                             shape_str(input.shape()), I, c.input_size));
   if (T < 1 || N < 1)
-    throw Error(fmt::format("gru: input has shape {}, expected at least one time step and one "
-                            "sequence", shape_str(input.shape())));
+    throw Error(
+        fmt::format("gru: input has shape {}, expected at least one time step and one "
+                    "sequence",
+                    shape_str(input.shape())));
   const int64_t LD = c.num_layers * c.directions(), H = c.hidden_size;
   if (h0.defined()) {
     check_same_dtype(op, "input", input, "h0", h0);
@@ -142,8 +152,10 @@ Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Te
     for (int64_t n = 0; n < N; ++n) {
       len[n] = static_cast<int64_t>(lengths.at_flat(n));
       if (len[n] < 1 || len[n] > T)
-        throw Error(fmt::format("gru: lengths[{}] = {} is out of range (expected 1 <= length "
-                                "<= T = {})", n, len[n], T));
+        throw Error(
+            fmt::format("gru: lengths[{}] = {} is out of range (expected 1 <= length "
+                        "<= T = {})",
+                        n, len[n], T));
     }
   }
   p.lay = ops::make_seq_layout(T, N, lengths.defined() ? len.data() : nullptr);
@@ -162,8 +174,10 @@ void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0,
     for (int64_t j = 0; j < lay.bs[s]; ++j) {
       const T* p = base + lay.time(s, j, dir) * st0 + lay.perm[j] * st1 + c0 * st2;
       T* q = dst + (lay.off[s] + j) * C;
-      if (st2 == 1) std::memcpy(q, p, C * sizeof(T));
-      else for (int64_t c = 0; c < C; ++c) q[c] = p[c * st2];
+      if (st2 == 1)
+        std::memcpy(q, p, C * sizeof(T));
+      else
+        for (int64_t c = 0; c < C; ++c) q[c] = p[c * st2];
     }
   }
 }
@@ -176,14 +190,31 @@ void scatter_packed(const SeqLayout& lay, int dir, const T* src, int64_t C, T* d
     for (int64_t j = 0; j < lay.bs[s]; ++j) {
       const T* p = src + (lay.off[s] + j) * C;
       T* q = dst + (lay.time(s, j, dir) * lay.N + lay.perm[j]) * CC + c0;
-      if (accumulate) for (int64_t c = 0; c < C; ++c) q[c] += p[c];
-      else std::memcpy(q, p, C * sizeof(T));
+      if (accumulate)
+        for (int64_t c = 0; c < C; ++c) q[c] += p[c];
+      else
+        std::memcpy(q, p, C * sizeof(T));
     }
   }
 }
 
 // Packed row of sequence perm[j]'s last valid step (the same in both directions).
-int64_t last_row(const SeqLayout& lay, int64_t j) { return lay.off[lay.len[lay.perm[j]] - 1] + j; }
+int64_t last_row(const SeqLayout& lay, int64_t j) {
+  return lay.off[lay.len[lay.perm[j]] - 1] + j;
+}
+
+// For each sorted position j: dst row += src (N, H) row perm[j]. dst rows are consecutive
+// (N x H), or, with at_last_step, each sequence's last packed row of a (rows x H) buffer.
+template <typename T>
+void add_sorted_rows(const SeqLayout& lay, const Tensor& src, T* dst, bool at_last_step = false) {
+  const T* base = src.data<T>();
+  const int64_t H = src.size(1), s0 = src.stride(0), s1 = src.stride(1);
+  for (int64_t j = 0; j < lay.N; ++j) {
+    const T* p = base + lay.perm[j] * s0;
+    T* q = dst + (at_last_step ? last_row(lay, j) : j) * H;
+    for (int64_t h = 0; h < H; ++h) q[h] += p[h * s1];
+  }
+}
 
 // Restores the caller's layout: (T, N, C) time-major -> batch_first / unbatched.
 Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched) {
@@ -213,17 +244,13 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       const int64_t ld = l * D + d;
       gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
       Tensor h0s = Tensor::zeros({N, H}, dt);
-      if (p.h0.defined())
-        for (int64_t j = 0; j < N; ++j)
-          for (int64_t h = 0; h < H; ++h)
-            h0s.data<T>()[j * H + h] = static_cast<T>(p.h0.item({ld, lay.perm[j], h}));
+      if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s.data<T>());
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
       Tensor hs = Tensor::empty({rows, H}, dt);
       ops::LayerWeightPtrs<T> wp;
       const Tensor packed = ops::pack_layer_weights<T>(weights[ld], wp);
-      ops::gru_layer_forward<T>(k, c.form, H, in, lay, wp,
-                                xp.data<T>(), h0s.data<T>(), g.data<T>(), aux.data<T>(),
-                                hs.data<T>(), gh.data<T>());
+      ops::gru_layer_forward<T>(k, c.form, H, in, lay, wp, xp.data<T>(), h0s.data<T>(), g.data<T>(),
+                                aux.data<T>(), hs.data<T>(), gh.data<T>());
       scatter_packed<T>(lay, d, hs.data<T>(), H, out.data<T>(), D * H, d * H, false);
       for (int64_t j = 0; j < N; ++j)
         std::memcpy(h_n.data<T>() + (ld * N + lay.perm[j]) * H, hs.data<T>() + last_row(lay, j) * H,
@@ -280,12 +307,11 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
       T* dy = dyp.data<T>();
-      if (d_above.defined()) gather_packed<T>(lay, d, d_above, d * H, H, dy);
-      else std::memset(dy, 0, rows * H * sizeof(T));
-      if (dhn.defined())
-        for (int64_t j = 0; j < N; ++j)
-          for (int64_t h = 0; h < H; ++h)
-            dy[last_row(lay, j) * H + h] += static_cast<T>(dhn.item({ld, lay.perm[j], h}));
+      if (d_above.defined())
+        gather_packed<T>(lay, d, d_above, d * H, H, dy);
+      else
+        std::memset(dy, 0, rows * H * sizeof(T));
+      if (dhn.defined()) add_sorted_rows<T>(lay, dhn.select(0, ld), dy, true);
       gather_packed<T>(lay, d, tape.layer_inputs[l], 0, in, xp.data<T>());
       GruLayerWeights& dw = grads.dweights[ld];
       dw.w_ih = Tensor::empty({3 * H, in}, dt);
@@ -296,13 +322,12 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       }
       ops::LayerWeightPtrs<T> wp;
       const Tensor packed = ops::pack_layer_weights<T>(weights[ld], wp);
-      ops::gru_layer_backward<T>(
-          k, c.form, H, in, lay, wp, xp.data<T>(),
-          tape.h0s[ld].data<T>(), tape.g[ld].data<T>(), tape.aux[ld].data<T>(),
-          tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw.w_ih.data<T>(), dw.w_hh.data<T>(),
-          c.bias ? dw.b_ih.data<T>() : nullptr, c.bias ? dw.b_hh.data<T>() : nullptr,
-          dh0s.data<T>(), dg.data<T>(), dgh.data<T>(), hprev.data<T>(), carry.data<T>(),
-          drh.data<T>());
+      ops::gru_layer_backward<T>(k, c.form, H, in, lay, wp, xp.data<T>(), tape.h0s[ld].data<T>(),
+                                 tape.g[ld].data<T>(), tape.aux[ld].data<T>(),
+                                 tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw.w_ih.data<T>(),
+                                 dw.w_hh.data<T>(), c.bias ? dw.b_ih.data<T>() : nullptr,
+                                 c.bias ? dw.b_hh.data<T>() : nullptr, dh0s.data<T>(), dg.data<T>(),
+                                 dgh.data<T>(), hprev.data<T>(), carry.data<T>(), drh.data<T>());
       scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
       for (int64_t j = 0; j < N; ++j)
         std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,
@@ -327,8 +352,8 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
 Gru::Gru(const GruConfig& config, DType dtype, uint64_t seed) : config_(config), dtype_(dtype) {
   config_.validate();
   if (dtype != DType::f32 && dtype != DType::f64)
-    throw Error(fmt::format("gru: dtype {} is not supported (expected f32 or f64)",
-                            dtype_name(dtype)));
+    throw Error(
+        fmt::format("gru: dtype {} is not supported (expected f32 or f64)", dtype_name(dtype)));
   std::mt19937_64 rng(seed);
   const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden_size));
   std::uniform_real_distribution<double> uni(-bound, bound);
@@ -380,9 +405,12 @@ Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruCo
   for (const auto& [key, t] : state) {
     std::smatch m;
     if (!std::regex_match(key, m, key_re))
-      throw Error(fmt::format("gru weights: unexpected key '{}' (expected nn.GRU state_dict keys "
-                              "such as 'weight_ih_l0')", key));
-    if (m[3].length() > 6) throw Error(fmt::format("gru weights: layer index in '{}' is too large", key));
+      throw Error(
+          fmt::format("gru weights: unexpected key '{}' (expected nn.GRU state_dict keys "
+                      "such as 'weight_ih_l0')",
+                      key));
+    if (m[3].length() > 6)
+      throw Error(fmt::format("gru weights: layer index in '{}' is too large", key));
     max_layer = std::max<int64_t>(max_layer, std::stoll(m[3].str()));
     reverse = reverse || m[4].matched;
   }
@@ -390,8 +418,10 @@ Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruCo
   if (w_ih0 == state.end()) throw Error("gru weights: missing key 'weight_ih_l0'");
   const Tensor& w0 = w_ih0->second;
   if (w0.dim() != 2 || w0.size(0) % 3 != 0 || w0.size(0) == 0 || w0.size(1) == 0)
-    throw Error(fmt::format("gru weights: 'weight_ih_l0' has shape {}, expected (3*hidden_size, "
-                            "input_size) with both sizes >= 1", shape_str(w0.shape())));
+    throw Error(
+        fmt::format("gru weights: 'weight_ih_l0' has shape {}, expected (3*hidden_size, "
+                    "input_size) with both sizes >= 1",
+                    shape_str(w0.shape())));
   GruConfig c = options;
   c.hidden_size = w0.size(0) / 3;
   c.input_size = w0.size(1);
@@ -447,8 +477,9 @@ std::map<std::string, Tensor> GruGrads::state_dict(const GruConfig& c) const {
 
 GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths) const {
   Problem p = normalize(config_, dtype_, input, h0, lengths);
-  GruOutput r = dtype_ == DType::f32 ? forward_impl<float>(config_, weights_, p, false, 0, nullptr)
-                                     : forward_impl<double>(config_, weights_, p, false, 0, nullptr);
+  GruOutput r = dtype_ == DType::f32
+                    ? forward_impl<float>(config_, weights_, p, false, 0, nullptr)
+                    : forward_impl<double>(config_, weights_, p, false, 0, nullptr);
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
@@ -493,12 +524,13 @@ GruGrads Gru::backward(const GruTape& tape, const Tensor& doutput, const Tensor&
     if (doutput.dtype() != dtype_)
       throw Error(fmt::format("gru backward: grad_output has dtype {}, expected {}",
                               dtype_name(doutput.dtype()), dtype_name(dtype_)));
-    Shape expected = t.unbatched ? Shape{t.lay.T, DH}
+    Shape expected = t.unbatched           ? Shape{t.lay.T, DH}
                      : config_.batch_first ? Shape{t.lay.N, t.lay.T, DH}
                                            : Shape{t.lay.T, t.lay.N, DH};
     check_shape("gru backward", "grad_output", doutput, expected);
-    dout = t.unbatched ? doutput.unsqueeze(1)
-                       : config_.batch_first ? doutput.transpose(0, 1) : doutput;
+    dout = t.unbatched           ? doutput.unsqueeze(1)
+           : config_.batch_first ? doutput.transpose(0, 1)
+                                 : doutput;
   }
   if (dh_n.defined()) {
     if (dh_n.dtype() != dtype_)
@@ -526,8 +558,10 @@ std::map<std::string, Tensor> cell_keys_to_gru(const std::map<std::string, Tenso
   std::map<std::string, Tensor> out;
   for (const auto& [key, t] : s) {
     if (key != "weight_ih" && key != "weight_hh" && key != "bias_ih" && key != "bias_hh")
-      throw Error(fmt::format("gru cell weights: unexpected key '{}' (expected weight_ih, "
-                              "weight_hh, bias_ih, bias_hh)", key));
+      throw Error(
+          fmt::format("gru cell weights: unexpected key '{}' (expected weight_ih, "
+                      "weight_hh, bias_ih, bias_hh)",
+                      key));
     out[key + "_l0"] = t;
   }
   return out;

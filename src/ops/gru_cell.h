@@ -57,8 +57,8 @@ GruKernels<T> gru_kernels() {
 // path uses the row-invariant packed GEMM (w_ih_packed from cpu::pack_weights_nt), so a
 // row's result does not depend on how many rows are projected together.
 template <typename T>
-void gru_input_projection(const GruKernels<T>& k, int64_t rows, int64_t H, int64_t in,
-                          const T* x, const T* w_ih, const T* w_ih_packed, const T* b_ih, T* g) {
+void gru_input_projection(const GruKernels<T>& k, int64_t rows, int64_t H, int64_t in, const T* x,
+                          const T* w_ih, const T* w_ih_packed, const T* b_ih, T* g) {
   const int64_t G = 3 * H;
   if (!k.reference) return cpu::gemm_nt_packed<T>(rows, G, in, x, in, w_ih_packed, b_ih, g, G);
   for (int64_t r = 0; r < rows; ++r)
@@ -88,9 +88,9 @@ void gru_cell_forward(const GruKernels<T>& k, GruForm form, int64_t B, int64_t H
 // recurrent side; may alias dg for reset-before) and dh_prev = dL/dh_prev (B x H).
 // drh (B x H) is scratch for reset-before.
 template <typename T>
-void gru_cell_backward(const GruKernels<T>& k, GruForm form, int64_t B, int64_t H,
-                       const T* w_hh, const T* h_prev, const T* g, const T* aux, const T* dh,
-                       T* dg, T* dgh, T* drh, T* dh_prev) {
+void gru_cell_backward(const GruKernels<T>& k, GruForm form, int64_t B, int64_t H, const T* w_hh,
+                       const T* h_prev, const T* g, const T* aux, const T* dh, T* dg, T* dgh,
+                       T* drh, T* dh_prev) {
   if (form == GruForm::linear_before_reset) {
     // 1. pointwise. 2. dh_prev += dgh W_hh.
     k.lbr_backward(B, H, g, aux, h_prev, dh, dg, dgh, dh_prev);

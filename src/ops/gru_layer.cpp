@@ -39,8 +39,8 @@ Tensor pack_layer_weights(const GruLayerWeights& w, LayerWeightPtrs<T>& ptrs) {
 
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
-                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
-                       const T* h0s, T* g, T* aux, T* hs, T* gh) {
+                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp, const T* h0s,
+                       T* g, T* aux, T* hs, T* gh) {
   const int64_t rows = lay.rows(), G = 3 * H;
   // 1. Input projection of every step at once: g = xp W_ih^T + b_ih.
   gru_input_projection(k, rows, H, in, xp, w.w_ih, w.w_ih_packed, w.b_ih, g);
@@ -67,8 +67,8 @@ template <typename T>
 void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
                         const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
                         const T* h0s, const T* g, const T* aux, const T* hs, T* dyp, T* dxp,
-                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh,
-                        T* hprev, T* carry, T* drh) {
+                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh, T* hprev,
+                        T* carry, T* drh) {
   const int64_t rows = lay.rows(), G = 3 * H, N = lay.N;
   // In the reset-before form the recurrent-side gate gradient equals the input-side one.
   T* dgh_all = form == GruForm::linear_before_reset ? dgh : dg;
@@ -105,15 +105,15 @@ void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t
   k.gemm(false, false, rows, in, G, T(1), dg, G, w.w_ih, in, T(0), dxp, in);
 }
 
-#define GRUX_INSTANTIATE(T)                                                                    \
-  template Tensor pack_layer_weights<T>(const GruLayerWeights&, LayerWeightPtrs<T>&);          \
-  template void gru_layer_forward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,          \
-                                     const SeqLayout&, const LayerWeightPtrs<T>&, const T*,    \
-                                     const T*, T*, T*, T*, T*);                                \
-  template void gru_layer_backward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,         \
-                                      const SeqLayout&, const LayerWeightPtrs<T>&, const T*,   \
-                                      const T*, const T*, const T*, const T*, T*, T*, T*, T*,  \
-                                      T*, T*, T*, T*, T*, T*, T*, T*);
+#define GRUX_INSTANTIATE(T)                                                                       \
+  template Tensor pack_layer_weights<T>(const GruLayerWeights&, LayerWeightPtrs<T>&);             \
+  template void gru_layer_forward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,             \
+                                     const SeqLayout&, const LayerWeightPtrs<T>&, const T*,       \
+                                     const T*, T*, T*, T*, T*);                                   \
+  template void gru_layer_backward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,            \
+                                      const SeqLayout&, const LayerWeightPtrs<T>&, const T*,      \
+                                      const T*, const T*, const T*, const T*, T*, T*, T*, T*, T*, \
+                                      T*, T*, T*, T*, T*, T*, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE

@@ -23,9 +23,7 @@ struct SeqLayout {
   std::vector<int64_t> off;     // first packed row of step s (S + 1 entries)
   int64_t rows() const { return off[S]; }
   // Time index of packed row (s, j) in direction dir (0 forward, 1 reverse).
-  int64_t time(int64_t s, int64_t j, int dir) const {
-    return dir == 0 ? s : len[perm[j]] - 1 - s;
-  }
+  int64_t time(int64_t s, int64_t j, int dir) const { return dir == 0 ? s : len[perm[j]] - 1 - s; }
 };
 
 // Layout for N sequences of padded length T; `lengths` null means all T. Lengths must
@@ -50,8 +48,8 @@ Tensor pack_layer_weights(const GruLayerWeights& w, LayerWeightPtrs<T>& ptrs);
 //   gh (N x 3H): scratch.
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
-                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
-                       const T* h0s, T* g, T* aux, T* hs, T* gh);
+                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp, const T* h0s,
+                       T* g, T* aux, T* hs, T* gh);
 
 // Backward over all steps of one layer-direction, given the forward's g, aux, hs.
 //   dyp (rows x H): on entry dL/dh at each packed row from above (output gradient plus
@@ -63,7 +61,7 @@ template <typename T>
 void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
                         const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
                         const T* h0s, const T* g, const T* aux, const T* hs, T* dyp, T* dxp,
-                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh,
-                        T* hprev, T* carry, T* drh);
+                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh, T* hprev,
+                        T* carry, T* drh);
 
 }  // namespace grux::ops

@@ -11,12 +11,12 @@ namespace grux {
 
 struct GruStream::Impl {
   const Gru* gru;
-  int64_t N;              // batch (1 internally when unbatched)
+  int64_t N;  // batch (1 internally when unbatched)
   bool unbatched;
-  Tensor state;           // (L, N, H)
-  int64_t capacity = 0;   // chunk length the workspace holds
-  std::vector<Tensor> hs; // per layer (capacity * N, H): that layer's outputs
-  Tensor xp, g, aux, gh;  // workspace
+  Tensor state;                // (L, N, H)
+  int64_t capacity = 0;        // chunk length the workspace holds
+  std::vector<Tensor> hs;      // per layer (capacity * N, H): that layer's outputs
+  Tensor xp, g, aux, gh;       // workspace
   std::vector<Tensor> packed;  // per layer: w_ih packed once, at construction
 
   template <typename T>
@@ -31,8 +31,10 @@ struct GruStream::Impl {
   std::vector<ops::LayerWeightPtrs<double>> ptrs_f64;
   template <typename T>
   const std::vector<ops::LayerWeightPtrs<T>>& ptrs() const {
-    if constexpr (sizeof(T) == 4) return ptrs_f32;
-    else return ptrs_f64;
+    if constexpr (sizeof(T) == 4)
+      return ptrs_f32;
+    else
+      return ptrs_f64;
   }
 
   void ensure_capacity(int64_t t) {
@@ -60,7 +62,8 @@ struct GruStream::Impl {
     for (int64_t s = 0; s < t; ++s)
       for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < I; ++i)
-          xpd[(s * N + n) * I + i] = x.data<T>()[s * x.stride(0) + n * x.stride(1) + i * x.stride(2)];
+          xpd[(s * N + n) * I + i] =
+              x.data<T>()[s * x.stride(0) + n * x.stride(1) + i * x.stride(2)];
     const T* layer_in = xpd;
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const ops::LayerWeightPtrs<T>& wp = ptrs<T>()[l];
@@ -77,14 +80,18 @@ struct GruStream::Impl {
 
 GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0) : impl_(new Impl) {
   if (gru.config().bidirectional)
-    throw Error("gru stream: a bidirectional GRU cannot stream (the reverse direction needs the "
-                "whole sequence)");
-  if (batch < 0) throw Error(fmt::format("gru stream: batch is {}, expected >= 1 or 0 for unbatched", batch));
+    throw Error(
+        "gru stream: a bidirectional GRU cannot stream (the reverse direction needs the "
+        "whole sequence)");
+  if (batch < 0)
+    throw Error(fmt::format("gru stream: batch is {}, expected >= 1 or 0 for unbatched", batch));
   impl_->gru = &gru;
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
-  if (gru.dtype() == DType::f32) impl_->ptrs_f32 = impl_->layer_ptrs<float>();
-  else impl_->ptrs_f64 = impl_->layer_ptrs<double>();
+  if (gru.dtype() == DType::f32)
+    impl_->ptrs_f32 = impl_->layer_ptrs<float>();
+  else
+    impl_->ptrs_f64 = impl_->layer_ptrs<double>();
   reset(h0);
 }
 
@@ -113,15 +120,19 @@ Tensor frames_view(const Tensor& f, const GruConfig& c, bool unbatched, int64_t 
   Tensor x;
   if (unbatched) {
     chunk = f.dim() == 2;
-    if (f.dim() == 1) x = f.unsqueeze(0).unsqueeze(0);
-    else if (f.dim() == 2) x = f.unsqueeze(1);
+    if (f.dim() == 1)
+      x = f.unsqueeze(0).unsqueeze(0);
+    else if (f.dim() == 2)
+      x = f.unsqueeze(1);
   } else {
     chunk = f.dim() == 3;
-    if (f.dim() == 2) x = f.unsqueeze(0);
-    else if (f.dim() == 3) x = c.batch_first ? f.transpose(0, 1) : f;
+    if (f.dim() == 2)
+      x = f.unsqueeze(0);
+    else if (f.dim() == 3)
+      x = c.batch_first ? f.transpose(0, 1) : f;
   }
   if (!x.defined() || x.size(1) != N || x.size(2) != I || x.size(0) < 1) {
-    const std::string want = unbatched ? fmt::format("({}) or (t, {})", I, I)
+    const std::string want = unbatched       ? fmt::format("({}) or (t, {})", I, I)
                              : c.batch_first ? fmt::format("({}, {}) or ({}, t, {})", N, I, N, I)
                                              : fmt::format("({}, {}) or (t, {}, {})", N, I, N, I);
     throw Error(fmt::format("gru stream: frames have shape {}, expected {} with t >= 1",
@@ -139,8 +150,8 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   Tensor x = frames_view(frames, c, impl_->unbatched, impl_->N, chunk);
   const int64_t t = x.size(0), N = impl_->N, H = c.hidden_size;
   Shape expected = impl_->unbatched ? (chunk ? Shape{t, H} : Shape{H})
-                   : chunk ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
-                           : Shape{N, H};
+                   : chunk          ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
+                                    : Shape{N, H};
   check_defined("gru stream", "out", out);
   check_same_dtype("gru stream", "frames", frames, "out", out);
   check_shape("gru stream", "out", out, expected);
@@ -148,8 +159,10 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   // Results go to out directly when its layout is time-major and contiguous.
   const bool direct = out.is_contiguous() && !(chunk && c.batch_first && !impl_->unbatched);
   Tensor dst = direct ? out : Tensor::empty({t, N, H}, out.dtype());
-  if (impl_->gru->dtype() == DType::f32) impl_->run<float>(x, t, dst.data<float>());
-  else impl_->run<double>(x, t, dst.data<double>());
+  if (impl_->gru->dtype() == DType::f32)
+    impl_->run<float>(x, t, dst.data<float>());
+  else
+    impl_->run<double>(x, t, dst.data<double>());
   if (!direct) out.copy_from(dst.transpose(0, 1));
 }
 
@@ -160,8 +173,8 @@ Tensor GruStream::step(const Tensor& frames) {
   Tensor x = frames_view(frames, c, impl_->unbatched, impl_->N, chunk);
   const int64_t t = x.size(0), N = impl_->N, H = c.hidden_size;
   Shape shape = impl_->unbatched ? (chunk ? Shape{t, H} : Shape{H})
-                : chunk ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
-                        : Shape{N, H};
+                : chunk          ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
+                                 : Shape{N, H};
   Tensor out = Tensor::empty(shape, impl_->gru->dtype());
   step_into(frames, out);
   return out;

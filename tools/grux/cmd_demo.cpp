@@ -36,17 +36,19 @@ void run_demo(const DemoArgs& a) {
   const Tensor x = read_npy(dir + "/input.npy");
   const Tensor expected = read_npy(dir + "/expected_output.npy");
   const GruConfig& c = gru.config();
-  fmt::print("grux demo: example GRU ({} layer{}, input {}, hidden {}, {}, {}) on input {} (T, N, I)\n",
-             c.num_layers, c.num_layers > 1 ? "s" : "", c.input_size, c.hidden_size,
-             c.bidirectional ? "bidirectional" : "unidirectional", dtype_name(gru.dtype()),
-             shape_str(x.shape()));
+  fmt::print(
+      "grux demo: example GRU ({} layer{}, input {}, hidden {}, {}, {}) on input {} (T, N, I)\n",
+      c.num_layers, c.num_layers > 1 ? "s" : "", c.input_size, c.hidden_size,
+      c.bidirectional ? "bidirectional" : "unidirectional", dtype_name(gru.dtype()),
+      shape_str(x.shape()));
 
   GruOutput y = gru.forward(x);  // warm-up, and the result we report
   std::vector<double> ms;
   for (int i = 0; i < a.reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     GruOutput r = gru.forward(x);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
 
@@ -82,7 +84,8 @@ Action add_demo_command(CLI::App& app) {
       "demo",
       "Run the example GRU (data/example/gru.safetensors) on its example input, compare with "
       "PyTorch's output stored beside it, and print a summary and the time taken.");
-  c->add_option("--data", a->data_dir, "data folder (default: the source tree's data/, or $GRUX_DATA_DIR)")
+  c->add_option("--data", a->data_dir,
+                "data folder (default: the source tree's data/, or $GRUX_DATA_DIR)")
       ->capture_default_str();
   c->add_option("--reps", a->reps, "timed runs (the median is printed)")->capture_default_str();
   return [a] { run_demo(*a); };

@@ -24,7 +24,9 @@ void check_float_dtype(const std::string& path, const Tensor& t, DType want) {
                 dtype_name(want) + " (mixed dtypes are not allowed)");
 }
 
-Tensor read_optional(const std::string& path) { return path.empty() ? Tensor() : read_npy(path); }
+Tensor read_optional(const std::string& path) {
+  return path.empty() ? Tensor() : read_npy(path);
+}
 
 void run_gru(const GruArgs& a) {
   Tensor x = read_npy(a.input);
@@ -91,7 +93,8 @@ Action add_gru_command(CLI::App& app) {
                 "safetensors file with nn.GRU state_dict keys (weight_ih_l0, ...); layers, "
                 "directions, sizes and bias are inferred")
       ->required();
-  c->add_option("--input", a->input, ".npy input: (T, N, I), (N, T, I) with --batch-first, or (T, I)")
+  c->add_option("--input", a->input,
+                ".npy input: (T, N, I), (N, T, I) with --batch-first, or (T, I)")
       ->required();
   c->add_option("--out", a->out, "output directory (created if missing)")->required();
   c->add_option("--h0", a->h0, ".npy initial state (L*D, N, H) or (L*D, H); default zeros");

@@ -18,8 +18,8 @@ T bias(const T* b, int64_t i) {
 }  // namespace
 
 template <typename T>
-void gru_gates_lbr_forward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
-                           const T* h_prev, T* h, T* hn) {
+void gru_gates_lbr_forward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
+                           T* h, T* hn) {
   for (int64_t b = 0; b < B; ++b) {
     T* gr = g + b * 3 * H;
     const T* ghr = gh + b * 3 * H;
@@ -77,8 +77,8 @@ void gru_gates_rb_forward_rz(int64_t B, int64_t H, T* g, const T* gh, const T* b
 }
 
 template <typename T>
-void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
-                            const T* h_prev, T* h) {
+void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
+                            T* h) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t j = 0; j < H; ++j) {
       const int64_t k = b * 3 * H + j;
@@ -91,8 +91,8 @@ void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_
 }
 
 template <typename T>
-void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh,
-                              T* dg, T* dh_prev) {
+void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh, T* dg,
+                              T* dh_prev) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t j = 0; j < H; ++j) {
       const int64_t i = b * H + j, k = b * 3 * H + j;
@@ -105,8 +105,8 @@ void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev,
 }
 
 template <typename T>
-void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh,
-                             T* dg, T* dh_prev) {
+void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh, T* dg,
+                             T* dh_prev) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t j = 0; j < H; ++j) {
       const int64_t i = b * H + j, k = b * 3 * H + j;
@@ -117,19 +117,17 @@ void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, 
   }
 }
 
-#define GRUX_INSTANTIATE(T)                                                                   \
-  template void gru_gates_lbr_forward<T>(int64_t, int64_t, T*, const T*, const T*, const T*, \
-                                         T*, T*);                                             \
-  template void gru_gates_lbr_backward<T>(int64_t, int64_t, const T*, const T*, const T*,     \
-                                          const T*, T*, T*, T*);                              \
-  template void gru_gates_rb_forward_rz<T>(int64_t, int64_t, T*, const T*, const T*,          \
-                                           const T*, T*);                                     \
-  template void gru_gates_rb_forward_n<T>(int64_t, int64_t, T*, const T*, const T*, const T*, \
-                                          T*);                                                \
-  template void gru_gates_rb_backward_zn<T>(int64_t, int64_t, const T*, const T*, const T*,   \
-                                            T*, T*);                                          \
-  template void gru_gates_rb_backward_r<T>(int64_t, int64_t, const T*, const T*, const T*, T*, \
-                                           T*);
+#define GRUX_INSTANTIATE(T)                                                                        \
+  template void gru_gates_lbr_forward<T>(int64_t, int64_t, T*, const T*, const T*, const T*, T*,   \
+                                         T*);                                                      \
+  template void gru_gates_lbr_backward<T>(int64_t, int64_t, const T*, const T*, const T*,          \
+                                          const T*, T*, T*, T*);                                   \
+  template void gru_gates_rb_forward_rz<T>(int64_t, int64_t, T*, const T*, const T*, const T*,     \
+                                           T*);                                                    \
+  template void gru_gates_rb_forward_n<T>(int64_t, int64_t, T*, const T*, const T*, const T*, T*); \
+  template void gru_gates_rb_backward_zn<T>(int64_t, int64_t, const T*, const T*, const T*, T*,    \
+                                            T*);                                                   \
+  template void gru_gates_rb_backward_r<T>(int64_t, int64_t, const T*, const T*, const T*, T*, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE
