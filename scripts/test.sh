@@ -7,12 +7,12 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 
 echo "== Release build and tests"
-bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
-ctest --test-dir build --output-on-failure -j"$(nproc)"
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON
+ctest --test-dir build --no-tests=error --output-on-failure -j"$(nproc)"
 ./build/grux demo --reps 3
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
-bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRUX_SANITIZE=ON
+bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON
 # OpenMP's runtime keeps thread pools alive at exit; leak reports there are not ours.
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$(nproc)"
+  ctest --test-dir build-asan --no-tests=error --output-on-failure -j"$(nproc)"
