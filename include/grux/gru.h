@@ -112,7 +112,8 @@ class Gru {
                           GruTape& tape, uint64_t dropout_seed = 0) const;
 
   // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
-  // both), with the shapes forward_train returned. Uses the tape of the last forward_train.
+  // both), with the shapes forward_train returned, from the tape that forward_train filled.
+  // The weights must not have changed in between.
   GruGrads backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n) const;
 
  private:
@@ -153,8 +154,10 @@ class GruCell {
 };
 
 // Stateful streaming over a unidirectional GRU: feed one frame or a chunk at a time; the
-// results are identical to running the whole sequence at once. Workspace is sized on the
+// results are bit-identical to running the whole sequence at once. Workspace is sized on the
 // first call (and when a longer chunk arrives); steps of the same size allocate nothing.
+// The stream keeps a reference to `gru` (which must outlive it) and packs its input weights
+// when constructed: later changes to the weights are not seen.
 class GruStream {
  public:
   // batch N >= 1, or 0 for unbatched frames. h0 as in Gru::forward (undefined: zeros).
