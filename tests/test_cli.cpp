@@ -245,5 +245,43 @@ TEST_F(CliBadInput, OutputDirectoryIsAFile) {
   expect_user_error(grux_cli(tmp.path, args), {"out", "directory"});
 }
 
+
+TEST(CliBench, GruPrintsOneCheckedJsonLine) {
+  test::TempDir tmp;
+  for (const char* extra : {"", " --train", " --reset-before --dtype f64", " --lengths uniform:2:7:3"}) {
+    CliRun r = grux_cli(tmp.path, std::string("bench gru l2d2t7n5i3h17 --threads 1 --reps 2") + extra);
+    ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    for (const char* field : {"\"op\":\"gru\"", "\"problem\":\"l2d2t7n5i3h17", "\"median_ms\":",
+                              "\"min_ms\":", "\"gflops\":", "\"pct_of_gemm_peak\":", "\"checked\":true"})
+      EXPECT_THAT(r.out, HasSubstr(field)) << extra;
+  }
+  CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");
+  ASSERT_EQ(cell.code, 0) << cell.err;
+  EXPECT_THAT(cell.out, HasSubstr("\"mode\":\"cell\""));
+  CliRun gemm = grux_cli(tmp.path, "bench gemm --threads 1 --reps 1");
+  ASSERT_EQ(gemm.code, 0) << gemm.err;
+  EXPECT_THAT(gemm.out, HasSubstr("\"op\":\"gemm\""));
+}
+
+TEST(CliBench, RefusesToTimeAWrongResult) {
+  test::TempDir tmp;
+  CliRun r = grux_cli(tmp.path, "bench gru t5n2i3h4 --threads 1 --reps 1 --inject-mismatch");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("differs from the reference"));
+}
+
+TEST(CliBench, BadArguments) {
+  test::TempDir tmp;
+  expect_user_error(grux_cli(tmp.path, "bench gru l1d3t5n2i3h4"), {"d3"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n0i3h4"), {"n0"});
+  expect_user_error(grux_cli(tmp.path, "bench gru x100"), {"malformed"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --lengths uniform:1:9:1"), {"T = 5"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --dtype f16"), {"f16"});
+  expect_user_error(grux_cli(tmp.path, "bench gru l1d2t5n2i3h4 --cell"), {"unidirectional"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --train --cell"), {"--cell"});
+}
+
 }  // namespace
 }  // namespace grux

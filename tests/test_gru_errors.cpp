@@ -193,5 +193,30 @@ TEST(GruErrors, Cell) {
       {"unexpected key 'weight_ih_l0'"});
 }
 
+
+TEST(GruProblem, DescriptorRoundTripAndErrors) {
+  GruProblem p = GruProblem::parse("l2d2t200n32i128h256");
+  EXPECT_EQ(p.L, 2);
+  EXPECT_EQ(p.D, 2);
+  EXPECT_EQ(p.T, 200);
+  EXPECT_EQ(p.N, 32);
+  EXPECT_EQ(p.I, 128);
+  EXPECT_EQ(p.H, 256);
+  EXPECT_EQ(p.descriptor(), "l2d2t200n32i128h256");
+  GruProblem q = GruProblem::parse("t100n64i256h512");
+  EXPECT_EQ(q.descriptor(), "l1d1t100n64i256h512");
+  // 2 * N * T * 3H * (I + H) (../shared/WORKLOADS.md).
+  EXPECT_DOUBLE_EQ(q.gemm_flops(), 2.0 * 64 * 100 * 3 * 512 * (256 + 512));
+  // Layer 2 of a bidirectional stack reads D*H inputs; both directions count.
+  EXPECT_DOUBLE_EQ(p.gemm_flops(), 2 * 2.0 * 32 * 200 * 768 * (128 + 256) +
+                                       2 * 2.0 * 32 * 200 * 768 * (512 + 256));
+  q.lengths = std::vector<int64_t>(64, 10);
+  EXPECT_EQ(q.rows(), 640);
+  expect_error([] { GruProblem::parse("l1d1t100n64i256"); }, {"malformed"});
+  expect_error([] { GruProblem::parse("d3t1n1i1h1"); }, {"d3"});
+  expect_error([] { GruProblem::parse("t0n1i1h1"); }, {"t0"});
+  expect_error([] { GruProblem::parse("l1d1t1n1i1h1 "); }, {"malformed"});
+}
+
 }  // namespace
 }  // namespace grux

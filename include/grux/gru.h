@@ -42,6 +42,27 @@ struct GruConfig {
   void validate() const;
 };
 
+// One GRU problem: what the operator, its benchmark, the CLI and the cost model all read.
+// Descriptor string: l{L}d{D}t{T}n{N}i{I}h{H}, e.g. "l2d2t200n32i128h256"; l and d may be
+// omitted (default 1), the other four are required, in this order.
+struct GruProblem {
+  int64_t L = 1, D = 1, T = 0, N = 0, I = 0, H = 0;
+  bool bias = true;
+  GruForm form = GruForm::linear_before_reset;
+  DType dtype = DType::f32;
+  std::vector<int64_t> lengths;  // (N) valid lengths; empty means every sequence has T steps
+
+  // Throws grux::Error naming the descriptor and what was expected.
+  static GruProblem parse(const std::string& descriptor);
+  std::string descriptor() const;  // always with l and d: "l1d1t100n64i256h512"
+  GruConfig config() const;
+  // Time steps actually computed per layer-direction: sum of lengths, or N * T.
+  int64_t rows() const;
+  // GEMM flops of one forward pass: 2 * rows * 3H * (in + H) per layer and direction, with
+  // in = I for layer 0 and D*H above (../shared/WORKLOADS.md). Training is 3x this.
+  double gemm_flops() const;
+};
+
 // Weights of one layer and direction. w_ih (3H, in), w_hh (3H, H), b_ih (3H), b_hh (3H);
 // the biases are undefined tensors when bias is false.
 struct GruLayerWeights {

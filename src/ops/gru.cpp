@@ -38,6 +38,54 @@ std::string gru_key(const char* what, int64_t layer, int64_t direction) {
   return fmt::format("{}_l{}{}", what, layer, direction == 1 ? "_reverse" : "");
 }
 
+GruProblem GruProblem::parse(const std::string& text) {
+  static const std::regex re(R"((?:l(\d{1,6}))?(?:d(\d{1,6}))?t(\d{1,9})n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw Error(fmt::format("problem descriptor '{}' is malformed (expected l{{L}}d{{D}}t{{T}}n{{N}}"
+                            "i{{I}}h{{H}}, e.g. l1d1t100n64i256h512; l and d may be omitted)",
+                            text));
+  GruProblem p;
+  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
+  p.L = num(1, 1), p.D = num(2, 1), p.T = num(3, 0), p.N = num(4, 0), p.I = num(5, 0),
+  p.H = num(6, 0);
+  if (p.D != 1 && p.D != 2)
+    throw Error(fmt::format("problem descriptor '{}': d{} (expected d1 or d2)", text, p.D));
+  for (auto [name, v] : {std::pair{"l", p.L}, {"t", p.T}, {"n", p.N}, {"i", p.I}, {"h", p.H}})
+    if (v < 1)
+      throw Error(fmt::format("problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  return p;
+}
+
+std::string GruProblem::descriptor() const {
+  return fmt::format("l{}d{}t{}n{}i{}h{}", L, D, T, N, I, H);
+}
+
+GruConfig GruProblem::config() const {
+  GruConfig c;
+  c.input_size = I;
+  c.hidden_size = H;
+  c.num_layers = L;
+  c.bias = bias;
+  c.bidirectional = D == 2;
+  c.form = form;
+  return c;
+}
+
+int64_t GruProblem::rows() const {
+  if (lengths.empty()) return N * T;
+  int64_t sum = 0;
+  for (int64_t v : lengths) sum += v;
+  return sum;
+}
+
+double GruProblem::gemm_flops() const {
+  double f = 0;
+  for (int64_t l = 0; l < L; ++l)
+    f += D * 2.0 * static_cast<double>(rows()) * 3 * H * ((l == 0 ? I : D * H) + H);
+  return f;
+}
+
 GruTape::GruTape() = default;
 GruTape::~GruTape() = default;
 GruTape::GruTape(GruTape&&) noexcept = default;

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   };
   add(grux::cli::add_gru_command);
   add(grux::cli::add_demo_command);
+  add(grux::cli::add_bench_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) action();
+  } catch (const grux::cli::ResultMismatch& e) {
+    std::fprintf(stderr, "grux: error: %s\n", e.what());
+    return 3;
   } catch (const grux::Error& e) {
     std::fprintf(stderr, "grux: error: %s\n", e.what());
     return 2;

@@ -1,22 +1,29 @@
-// Reference GEMM: C = alpha op(A) op(B) + beta C by the definition, one dot product per
-// element, accumulated in double. Never optimized; used by tests and the reference switch.
+// Reference GEMM: C = alpha op(A) op(B) + beta C by the definition, each element a sum over
+// k in order, accumulated in double. Never tuned beyond loop order: op(B) is copied to
+// double (K x N) so the inner loop is a contiguous axpy (fast enough to check full-size
+// benchmark problems in seconds).
 #include "cpu/ref/gemm_ref.h"
+
+#include <vector>
 
 namespace grux::cpu::ref {
 
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  std::vector<double> b(K * N), acc(N);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) b[k * N + n] = tb ? B[n * ldb + k] : B[k * ldb + n];
   for (int64_t m = 0; m < M; ++m) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = ta ? A[k * lda + m] : A[m * lda + k];
+      const double* bk = b.data() + k * N;
+      for (int64_t n = 0; n < N; ++n) acc[n] += a * bk[n];
+    }
     for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double a = ta ? A[k * lda + m] : A[m * lda + k];
-        const double b = tb ? B[n * ldb + k] : B[k * ldb + n];
-        acc += a * b;
-      }
       T& c = C[m * ldc + n];
-      c = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0 : double(beta) * c));
+      c = static_cast<T>(alpha * acc[n] + (beta == T(0) ? 0.0 : double(beta) * c));
     }
   }
 }

@@ -1,0 +1,270 @@
+// `grux bench`: times GRU problems (inference, training, streaming cell) and large GEMMs,
+// after checking the optimized result against the reference kernels; one JSON line each.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
+#include "grux/gru.h"
+#include "grux/io.h"
+#include "grux/runtime.h"
+
+namespace grux::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string descriptor, lengths, dtype = "f32";
+  bool train = false, cell = false, reset_before = false;
+  bool inject_mismatch = false;  // testing only: perturb the result to prove the check works
+  int threads = 0, reps = 10;
+};
+
+struct Timing {
+  double median_ms, min_ms;
+};
+
+// Runs fn once to warm up, then `reps` times; median and minimum wall time.
+Timing time_it(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front()};
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "f64") return DType::f64;
+  throw Error(fmt::format("--dtype {} (expected f32 or f64)", s));
+}
+
+int set_threads(int k) {
+  if (k < 0) throw Error(fmt::format("--threads {} (expected >= 1)", k));
+  const int n = k == 0 ? omp_get_num_procs() : k;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+  return n;
+}
+
+Tensor uniform(const Shape& shape, DType dtype, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  Tensor t = Tensor::empty(shape, DType::f64);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = u(rng);
+  return t.to(dtype);
+}
+
+// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm),
+// which ../shared/WORKLOADS.md defines as the peak, and grux's packed GEMM.
+struct GemmPeak {
+  int64_t n;
+  double blas, grux;
+};
+
+template <typename T>
+GemmPeak measure_gemm_peak(int reps) {
+  const int64_t n = 1536;
+  std::mt19937_64 rng(1);
+  Tensor a = uniform({n, n}, dtype_of<T>(), rng), b = uniform({n, n}, dtype_of<T>(), rng);
+  Tensor c = Tensor::empty({n, n}, dtype_of<T>());
+  Tensor packed = Tensor::empty({cpu::packed_weights_size<T>(n, n)}, dtype_of<T>());
+  cpu::pack_weights_nt<T>(n, n, b.data<T>(), packed.data<T>());
+  const double flops = 2.0 * n * n * n;
+  const Timing blas = time_it(reps, [&] {
+    cpu::gemm<T>(false, true, n, n, n, T(1), a.data<T>(), n, b.data<T>(), n, T(0), c.data<T>(), n);
+  });
+  const Timing own = time_it(reps, [&] {
+    cpu::gemm_nt_packed<T>(n, n, n, a.data<T>(), n, packed.data<T>(), nullptr, c.data<T>(), n);
+  });
+  // The best of the runs: a peak is what the machine can do, not what it did on average.
+  return {n, flops / (blas.min_ms * 1e6), flops / (own.min_ms * 1e6)};
+}
+
+GemmPeak gemm_peak(DType dtype, int reps) {
+  return dtype == DType::f32 ? measure_gemm_peak<float>(reps) : measure_gemm_peak<double>(reps);
+}
+
+// Lengths from "uniform:LO:HI:SEED" (std::mt19937_64(SEED), uniform integers in [LO, HI]) or
+// an .npy file of int64 (N,). Returns the problem-name suffix.
+std::string load_lengths(const std::string& spec, GruProblem& p) {
+  if (spec.empty()) return "";
+  if (spec.rfind("uniform:", 0) == 0) {
+    long long lo, hi, seed;
+    char tail;
+    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld:%lld%c", &lo, &hi, &seed, &tail) != 3)
+      throw Error(fmt::format("--lengths '{}' is malformed (expected uniform:LO:HI:SEED)", spec));
+    if (lo < 1 || hi < lo || hi > p.T)
+      throw Error(fmt::format("--lengths '{}': expected 1 <= LO <= HI <= T = {}", spec, p.T));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::uniform_int_distribution<int64_t> u(lo, hi);
+    p.lengths.resize(p.N);
+    for (auto& v : p.lengths) v = u(rng);
+    return fmt::format("_len{}-{}s{}", lo, hi, seed);
+  }
+  Tensor t = read_npy(spec);
+  if (t.dtype() != DType::i64 || t.dim() != 1 || t.size(0) != p.N)
+    throw Error(fmt::format("{}: expected int64 lengths of shape ({},)", spec, p.N));
+  p.lengths.assign(t.data<int64_t>(), t.data<int64_t>() + p.N);
+  return "_lenfile";
+}
+
+// Checks every tensor of `got` against `want` with the engine's tolerance, scaled by each
+// tensor's magnitude (gradients summed over many steps grow with the problem).
+void check_against_reference(const std::string& what, const std::vector<Tensor>& got,
+                             const std::vector<Tensor>& want) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    double scale = 1;
+    for (int64_t j = 0; j < want[i].numel(); ++j) scale = std::max(scale, std::abs(want[i].at_flat(j)));
+    const bool f32 = got[i].dtype() == DType::f32;
+    const double atol = (f32 ? 1e-5 : 1e-10) * scale, rtol = f32 ? 1e-4 : 1e-10;
+    for (int64_t j = 0; j < got[i].numel(); ++j) {
+      const double a = got[i].at_flat(j), e = want[i].at_flat(j);
+      if (!(std::abs(a - e) <= atol + rtol * std::abs(e)))
+        throw ResultMismatch(fmt::format(
+            "bench {}: optimized result {} differs from the reference at flat index {}: {} vs {} "
+            "(no time reported)", what, i, j, a, e));
+    }
+  }
+}
+
+void run_bench_gru(const BenchArgs& a) {
+  GruProblem p = GruProblem::parse(a.descriptor);
+  p.dtype = parse_dtype(a.dtype);
+  p.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
+  if (a.train && a.cell) throw Error("--train and --cell cannot be combined");
+  if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
+  std::string name = p.descriptor() + load_lengths(a.lengths, p);
+  if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
+  if (a.cell && p.D != 1) throw Error("--cell needs a unidirectional problem (d1)");
+  if (a.reset_before) name += "_rb";
+  const int threads = set_threads(a.threads);
+  const std::string mode = a.train ? "train" : a.cell ? "cell" : "inference";
+
+  Gru gru(p.config(), p.dtype, 1);
+  std::mt19937_64 rng(2);
+  Tensor x = uniform({p.T, p.N, p.I}, p.dtype, rng);
+  Tensor lengths = p.lengths.empty() ? Tensor() : Tensor::from_vector<int64_t>({p.N}, p.lengths);
+  Tensor dy = a.train ? uniform({p.T, p.N, p.D * p.H}, p.dtype, rng) : Tensor();
+
+  // The computation under test; returns the tensors that are checked.
+  std::function<std::vector<Tensor>()> run;
+  if (a.train) {
+    run = [&] {
+      GruTape tape;
+      GruOutput y = gru.forward_train(x, {}, lengths, tape);
+      GruGrads g = gru.backward(tape, dy, {});
+      std::vector<Tensor> out{y.output, y.h_n, g.dinput};
+      for (const auto& [k, v] : g.state_dict(gru.config())) out.push_back(v);
+      return out;
+    };
+  } else if (a.cell) {
+    // One frame per call, as a real-time caller would; outputs kept for the check.
+    run = [&, stream = std::make_shared<GruStream>(gru, p.N),
+           frame_out = Tensor::empty({p.N, p.H}, p.dtype),
+           all = Tensor::empty({p.T, p.N, p.H}, p.dtype)]() mutable {
+      stream->reset();
+      for (int64_t t = 0; t < p.T; ++t) {
+        stream->step_into(x.select(0, t), frame_out);
+        all.select(0, t).copy_from(frame_out);
+      }
+      return std::vector<Tensor>{all};
+    };
+  } else {
+    run = [&] {
+      GruOutput y = gru.forward(x, {}, lengths);
+      return std::vector<Tensor>{y.output, y.h_n};
+    };
+  }
+  // 1. Check: the optimized kernels against the reference kernels on this very problem.
+  std::vector<Tensor> got = run();
+  if (a.inject_mismatch) {
+    got[0] = got[0].clone();
+    got[0].reshape({-1}).set({got[0].numel() / 2}, got[0].at_flat(got[0].numel() / 2) + 0.5);
+  }
+  set_reference_kernels(true);
+  std::vector<Tensor> want;
+  if (a.cell) {
+    want = {gru.forward(x).output};
+  } else {
+    want = run();
+  }
+  set_reference_kernels(false);
+  check_against_reference(name, got, want);
+  // 2. Time.
+  const Timing t = time_it(a.reps, [&] { run(); });
+  const double flops = p.gemm_flops() * (a.train ? 3 : 1);
+  const double gflops = flops / (t.median_ms * 1e6);
+  const GemmPeak peak = gemm_peak(p.dtype, 3);
+  fmt::print(
+      "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
+      "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
+      "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"pct_of_grux_gemm\":{:.1f},"
+      "\"grux_gemm_gflops\":{:.2f},\"checked\":true}}\n",
+      name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
+      100 * gflops / peak.blas, peak.blas, 100 * gflops / peak.grux, peak.grux);
+}
+
+void run_bench_gemm(const BenchArgs& a) {
+  const DType dtype = parse_dtype(a.dtype);
+  const int threads = set_threads(a.threads);
+  if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
+  const GemmPeak peak = gemm_peak(dtype, a.reps);
+  fmt::print(
+      "{{\"op\":\"gemm\",\"problem\":\"m{}n{}k{}\",\"threads\":{},\"dtype\":\"{}\",\"reps\":{},"
+      "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f}}}\n",
+      peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.blas, peak.blas, peak.grux);
+}
+
+}  // namespace
+
+Action add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand(
+      "bench", "Time GRU problems and GEMMs; one JSON line per problem (results are checked "
+               "against the reference kernels first; a wrong result exits with code 3).");
+  c->require_subcommand(1);
+  CLI::App* g = c->add_subcommand(
+      "gru",
+      "Time a GRU problem. DESCRIPTOR is l{L}d{D}t{T}n{N}i{I}h{H} (l, d default 1), e.g. "
+      "l1d1t100n64i256h512. Default mode: forward of the whole stack. gflops counts GEMM "
+      "flops (2*N*T*3H*(in+H) per layer and direction, x3 for --train); pct_of_gemm_peak "
+      "divides by the large square BLAS GEMM rate measured in the same process and threads.");
+  g->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
+  g->add_flag("--train", a->train, "time forward + backward");
+  g->add_flag("--cell", a->cell, "time T single-frame steps through the streaming API");
+  g->add_option("--lengths", a->lengths,
+                "variable lengths: uniform:LO:HI:SEED, or an int64 .npy of shape (N,)");
+  g->add_flag("--reset-before", a->reset_before, "the reset-before candidate form");
+  g->add_option("--threads", a->threads, "threads (default: all cores)");
+  g->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
+  g->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  g->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
+  CLI::App* m = c->add_subcommand(
+      "gemm", "Large square GEMM rates: the BLAS in use (the peak other benches divide by) "
+              "and grux's packed GEMM.");
+  m->add_option("--threads", a->threads, "threads (default: all cores)");
+  m->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
+  m->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  return [a, g] {
+    if (g->parsed()) run_bench_gru(*a);
+    else run_bench_gemm(*a);
+  };
+}
+
+}  // namespace grux::cli
