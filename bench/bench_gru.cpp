@@ -15,15 +15,16 @@ namespace {
 template <bool kReference>
 void BM_gates_lbr_forward(benchmark::State& state) {
   const int64_t B = state.range(0), H = state.range(1);
+  const int64_t blocks = (H + grux::cpu::kUnit<float> - 1) / grux::cpu::kUnit<float>;
   std::vector<float> g(B * 3 * H, 0.1f), gh(B * 3 * H, 0.2f), b(3 * H, 0.01f), hp(B * H, 0.3f),
       h(B * H), hn(B * H);
   for (auto _ : state) {
     if (kReference)
-      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(), hp.data(),
+      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, 0, blocks, g.data(), gh.data(), b.data(), hp.data(),
                                                    h.data(), hn.data());
     else
-      grux::cpu::gru_gates_lbr_forward<float>(B, H, g.data(), gh.data(), b.data(), hp.data(),
-                                              h.data(), hn.data());
+      grux::cpu::gru_gates_lbr_forward<float>(B, H, 0, blocks, g.data(), gh.data(), b.data(),
+                                              hp.data(), h.data(), hn.data());
     benchmark::DoNotOptimize(h.data());
   }
   state.SetItemsProcessed(state.iterations() * B * H);
@@ -36,26 +37,22 @@ BENCHMARK(BM_gates_lbr_forward<true>)->Args({1, 256})->Args({64, 512});
 void BM_input_projection(benchmark::State& state) {
   const int64_t M = state.range(0), K = state.range(1), N = 3 * state.range(2);
   const bool packed = state.range(3) != 0;
+  const int64_t panel = 3 * grux::cpu::kUnit<float>;
   std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N), b(N, 0.1f);
-  std::vector<float> P(grux::cpu::packed_weights_size<float>(N, K) + 16);
-  float* Pa =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(P.data()) + 63) & ~uintptr_t(63));
-  grux::cpu::pack_weights_nt<float>(N, K, W.data(), Pa);
+  grux::Tensor P = grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
+  grux::cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, P.data<float>());
+  const grux::cpu::PackedB<float> B{K, N, panel, P.data<float>()};
   for (auto _ : state) {
-    if (packed)
-      grux::cpu::gemm_nt_packed<float>(M, N, K, A.data(), K, Pa, b.data(), C.data(), N);
-    else
-      grux::cpu::gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
+    if (packed) grux::cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, b.data(), false, C.data(), N);
+    else grux::cpu::gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_input_projection)
-    ->Args({6400, 256, 512, 0})
-    ->Args({6400, 256, 512, 1})  // W3 layer input
-    ->Args({1000, 128, 256, 0})
-    ->Args({1000, 128, 256, 1})  // W2
+    ->Args({6400, 256, 512, 0})->Args({6400, 256, 512, 1})   // W3 layer input
+    ->Args({1000, 128, 256, 0})->Args({1000, 128, 256, 1})   // W2
     ->Unit(benchmark::kMillisecond);
 
 // Args: T, N, I, H, train (0/1).

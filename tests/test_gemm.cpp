@@ -1,7 +1,9 @@
-// GEMM kernels against the reference triple loop at tile edges (rows around the 6-row
-// micro-kernel, columns around the 128-byte panel, K from 1 up), and the packed kernel's
-// row invariance: a row's result is bit-identical whatever the number of rows.
+// GEMM kernels against the reference triple loop at tile edges: rows around the micro-kernel
+// height and the few-row path, columns around the panel width (1, 2, 3 units), K around the
+// L1 chunk; transposed A, bias, accumulate, index maps. And the packed kernel's invariance:
+// a row's result is bit-identical alone or in any batch, and with any split of the panels.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
@@ -22,52 +24,96 @@ std::vector<T> random_vec(int64_t n, std::mt19937_64& rng) {
 // Tolerance from the reduction length: K terms of magnitude <= 1, each rounding by eps.
 template <typename T>
 double gemm_tol(int64_t K) {
-  return 2.0 * K * std::numeric_limits<T>::epsilon();
+  return 2.0 * (K + 2) * std::numeric_limits<T>::epsilon();
 }
 
+struct Shape3 {
+  int64_t M, N, K;
+};
+
 template <typename T>
-void check_packed(int64_t M, int64_t N, int64_t K, bool bias, std::mt19937_64& rng) {
-  auto A = random_vec<T>(M * K, rng), W = random_vec<T>(N * K, rng), b = random_vec<T>(N, rng);
-  Tensor packed = Tensor::empty({cpu::packed_weights_size<T>(N, K)}, dtype_of<T>());
-  cpu::pack_weights_nt<T>(N, K, W.data(), packed.data<T>());
-  std::vector<T> C(M * N), R(M * N);
-  cpu::gemm_nt_packed<T>(M, N, K, A.data(), K, packed.data<T>(), bias ? b.data() : nullptr,
-                         C.data(), N);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) R[m * N + n] = bias ? b[n] : T(0);
-  cpu::ref::gemm<T>(false, true, M, N, K, T(1), A.data(), K, W.data(), K, T(1), R.data(), N);
-  for (int64_t i = 0; i < M * N; ++i)
-    ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K) + 1e-30)
-        << "M=" << M << " N=" << N << " K=" << K << " bias=" << bias << " at row " << i / N
-        << " col " << i % N;
-  // Row invariance: each row computed alone gives the same bits.
-  for (int64_t m = 0; m < M; m += std::max<int64_t>(1, M / 3)) {
-    std::vector<T> row(N);
-    cpu::gemm_nt_packed<T>(1, N, K, A.data() + m * K, K, packed.data<T>(),
-                           bias ? b.data() : nullptr, row.data(), N);
+void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumulate,
+                  bool maps, std::mt19937_64& rng) {
+  const int64_t M = s.M, N = s.N, K = s.K, panel = units * cpu::kUnit<T>;
+  const std::string where = "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                            std::to_string(K) + " panel=" + std::to_string(panel) +
+                            (trans_a ? " trans_a" : "") + (bias ? " bias" : "") +
+                            (accumulate ? " accumulate" : "") + (maps ? " maps" : "");
+  // A: op(A) is M x K. src: a (K2 x N2) matrix read through maps (reversed orders).
+  auto A = random_vec<T>(M * K, rng), src = random_vec<T>(K * N, rng), b = random_vec<T>(N, rng);
+  const int64_t lda = trans_a ? M : K;
+  std::vector<int64_t> kmap(K), nmap(N);
+  for (int64_t k = 0; k < K; ++k) kmap[k] = K - 1 - k;
+  for (int64_t n = 0; n < N; ++n) nmap[n] = N - 1 - n;
+  Tensor packed = Tensor::empty({cpu::packed_size<T>(K, N, panel)}, dtype_of<T>());
+  cpu::pack_b<T>(K, N, panel, src.data(), N, 1, maps ? kmap.data() : nullptr,
+                 maps ? nmap.data() : nullptr, packed.data<T>());
+  const cpu::PackedB<T> B{K, N, panel, packed.data<T>()};
+  auto C0 = random_vec<T>(M * N, rng);
+  std::vector<T> C = C0, R = C0;
+  cpu::gemm_packed<T>(M, A.data(), lda, trans_a, B, bias ? b.data() : nullptr, accumulate,
+                      C.data(), N, 0, B.panels());
+  // Reference on the logical operand, unpacked by hand.
+  std::vector<T> logical(K * N);
+  for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n)
-      ASSERT_EQ(row[n], C[m * N + n])
-          << "row " << m << " of M=" << M << " differs alone, col " << n;
+      logical[k * N + n] = src[(maps ? kmap[k] : k) * N + (maps ? nmap[n] : n)];
+  if (!accumulate) std::fill(R.begin(), R.end(), T(0));
+  if (bias)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) R[m * N + n] += b[n];
+  cpu::ref::gemm<T>(trans_a, false, M, N, K, T(1), A.data(), lda, logical.data(), N, T(1),
+                    R.data(), N);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << where << " at row " << i / N << " col " << i % N;
+  // The packed reference twin agrees too.
+  std::vector<T> RP = C0;
+  cpu::ref::gemm_packed<T>(M, A.data(), lda, trans_a, B, bias ? b.data() : nullptr, accumulate,
+                           RP.data(), N, 0, B.panels());
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(C[i], RP[i], gemm_tol<T>(K)) << where;
+  if (trans_a) return;
+  // Row invariance: every row computed alone, panel by panel, gives the same bits.
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<T> row(C0.begin() + m * N, C0.begin() + (m + 1) * N);
+    for (int64_t p = 0; p < B.panels(); ++p)
+      cpu::gemm_packed<T>(1, A.data() + m * K, K, false, B, bias ? b.data() : nullptr,
+                          accumulate, row.data(), N, p, p + 1);
+    for (int64_t n = 0; n < N; ++n)
+      ASSERT_EQ(row[n], C[m * N + n]) << where << ": row " << m << " alone differs at col " << n;
   }
 }
 
 TEST(GemmPacked, MatchesReferenceAtTileEdgesF32) {
   std::mt19937_64 rng(1);
-  for (int64_t M : {1, 5, 6, 7, 13, 96, 97, 200})
-    for (int64_t N : {1, 31, 32, 33, 65, 96})
-      for (int64_t K : {1, 3, 16, 17, 300}) check_packed<float>(M, N, K, (M + N) % 2 == 0, rng);
+  for (int64_t units : {1, 2, 3})
+    for (Shape3 s : {Shape3{1, 17, 5}, {2, 200, 33}, {3, 48, 1}, {5, 49, 191}, {6, 96, 192},
+                     {7, 95, 193}, {13, 16, 300}, {97, 100, 64}})
+      for (bool ta : {false, true})
+        check_packed<float>(s, units, ta, (s.M + units) % 2 == 0, s.K % 2 == 1, units == 3, rng);
 }
 
 TEST(GemmPacked, MatchesReferenceAtTileEdgesF64) {
   std::mt19937_64 rng(2);
-  for (int64_t M : {1, 6, 7, 97})
-    for (int64_t N : {1, 15, 16, 17, 48})
-      for (int64_t K : {1, 8, 31, 129}) check_packed<double>(M, N, K, (M + K) % 2 == 0, rng);
+  for (int64_t units : {1, 3})
+    for (Shape3 s : {Shape3{1, 9, 3}, {2, 100, 200}, {6, 24, 31}, {7, 25, 400}, {50, 8, 9}})
+      for (bool ta : {false, true})
+        check_packed<double>(s, units, ta, s.M % 2 == 0, s.K % 2 == 0, units == 1, rng);
 }
 
-TEST(GemmPacked, LargeThreadedMatchesReference) {
+TEST(GemmPacked, ParallelEqualsSerialBitwise) {
   std::mt19937_64 rng(3);
-  check_packed<float>(1000, 96, 128, true, rng);  // above the threading threshold
+  const int64_t M = 500, N = 300, K = 400, panel = 3 * cpu::kUnit<float>;
+  auto A = random_vec<float>(M * K, rng), W = random_vec<float>(N * K, rng);
+  Tensor packed = Tensor::empty({cpu::packed_size<float>(K, N, panel)}, DType::f32);
+  cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, packed.data<float>());
+  const cpu::PackedB<float> B{K, N, panel, packed.data<float>()};
+  std::vector<float> serial(M * N), parallel(M * N);
+  cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, serial.data(), N, 0, B.panels());
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(2);
+  cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, nullptr, false, parallel.data(), N);
+  omp_set_num_threads(before);
+  EXPECT_EQ(serial, parallel);
 }
 
 TEST(Gemm, BlasMatchesReferenceAllTransposes) {

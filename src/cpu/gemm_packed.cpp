@@ -1,5 +1,5 @@
-// Row-invariant packed GEMM (C = A W^T + bias) with Highway SIMD: a register-blocked
-// micro-kernel of MR rows x one 128-byte panel, the same FMA chain for every row count.
+// Row-invariant packed GEMM with Highway SIMD: register-blocked micro-kernels of MR rows x
+// NP panels of S units, K split into L1-sized chunks without changing any element's FMA chain.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/gemm_packed.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -17,87 +17,151 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// MR rows of A times one packed panel (K x P): acc = sum_k A[r][k] * panel[k][:], then
-// C[r][0:cols] = acc + bias. P / lanes vectors per row are held in registers.
-template <int MR, typename T>
-HWY_INLINE void MicroKernel(int64_t K, const T* A, int64_t lda, const T* panel, const T* bias,
-                            int64_t cols, T* C, int64_t ldc) {
+// K is processed in chunks of kKc so that a panel's chunk stays in L1. Partial sums pass
+// between chunks through C exactly (they are already rounded to T), so chunking does not
+// change results.
+constexpr int64_t kKc = 192;
+
+// Rows MR x panels NP, each panel S units wide. acc starts at zero (first chunk) or at the
+// partial sums in C; after the last chunk, bias and the saved old C are added.
+template <int MR, int NP, int S, bool TA, typename T>
+HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const T* A,
+                            int64_t lda, const T* panel0, int64_t panel_stride, int64_t n_cols,
+                            const T* bias, const T* c_old, int64_t ld_old, T* C, int64_t ldc) {
   const hn::ScalableTag<T> d;
-  constexpr int64_t P = kPanelCols<T>;
   constexpr int64_t L = HWY_LANES(T);
-  constexpr int64_t V = P / L > 0 ? P / L : 1;
+  constexpr int64_t P = S * kUnit<T>;          // columns per panel
+  constexpr int64_t NV = P / L > 0 ? P / L : 1;  // vectors per panel row
   using Vec = hn::Vec<decltype(d)>;
-  Vec acc[MR][V];
-  for (int r = 0; r < MR; ++r)
-    for (int64_t v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
-  for (int64_t k = 0; k < K; ++k) {
-    Vec b[V];
-    for (int64_t v = 0; v < V; ++v) b[v] = hn::Load(d, panel + k * P + v * L);
-    for (int r = 0; r < MR; ++r) {
-      const Vec a = hn::Set(d, A[r * lda + k]);
-      for (int64_t v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(a, b[v], acc[r][v]);
+  Vec acc[MR][NP * NV];
+  HWY_ALIGN T tmp[NP * P];
+  for (int r = 0; r < MR; ++r) {
+    if (first) {
+      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::Zero(d);
+    } else {  // continue the chain from the partial sums stored in C
+      const int64_t cols = std::min<int64_t>(n_cols, NP * P);
+      std::memcpy(tmp, C + r * ldc, cols * sizeof(T));
+      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::Load(d, tmp + v * L);
     }
   }
-  HWY_ALIGN T tmp[P];
-  for (int r = 0; r < MR; ++r) {
-    for (int64_t v = 0; v < V; ++v) hn::Store(acc[r][v], d, tmp + v * L);
-    T* c = C + r * ldc;
-    if (bias)
-      for (int64_t j = 0; j < cols; ++j) c[j] = tmp[j] + bias[j];
-    else
-      std::memcpy(c, tmp, cols * sizeof(T));
+  for (int64_t k = k0; k < k1; ++k) {
+    Vec b[NP * NV];
+    for (int p = 0; p < NP; ++p)
+      for (int64_t v = 0; v < NV; ++v) b[p * NV + v] = hn::Load(d, panel0 + p * panel_stride + k * P + v * L);
+    for (int r = 0; r < MR; ++r) {
+      const Vec a = hn::Set(d, TA ? A[k * lda + r] : A[r * lda + k]);
+      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::MulAdd(a, b[v], acc[r][v]);
+    }
   }
+  const int64_t cols = std::min<int64_t>(n_cols, NP * P);
+  for (int r = 0; r < MR; ++r) {
+    for (int64_t v = 0; v < NP * NV; ++v) hn::Store(acc[r][v], d, tmp + v * L);
+    T* c = C + r * ldc;
+    if (!last) {
+      std::memcpy(c, tmp, cols * sizeof(T));
+      continue;
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      T x = tmp[j];
+      if (bias) x += bias[j];
+      if (c_old) x += c_old[r * ld_old + j];
+      c[j] = x;
+    }
+  }
+}
+
+// Rows [0, M) against NP consecutive panels (or one), all K chunks.
+template <int NP, int S, bool TA, typename T>
+void RowsTimesPanels(int64_t M, int64_t K, const T* A, int64_t lda, const T* panel0,
+                     int64_t n_cols, const T* bias, bool accumulate, T* C, int64_t ldc) {
+  constexpr int64_t P = S * kUnit<T>;
+  constexpr int64_t L = HWY_LANES(T);
+  constexpr int64_t NV = P / L > 0 ? P / L : 1;
+  // Registers: MR * NP * NV accumulators + NP * NV operands + 1 broadcast.
+  constexpr int kRegs = HWY_MAX_BYTES >= 64 ? 32 : 16;
+  constexpr int kMr = std::clamp<int>((kRegs - NP * NV - 1) / (NP * NV), 1, 6);
+  const int64_t panel_stride = K * P;
+  // Accumulating into C across K chunks needs the old C kept aside: rows of up to kMr
+  // are saved in a small buffer (C's old values are added after the last chunk).
+  const bool chunked = K > kKc;
+  HWY_ALIGN T saved[6 * 3 * 4 * 16];
+  const int64_t cols = std::min<int64_t>(n_cols, NP * P);
+  auto rows = [&](auto mr_tag, int64_t m) {
+    constexpr int MR = decltype(mr_tag)::value;
+    const T* a = TA ? A + m : A + m * lda;
+    T* c = C + m * ldc;
+    const T* old = nullptr;
+    int64_t ld_old = ldc;
+    if (accumulate) {
+      if (chunked) {
+        for (int r = 0; r < MR; ++r) std::memcpy(saved + r * cols, c + r * ldc, cols * sizeof(T));
+        old = saved;
+        ld_old = cols;
+      } else {
+        old = c;
+      }
+    }
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kKc) {
+      const int64_t k1 = std::min(K, k0 + kKc);
+      MicroKernel<MR, NP, S, TA>(k0, k1, k0 == 0, k1 == K, a, lda, panel0, panel_stride, cols,
+                                 bias, old, ld_old, c, ldc);
+      if (K == 0) break;
+    }
+  };
+  int64_t m = 0;
+  for (; m + kMr <= M; m += kMr) rows(std::integral_constant<int, kMr>{}, m);
+  switch (M - m) {
+    case 5: if constexpr (kMr > 5) rows(std::integral_constant<int, 5>{}, m); break;
+    case 4: if constexpr (kMr > 4) rows(std::integral_constant<int, 4>{}, m); break;
+    case 3: if constexpr (kMr > 3) rows(std::integral_constant<int, 3>{}, m); break;
+    case 2: if constexpr (kMr > 2) rows(std::integral_constant<int, 2>{}, m); break;
+    case 1: if constexpr (kMr > 1) rows(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
+}
+
+template <int S, bool TA, typename T>
+void GemmPanels(int64_t M, int64_t K, int64_t N, const T* A, int64_t lda, const T* packed,
+                const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
+  constexpr int64_t P = S * kUnit<T>;
+  int64_t p = p0;
+  // Few rows: several panels at once give the FMA pipes independent chains.
+  if (M <= 2) {
+    for (; p + 4 <= p1; p += 4)
+      RowsTimesPanels<4, S, TA>(M, K, A, lda, packed + p * K * P, N - p * P,
+                                bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc);
+  }
+  for (; p < p1; ++p)
+    RowsTimesPanels<1, S, TA>(M, K, A, lda, packed + p * K * P, N - p * P,
+                              bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc);
 }
 
 template <typename T>
-void GemmNtPacked(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* packed,
-                  const T* bias, T* C, int64_t ldc) {
-  constexpr int64_t P = kPanelCols<T>;
-  constexpr int MR = 6;
-  constexpr int64_t MB = 96;  // rows per block: A block stays in L2 while panels stream by
-  const int64_t panels = (N + P - 1) / P;
-  const int64_t blocks = (M + MB - 1) / MB;
-  // Row blocks are independent; splitting them across threads does not change any result.
-#pragma omp parallel for schedule(static) if (blocks > 1 && M * N * K > (int64_t(1) << 22))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t m0 = blk * MB, m1 = std::min(M, m0 + MB);
-    for (int64_t p = 0; p < panels; ++p) {
-      const int64_t n0 = p * P, cols = std::min(P, N - n0);
-      const T* panel = packed + p * P * K;
-      const T* b = bias ? bias + n0 : nullptr;
-      int64_t m = m0;
-      for (; m + MR <= m1; m += MR)
-        MicroKernel<MR>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
-      switch (m1 - m) {
-        case 5:
-          MicroKernel<5>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
-          break;
-        case 4:
-          MicroKernel<4>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
-          break;
-        case 3:
-          MicroKernel<3>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
-          break;
-        case 2:
-          MicroKernel<2>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
-          break;
-        case 1:
-          MicroKernel<1>(K, A + m * lda, lda, panel, b, cols, C + m * ldc + n0, ldc);
-          break;
-        default:
-          break;
-      }
-    }
+void GemmPacked(int64_t M, int64_t K, int64_t N, int64_t panel, const T* A, int64_t lda,
+                bool trans_a, const T* packed, const T* bias, bool accumulate, T* C, int64_t ldc,
+                int64_t p0, int64_t p1) {
+  const int S = static_cast<int>(panel / kUnit<T>);
+#define GRUX_GEMM_CASE(s)                                                                   \
+  if (S == s) {                                                                             \
+    if (trans_a) GemmPanels<s, true>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1); \
+    else GemmPanels<s, false>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1);   \
+    return;                                                                                 \
   }
+  GRUX_GEMM_CASE(1)
+  GRUX_GEMM_CASE(2)
+  GRUX_GEMM_CASE(3)
+#undef GRUX_GEMM_CASE
 }
 
-void GemmNtPackedF32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                     const float* packed, const float* bias, float* C, int64_t ldc) {
-  GemmNtPacked(M, N, K, A, lda, packed, bias, C, ldc);
+void GemmPackedF32(int64_t M, int64_t K, int64_t N, int64_t panel, const float* A, int64_t lda,
+                   bool ta, const float* packed, const float* bias, bool acc, float* C,
+                   int64_t ldc, int64_t p0, int64_t p1) {
+  GemmPacked(M, K, N, panel, A, lda, ta, packed, bias, acc, C, ldc, p0, p1);
 }
-void GemmNtPackedF64(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
-                     const double* packed, const double* bias, double* C, int64_t ldc) {
-  GemmNtPacked(M, N, K, A, lda, packed, bias, C, ldc);
+void GemmPackedF64(int64_t M, int64_t K, int64_t N, int64_t panel, const double* A, int64_t lda,
+                   bool ta, const double* packed, const double* bias, bool acc, double* C,
+                   int64_t ldc, int64_t p0, int64_t p1) {
+  GemmPacked(M, K, N, panel, A, lda, ta, packed, bias, acc, C, ldc, p0, p1);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -106,35 +170,74 @@ void GemmNtPackedF64(int64_t M, int64_t N, int64_t K, const double* A, int64_t l
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <omp.h>
+
+#include "grux/error.h"
+
 namespace grux::cpu {
 
-HWY_EXPORT(GemmNtPackedF32);
-HWY_EXPORT(GemmNtPackedF64);
+HWY_EXPORT(GemmPackedF32);
+HWY_EXPORT(GemmPackedF64);
 
 template <typename T>
-void pack_weights_nt(int64_t N, int64_t K, const T* W, T* packed) {
-  constexpr int64_t P = kPanelCols<T>;
-  const int64_t panels = (N + P - 1) / P;
+void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k, int64_t stride_n,
+            const int64_t* k_map, const int64_t* n_map, T* dst) {
+  GRUX_ASSERT(panel > 0 && panel % kUnit<T> == 0 && panel <= 3 * kUnit<T>);
+  const int64_t panels = (N + panel - 1) / panel;
   for (int64_t p = 0; p < panels; ++p)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < P; ++j) {
-        const int64_t n = p * P + j;
-        packed[(p * K + k) * P + j] = n < N ? W[n * K + k] : T(0);
+    for (int64_t k = 0; k < K; ++k) {
+      const T* row = src + (k_map ? k_map[k] : k) * stride_k;
+      T* out = dst + (p * K + k) * panel;
+      for (int64_t j = 0; j < panel; ++j) {
+        const int64_t n = p * panel + j;
+        out[j] = n < N ? row[(n_map ? n_map[n] : n) * stride_n] : T(0);
       }
+    }
 }
-template void pack_weights_nt<float>(int64_t, int64_t, const float*, float*);
-template void pack_weights_nt<double>(int64_t, int64_t, const double*, double*);
+template void pack_b<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
+                            const int64_t*, const int64_t*, float*);
+template void pack_b<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t,
+                             const int64_t*, const int64_t*, double*);
 
 template <>
-void gemm_nt_packed<float>(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                           const float* packed, const float* bias, float* C, int64_t ldc) {
-  HWY_DYNAMIC_DISPATCH(GemmNtPackedF32)(M, N, K, A, lda, packed, bias, C, ldc);
+void gemm_packed<float>(int64_t M, const float* A, int64_t lda, bool trans_a,
+                        const PackedB<float>& B, const float* bias, bool accumulate, float* C,
+                        int64_t ldc, int64_t p0, int64_t p1) {
+  if (M <= 0 || p0 >= p1) return;
+  HWY_DYNAMIC_DISPATCH(GemmPackedF32)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
+                                      accumulate, C, ldc, p0, p1);
 }
 template <>
-void gemm_nt_packed<double>(int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
-                            const double* packed, const double* bias, double* C, int64_t ldc) {
-  HWY_DYNAMIC_DISPATCH(GemmNtPackedF64)(M, N, K, A, lda, packed, bias, C, ldc);
+void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
+                         const PackedB<double>& B, const double* bias, bool accumulate, double* C,
+                         int64_t ldc, int64_t p0, int64_t p1) {
+  if (M <= 0 || p0 >= p1) return;
+  HWY_DYNAMIC_DISPATCH(GemmPackedF64)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
+                                      accumulate, C, ldc, p0, p1);
 }
+
+template <typename T>
+void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
+                          const T* bias, bool accumulate, T* C, int64_t ldc) {
+  constexpr int64_t kRowBlock = 96;  // rows per tile: the tile's A rows stay in L2
+  const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock, panels = B.panels();
+  const int64_t tiles = row_blocks * panels;
+  const bool parallel = tiles > 1 && double(M) * B.N * B.K > 4e6 && omp_get_max_threads() > 1;
+  // Panel-major order: consecutive tiles of one thread share a panel.
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t p = t / row_blocks, rb = t % row_blocks;
+    const int64_t m0 = rb * kRowBlock, m1 = std::min(M, m0 + kRowBlock);
+    const T* a = trans_a ? A + m0 : A + m0 * lda;
+    gemm_packed<T>(m1 - m0, a, lda, trans_a, B, bias, accumulate, C + m0 * ldc, ldc, p, p + 1);
+  }
+}
+template void gemm_packed_parallel<float>(int64_t, const float*, int64_t, bool,
+                                          const PackedB<float>&, const float*, bool, float*,
+                                          int64_t);
+template void gemm_packed_parallel<double>(int64_t, const double*, int64_t, bool,
+                                           const PackedB<double>&, const double*, bool, double*,
+                                           int64_t);
 
 }  // namespace grux::cpu
 #endif  // HWY_ONCE

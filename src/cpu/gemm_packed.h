@@ -1,7 +1,8 @@
-// Row-invariant GEMM for projections by a weight matrix packed once: C = A W^T + bias.
-// Each output element is bias + (sum over k = 0..K-1 in order, by fused multiply-adds from
-// zero), so a row's result is bit-identical however many rows are computed together. This is
-// what makes a streamed frame equal to the same frame inside a whole-sequence run.
+// Row-invariant GEMM with a packed right operand: C = op(A) B (+ bias) (+ C). Every output
+// element is the sum over k = 0..K-1, in order, of fused multiply-adds from zero (then the
+// bias, then the old C), whatever the number of rows, the tiling or the threads. So a row's
+// result never depends on which other rows are computed with it: a streamed frame equals the
+// same frame inside a whole sequence, and results do not change with batch or thread count.
 #pragma once
 
 #include <cstddef>
@@ -9,25 +10,42 @@
 
 namespace grux::cpu {
 
-// Columns per packed panel: 128 bytes (32 f32 or 16 f64).
+// Columns of one SIMD "unit": 64 bytes (16 f32, 8 f64). Panels are 1, 2 or 3 units wide.
 template <typename T>
-constexpr int64_t kPanelCols = 128 / sizeof(T);
+constexpr int64_t kUnit = 64 / sizeof(T);
 
-// Elements of the packed form of a (N x K) weight: ceil(N / panel) * panel * K.
+// The packed form of a logical K x N operand B: ceil(N / panel) panels, each K x panel
+// row-major, the last zero-padded. Columns of C are the packed columns, in order.
 template <typename T>
-int64_t packed_weights_size(int64_t N, int64_t K) {
-  return (N + kPanelCols<T> - 1) / kPanelCols<T> * kPanelCols<T> * K;
+struct PackedB {
+  int64_t K = 0, N = 0, panel = 0;  // panel: columns per panel (a multiple of kUnit<T>)
+  const T* data = nullptr;
+  int64_t panels() const { return (N + panel - 1) / panel; }
+};
+
+// Elements needed by pack_b for (K, N, panel).
+template <typename T>
+int64_t packed_size(int64_t K, int64_t N, int64_t panel) {
+  return (N + panel - 1) / panel * panel * K;
 }
 
-// Packs W (N x K, row-major, e.g. weight_ih (3H x I)) into panels of kPanelCols columns,
-// each panel K x kPanelCols row-major, the last one zero-padded.
+// Packs the logical operand B(k, n) = src[kk * stride_k + nn * stride_n], where
+// kk = k_map ? k_map[k] : k and nn = n_map ? n_map[n] : n, into dst (packed_size elements).
+// E.g. W (N x K row-major) used as W^T: stride_k = 1, stride_n = K.
 template <typename T>
-void pack_weights_nt(int64_t N, int64_t K, const T* W, T* packed);
+void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k, int64_t stride_n,
+            const int64_t* k_map, const int64_t* n_map, T* dst);
 
-// C (M x N, row stride ldc) = A (M x K, row stride lda) W^T + bias (N, or null for none),
-// with W packed by pack_weights_nt.
+// C (M x N, row stride ldc) = op(A) B + bias (N, or null) + (accumulate ? C : 0), for the
+// panels [p0, p1) of B only (columns [p0 * panel, min(N, p1 * panel))). op(A) is M x K:
+// A[m * lda + k], or A[k * lda + m] with trans_a. Single-threaded: callers split panels.
 template <typename T>
-void gemm_nt_packed(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* packed,
-                    const T* bias, T* C, int64_t ldc);
+void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
+                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1);
+
+// The whole product, split over the OpenMP threads (row blocks x panels). Same result.
+template <typename T>
+void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
+                          const T* bias, bool accumulate, T* C, int64_t ldc);
 
 }  // namespace grux::cpu

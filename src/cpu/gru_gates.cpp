@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -50,164 +51,182 @@ HWY_INLINE V Sigmoid(D d, V x) {
   return hn::Div(one, hn::Add(one, hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, limit)))));
 }
 
-// Calls body(chunk, j) for each SIMD chunk of a row of length H.
+
+// Calls body(chunk, j, c3, c2) for each SIMD chunk of the unit blocks [b0, b1) of a row:
+// j the first unit, c3 / c2 the block's first column in the 3H / 2H layouts, u its units.
 template <class D, class Body>
-HWY_INLINE void ForRow(D d, int64_t H, Body body) {
+HWY_INLINE void ForBlocks(D d, int64_t H, int64_t b0, int64_t b1, Body body) {
+  using T = hn::TFromD<D>;
+  constexpr int64_t U = kUnit<T>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t j = 0; j < H; j += L) body(Chunk<D>(d, H - j), j);
+  for (int64_t bb = b0; bb < b1; ++bb) {
+    const int64_t j0 = bb * U, u = std::min(U, H - j0);
+    for (int64_t x = 0; x < u; x += L)
+      body(Chunk<D>(d, u - x), j0 + x, 3 * j0 + x, 2 * j0 + x, u);
+  }
 }
 
 template <typename T>
-void LbrForward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev, T* h,
-                T* hn_out) {
+void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
+                const T* b_hh, const T* h_prev, T* h, T* hn_out) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
     T* gb = g + b * 3 * H;
     const T* ghb = gh + b * 3 * H;
-    ForRow(d, H, [&](const auto& c, int64_t j) {
-      const auto r = Sigmoid(d, hn::Add(hn::Add(c.load(gb + j), c.load(ghb + j)),
-                                        c.load_or_zero(b_hh ? b_hh + j : nullptr)));
-      const auto z = Sigmoid(d, hn::Add(hn::Add(c.load(gb + H + j), c.load(ghb + H + j)),
-                                        c.load_or_zero(b_hh ? b_hh + H + j : nullptr)));
-      const auto hn_v =
-          hn::Add(c.load(ghb + 2 * H + j), c.load_or_zero(b_hh ? b_hh + 2 * H + j : nullptr));
-      const auto n = hn::Tanh(d, hn::MulAdd(r, hn_v, c.load(gb + 2 * H + j)));
+    ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t, int64_t u) {
+      const int64_t cr = c3, cz = c3 + u, cn = c3 + 2 * u;
+      const auto r = Sigmoid(d, hn::Add(hn::Add(c.load(gb + cr), c.load(ghb + cr)),
+                                        c.load_or_zero(b_hh ? b_hh + cr : nullptr)));
+      const auto z = Sigmoid(d, hn::Add(hn::Add(c.load(gb + cz), c.load(ghb + cz)),
+                                        c.load_or_zero(b_hh ? b_hh + cz : nullptr)));
+      const auto hn_v = hn::Add(c.load(ghb + cn), c.load_or_zero(b_hh ? b_hh + cn : nullptr));
+      const auto n = hn::Tanh(d, hn::MulAdd(r, hn_v, c.load(gb + cn)));
       const auto hp = c.load(h_prev + b * H + j);
       c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * H + j);
       c.store(hn_v, hn_out + b * H + j);
-      c.store(r, gb + j);
-      c.store(z, gb + H + j);
-      c.store(n, gb + 2 * H + j);
+      c.store(r, gb + cr);
+      c.store(z, gb + cz);
+      c.store(n, gb + cn);
     });
   }
 }
 
 template <typename T>
-void LbrBackward(int64_t B, int64_t H, const T* g, const T* hn_in, const T* h_prev, const T* dh,
-                 T* dg, T* dgh, T* dh_prev) {
+void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn_in,
+                 const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
     const T* gb = g + b * 3 * H;
     T* dgb = dg + b * 3 * H;
     T* dghb = dgh + b * 3 * H;
-    ForRow(d, H, [&](const auto& c, int64_t j) {
-      const auto r = c.load(gb + j), z = c.load(gb + H + j), n = c.load(gb + 2 * H + j);
+    ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t, int64_t u) {
+      const int64_t cr = c3, cz = c3 + u, cn = c3 + 2 * u;
+      const auto r = c.load(gb + cr), z = c.load(gb + cz), n = c.load(gb + cn);
       const auto dhv = c.load(dh + b * H + j);
       const auto dn = hn::Mul(hn::Mul(dhv, hn::Sub(one, z)), hn::NegMulAdd(n, n, one));
       const auto dz = hn::Mul(hn::Mul(dhv, hn::Sub(c.load(h_prev + b * H + j), n)),
                               hn::Mul(z, hn::Sub(one, z)));
       const auto dr = hn::Mul(hn::Mul(dn, c.load(hn_in + b * H + j)), hn::Mul(r, hn::Sub(one, r)));
-      c.store(dr, dgb + j);
-      c.store(dz, dgb + H + j);
-      c.store(dn, dgb + 2 * H + j);
-      c.store(dr, dghb + j);
-      c.store(dz, dghb + H + j);
-      c.store(hn::Mul(dn, r), dghb + 2 * H + j);
+      c.store(dr, dgb + cr);
+      c.store(dz, dgb + cz);
+      c.store(dn, dgb + cn);
+      c.store(dr, dghb + cr);
+      c.store(dz, dghb + cz);
+      c.store(hn::Mul(dn, r), dghb + cn);
       c.store(hn::Mul(dhv, z), dh_prev + b * H + j);
     });
   }
 }
 
 template <typename T>
-void RbForwardRz(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev, T* rh) {
+void RbForwardRz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
+                 const T* b_hh, const T* h_prev, T* rh) {
   const hn::ScalableTag<T> d;
   for (int64_t b = 0; b < B; ++b) {
     T* gb = g + b * 3 * H;
-    const T* ghb = gh + b * 3 * H;
-    ForRow(d, H, [&](const auto& c, int64_t j) {
-      const auto r = Sigmoid(d, hn::Add(hn::Add(c.load(gb + j), c.load(ghb + j)),
-                                        c.load_or_zero(b_hh ? b_hh + j : nullptr)));
-      const auto z = Sigmoid(d, hn::Add(hn::Add(c.load(gb + H + j), c.load(ghb + H + j)),
-                                        c.load_or_zero(b_hh ? b_hh + H + j : nullptr)));
-      c.store(r, gb + j);
-      c.store(z, gb + H + j);
+    const T* ghb = ghrz + b * 2 * H;
+    ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t c2, int64_t u) {
+      const auto r = Sigmoid(d, hn::Add(hn::Add(c.load(gb + c3), c.load(ghb + c2)),
+                                        c.load_or_zero(b_hh ? b_hh + c3 : nullptr)));
+      const auto z = Sigmoid(d, hn::Add(hn::Add(c.load(gb + c3 + u), c.load(ghb + c2 + u)),
+                                        c.load_or_zero(b_hh ? b_hh + c3 + u : nullptr)));
+      c.store(r, gb + c3);
+      c.store(z, gb + c3 + u);
       c.store(hn::Mul(r, c.load(h_prev + b * H + j)), rh + b * H + j);
     });
   }
 }
 
 template <typename T>
-void RbForwardN(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev, T* h) {
+void RbForwardN(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
+                const T* b_hh, const T* h_prev, T* h) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
     T* gb = g + b * 3 * H;
-    const T* ghb = gh + b * 3 * H;
-    ForRow(d, H, [&](const auto& c, int64_t j) {
-      const auto n = hn::Tanh(d, hn::Add(hn::Add(c.load(gb + 2 * H + j), c.load(ghb + 2 * H + j)),
-                                         c.load_or_zero(b_hh ? b_hh + 2 * H + j : nullptr)));
-      const auto z = c.load(gb + H + j);
+    ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t, int64_t u) {
+      const int64_t cn = c3 + 2 * u;
+      const auto n = hn::Tanh(d, hn::Add(hn::Add(c.load(gb + cn), c.load(ghn + b * H + j)),
+                                         c.load_or_zero(b_hh ? b_hh + cn : nullptr)));
+      const auto z = c.load(gb + c3 + u);
       const auto hp = c.load(h_prev + b * H + j);
       c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * H + j);
-      c.store(n, gb + 2 * H + j);
+      c.store(n, gb + cn);
     });
   }
 }
 
 template <typename T>
-void RbBackwardZn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh, T* dg,
-                  T* dh_prev) {
+void RbBackwardZn(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* h_prev,
+                  const T* dh, T* dg, T* dn_out, T* dh_prev) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
     const T* gb = g + b * 3 * H;
     T* dgb = dg + b * 3 * H;
-    ForRow(d, H, [&](const auto& c, int64_t j) {
-      const auto z = c.load(gb + H + j), n = c.load(gb + 2 * H + j);
+    ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t, int64_t u) {
+      const auto z = c.load(gb + c3 + u), n = c.load(gb + c3 + 2 * u);
       const auto dhv = c.load(dh + b * H + j);
       const auto dz = hn::Mul(hn::Mul(dhv, hn::Sub(c.load(h_prev + b * H + j), n)),
                               hn::Mul(z, hn::Sub(one, z)));
       const auto dn = hn::Mul(hn::Mul(dhv, hn::Sub(one, z)), hn::NegMulAdd(n, n, one));
-      c.store(dz, dgb + H + j);
-      c.store(dn, dgb + 2 * H + j);
+      c.store(dz, dgb + c3 + u);
+      c.store(dn, dgb + c3 + 2 * u);
+      c.store(dn, dn_out + b * H + j);
       c.store(hn::Mul(dhv, z), dh_prev + b * H + j);
     });
   }
 }
 
 template <typename T>
-void RbBackwardR(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh, T* dg,
-                 T* dh_prev) {
+void RbBackwardR(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* h_prev,
+                 const T* drh, T* dg, T* drz, T* dh_prev) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
     const T* gb = g + b * 3 * H;
     T* dgb = dg + b * 3 * H;
-    ForRow(d, H, [&](const auto& c, int64_t j) {
-      const auto r = c.load(gb + j);
+    T* drzb = drz + b * 2 * H;
+    ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t c2, int64_t u) {
+      const auto r = c.load(gb + c3);
       const auto drhv = c.load(drh + b * H + j);
-      c.store(hn::Mul(hn::Mul(drhv, c.load(h_prev + b * H + j)), hn::Mul(r, hn::Sub(one, r))),
-              dgb + j);
+      const auto dr =
+          hn::Mul(hn::Mul(drhv, c.load(h_prev + b * H + j)), hn::Mul(r, hn::Sub(one, r)));
+      c.store(dr, dgb + c3);
+      c.store(dr, drzb + c2);
+      c.store(c.load(dgb + c3 + u), drzb + c2 + u);
       c.store(hn::MulAdd(drhv, r, c.load(dh_prev + b * H + j)), dh_prev + b * H + j);
     });
   }
 }
 
 // Non-template entry points, one per kernel and type, for HWY_EXPORT.
-#define GRUX_GATE_ENTRIES(T, S)                                                                  \
-  void LbrForward##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* h,     \
-                     T* hn) {                                                                    \
-    LbrForward(B, H, g, gh, b, hp, h, hn);                                                       \
-  }                                                                                              \
-  void LbrBackward##S(int64_t B, int64_t H, const T* g, const T* hn, const T* hp, const T* dh,   \
-                      T* dg, T* dgh, T* dhp) {                                                   \
-    LbrBackward(B, H, g, hn, hp, dh, dg, dgh, dhp);                                              \
-  }                                                                                              \
-  void RbForwardRz##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* rh) { \
-    RbForwardRz(B, H, g, gh, b, hp, rh);                                                         \
-  }                                                                                              \
-  void RbForwardN##S(int64_t B, int64_t H, T* g, const T* gh, const T* b, const T* hp, T* h) {   \
-    RbForwardN(B, H, g, gh, b, hp, h);                                                           \
-  }                                                                                              \
-  void RbBackwardZn##S(int64_t B, int64_t H, const T* g, const T* hp, const T* dh, T* dg,        \
-                       T* dhp) {                                                                 \
-    RbBackwardZn(B, H, g, hp, dh, dg, dhp);                                                      \
-  }                                                                                              \
-  void RbBackwardR##S(int64_t B, int64_t H, const T* g, const T* hp, const T* drh, T* dg,        \
-                      T* dhp) {                                                                  \
-    RbBackwardR(B, H, g, hp, drh, dg, dhp);                                                      \
+#define GRUX_GATE_ENTRIES(T, S)                                                             \
+  void LbrForward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,      \
+                     const T* bh, const T* hp, T* h, T* hn) {                              \
+    LbrForward(B, H, b0, b1, g, gh, bh, hp, h, hn);                                        \
+  }                                                                                         \
+  void LbrBackward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,             \
+                      const T* hn, const T* hp, const T* dh, T* dg, T* dgh, T* dhp) {       \
+    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);                                 \
+  }                                                                                         \
+  void RbForwardRz##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,    \
+                      const T* bh, const T* hp, T* rh) {                                    \
+    RbForwardRz(B, H, b0, b1, g, ghrz, bh, hp, rh);                                         \
+  }                                                                                         \
+  void RbForwardN##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,      \
+                     const T* bh, const T* hp, T* h) {                                      \
+    RbForwardN(B, H, b0, b1, g, ghn, bh, hp, h);                                            \
+  }                                                                                         \
+  void RbBackwardZn##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,            \
+                       const T* hp, const T* dh, T* dg, T* dn, T* dhp) {                    \
+    RbBackwardZn(B, H, b0, b1, g, hp, dh, dg, dn, dhp);                                     \
+  }                                                                                         \
+  void RbBackwardR##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,             \
+                      const T* hp, const T* drh, T* dg, T* drz, T* dhp) {                   \
+    RbBackwardR(B, H, b0, b1, g, hp, drh, dg, drz, dhp);                                    \
   }
 GRUX_GATE_ENTRIES(float, F32)
 GRUX_GATE_ENTRIES(double, F64)
@@ -221,42 +240,59 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace grux::cpu {
 
-#define GRUX_GATE_DISPATCH(T, S)                                                                   \
-  HWY_EXPORT(LbrForward##S);                                                                       \
-  HWY_EXPORT(LbrBackward##S);                                                                      \
-  HWY_EXPORT(RbForwardRz##S);                                                                      \
-  HWY_EXPORT(RbForwardN##S);                                                                       \
-  HWY_EXPORT(RbBackwardZn##S);                                                                     \
-  HWY_EXPORT(RbBackwardR##S);                                                                      \
-  template <>                                                                                      \
-  void gru_gates_lbr_forward<T>(int64_t B, int64_t H, T * g, const T* gh, const T* b, const T* hp, \
-                                T* h, T* hn) {                                                     \
-    HWY_DYNAMIC_DISPATCH(LbrForward##S)(B, H, g, gh, b, hp, h, hn);                                \
-  }                                                                                                \
-  template <>                                                                                      \
-  void gru_gates_lbr_backward<T>(int64_t B, int64_t H, const T* g, const T* hn, const T* hp,       \
-                                 const T* dh, T* dg, T* dgh, T* dhp) {                             \
-    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, g, hn, hp, dh, dg, dgh, dhp);                       \
-  }                                                                                                \
-  template <>                                                                                      \
-  void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, T * g, const T* gh, const T* b,            \
-                                  const T* hp, T* rh) {                                            \
-    HWY_DYNAMIC_DISPATCH(RbForwardRz##S)(B, H, g, gh, b, hp, rh);                                  \
-  }                                                                                                \
-  template <>                                                                                      \
-  void gru_gates_rb_forward_n<T>(int64_t B, int64_t H, T * g, const T* gh, const T* b,             \
-                                 const T* hp, T* h) {                                              \
-    HWY_DYNAMIC_DISPATCH(RbForwardN##S)(B, H, g, gh, b, hp, h);                                    \
-  }                                                                                                \
-  template <>                                                                                      \
-  void gru_gates_rb_backward_zn<T>(int64_t B, int64_t H, const T* g, const T* hp, const T* dh,     \
-                                   T* dg, T* dhp) {                                                \
-    HWY_DYNAMIC_DISPATCH(RbBackwardZn##S)(B, H, g, hp, dh, dg, dhp);                               \
-  }                                                                                                \
-  template <>                                                                                      \
-  void gru_gates_rb_backward_r<T>(int64_t B, int64_t H, const T* g, const T* hp, const T* drh,     \
-                                  T* dg, T* dhp) {                                                 \
-    HWY_DYNAMIC_DISPATCH(RbBackwardR##S)(B, H, g, hp, drh, dg, dhp);                               \
+template <typename T>
+int64_t gate_col3(int64_t H, int64_t q, int64_t j) {
+  const int64_t j0 = j / kUnit<T> * kUnit<T>, u = std::min(kUnit<T>, H - j0);
+  return 3 * j0 + q * u + (j - j0);
+}
+template <typename T>
+int64_t gate_col2(int64_t H, int64_t q, int64_t j) {
+  const int64_t j0 = j / kUnit<T> * kUnit<T>, u = std::min(kUnit<T>, H - j0);
+  return 2 * j0 + q * u + (j - j0);
+}
+template int64_t gate_col3<float>(int64_t, int64_t, int64_t);
+template int64_t gate_col3<double>(int64_t, int64_t, int64_t);
+template int64_t gate_col2<float>(int64_t, int64_t, int64_t);
+template int64_t gate_col2<double>(int64_t, int64_t, int64_t);
+
+#define GRUX_GATE_DISPATCH(T, S)                                                           \
+  HWY_EXPORT(LbrForward##S);                                                               \
+  HWY_EXPORT(LbrBackward##S);                                                              \
+  HWY_EXPORT(RbForwardRz##S);                                                              \
+  HWY_EXPORT(RbForwardN##S);                                                               \
+  HWY_EXPORT(RbBackwardZn##S);                                                             \
+  HWY_EXPORT(RbBackwardR##S);                                                              \
+  template <>                                                                              \
+  void gru_gates_lbr_forward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,         \
+                                const T* gh, const T* bh, const T* hp, T* h, T* hn) {      \
+    HWY_DYNAMIC_DISPATCH(LbrForward##S)(B, H, b0, b1, g, gh, bh, hp, h, hn);               \
+  }                                                                                        \
+  template <>                                                                              \
+  void gru_gates_lbr_backward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,  \
+                                 const T* hn, const T* hp, const T* dh, T* dg, T* dgh,     \
+                                 T* dhp) {                                                 \
+    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);       \
+  }                                                                                        \
+  template <>                                                                              \
+  void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,       \
+                                  const T* ghrz, const T* bh, const T* hp, T* rh) {        \
+    HWY_DYNAMIC_DISPATCH(RbForwardRz##S)(B, H, b0, b1, g, ghrz, bh, hp, rh);               \
+  }                                                                                        \
+  template <>                                                                              \
+  void gru_gates_rb_forward_n<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,        \
+                                 const T* ghn, const T* bh, const T* hp, T* h) {           \
+    HWY_DYNAMIC_DISPATCH(RbForwardN##S)(B, H, b0, b1, g, ghn, bh, hp, h);                  \
+  }                                                                                        \
+  template <>                                                                              \
+  void gru_gates_rb_backward_zn<T>(int64_t B, int64_t H, int64_t b0, int64_t b1,           \
+                                   const T* g, const T* hp, const T* dh, T* dg, T* dn,     \
+                                   T* dhp) {                                               \
+    HWY_DYNAMIC_DISPATCH(RbBackwardZn##S)(B, H, b0, b1, g, hp, dh, dg, dn, dhp);           \
+  }                                                                                        \
+  template <>                                                                              \
+  void gru_gates_rb_backward_r<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, \
+                                  const T* hp, const T* drh, T* dg, T* drz, T* dhp) {      \
+    HWY_DYNAMIC_DISPATCH(RbBackwardR##S)(B, H, b0, b1, g, hp, drh, dg, drz, dhp);          \
   }
 GRUX_GATE_DISPATCH(float, F32)
 GRUX_GATE_DISPATCH(double, F64)

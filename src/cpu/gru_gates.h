@@ -1,51 +1,61 @@
 // Fused pointwise GRU gate kernels (the GRUUnit / GRUUnitGradient pair), SIMD via Highway,
-// forward and backward side by side. Raw pointers, contiguous rows, no Tensor.
+// forward and backward side by side. Raw pointers, no Tensor.
 //
-// B rows (active batch), H hidden size. Row layouts:
-//   g   (B x 3H): on entry to a forward kernel, the input projection x W_ih^T + b_ih in
-//                 gate blocks [r | z | n]; on return the activations r, z, n (kept for
-//                 backward).
-//   gh  (B x 3H): the recurrent projection h_prev W_hh^T, no bias (b_hh passed separately,
-//                 3H or nullptr when the GRU has no bias).
-//   h_prev, h, hn, rh, dh, dh_prev, drh: B x H.
-//   dg, dgh (B x 3H): gradients of the gate pre-activations [r | z | n] on the input side
-//                 (dg) and on the recurrent side (dgh).
+// Gate layout ("interleaved"): hidden units are grouped in blocks of U = kUnit<T> (64 bytes:
+// 16 f32, 8 f64); block b holds units [bU, bU + u_b), u_b = min(U, H - bU). A row of 3H gate
+// values stores block b at columns [3bU, 3bU + 3u_b) as [r(u_b) | z(u_b) | n(u_b)]. A row of
+// 2H (reset-before's r, z) stores block b at [2bU, 2bU + 2u_b) as [r | z]. Rows of H values
+// (h, hn, rh, dh, dn, drh) are in plain unit order. So a block's gates are contiguous, and
+// each kernel processes the unit blocks [b0, b1) of B rows: a thread owning those blocks
+// needs no other thread's results between its GEMM and its gates.
+//
+//   g   (B x 3H): on entry to forward, the input projection x W_ih^T + b_ih; on return the
+//                 activations r, z, n (kept for backward).
+//   gh  (B x 3H): recurrent projection h_prev W_hh^T, no bias. b_hh: 3H (interleaved) or null.
+//   dg, dgh (B x 3H): gradients of the gate pre-activations, input side and recurrent side.
 #pragma once
 
 #include <cstdint>
 
 namespace grux::cpu {
 
-// Linear-before-reset form: n = tanh(g_n + r * (gh_n + b_hn)).
-// Writes r, z, n into g, h' = (1 - z) * n + z * h_prev into h, and hn = gh_n + b_hn.
+// Linear-before-reset: n = tanh(g_n + r * (gh_n + b_hn)). Writes r, z, n into g,
+// h' = (1 - z) n + z h_prev into h, and hn = gh_n + b_hn (B x H).
 template <typename T>
-void gru_gates_lbr_forward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
-                           T* h, T* hn);
-// Backward of the above given dh = dL/dh'. Writes dg = [dr, dz, dn] pre-activation
-// gradients, dgh = [dr, dz, dn * r], and dh_prev = dh * z (the direct path only; the
-// caller adds dgh W_hh).
+void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
+                           const T* b_hh, const T* h_prev, T* h, T* hn);
+// Its backward given dh = dL/dh': dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr,
+// dz, dn * r], dh_prev = dh * z (the direct path only; the caller adds dgh W_hh).
 template <typename T>
-void gru_gates_lbr_backward(int64_t B, int64_t H, const T* g, const T* hn, const T* h_prev,
-                            const T* dh, T* dg, T* dgh, T* dh_prev);
+void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev);
 
-// Reset-before form, in two phases around the second recurrent GEMM:
-//   rz: r, z from g and gh[:, 0:2H] (+ b_hh); writes r, z into g and rh = r * h_prev.
-//   n:  n = tanh(g_n + gh_n + b_hn) where gh_n = rh W_hn^T; writes n into g and h'.
+// Reset-before, in two phases around the second recurrent GEMM:
+//   rz: ghrz (B x 2H, [r | z] blocks) = h_prev W_h{r,z}^T. Writes r, z into g and
+//       rh = r * h_prev (B x H).
+//   n:  ghn (B x H) = rh W_hn^T. n = tanh(g_n + ghn + b_hn); writes n into g and h'.
 template <typename T>
-void gru_gates_rb_forward_rz(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
-                             const T* h_prev, T* rh);
+void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
+                             const T* b_hh, const T* h_prev, T* rh);
 template <typename T>
-void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
-                            T* h);
-// Backward, two phases around the GEMM drh = dg_n W_hn:
-//   zn: writes dg's z and n blocks and dh_prev = dh * z.
-//   r:  given drh = dL/d(r * h_prev), writes dg's r block and adds drh * r to dh_prev.
-// In this form the recurrent-side gradient equals dg (dgh == dg).
+void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
+                            const T* b_hh, const T* h_prev, T* h);
+// Backward, two phases around the GEMM drh = dn W_hn:
+//   zn: writes dg's z and n, dn (B x H, the n gradient in unit order) and dh_prev = dh * z.
+//   r:  given drh = dL/d(r * h_prev), writes dg's r, drz (B x 2H, [dr | dz] blocks) and adds
+//       drh * r to dh_prev. The caller then adds drz W_h{r,z}. (Recurrent side == dg here.)
 template <typename T>
-void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh, T* dg,
-                              T* dh_prev);
+void gru_gates_rb_backward_zn(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+                              const T* h_prev, const T* dh, T* dg, T* dn, T* dh_prev);
 template <typename T>
-void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh, T* dg,
-                             T* dh_prev);
+void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+                             const T* h_prev, const T* drh, T* dg, T* drz, T* dh_prev);
+
+// Column of gate q (0 r, 1 z, 2 n) of unit j in the interleaved 3H layout, and of gate q
+// (0 r, 1 z) in the 2H layout.
+template <typename T>
+int64_t gate_col3(int64_t H, int64_t q, int64_t j);
+template <typename T>
+int64_t gate_col2(int64_t H, int64_t q, int64_t j);
 
 }  // namespace grux::cpu

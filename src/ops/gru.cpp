@@ -295,9 +295,8 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s.data<T>());
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
       Tensor hs = Tensor::empty({rows, H}, dt);
-      ops::LayerWeightPtrs<T> wp;
-      const Tensor packed = ops::pack_layer_weights<T>(weights[ld], wp);
-      ops::gru_layer_forward<T>(k, c.form, H, in, lay, wp, xp.data<T>(), h0s.data<T>(), g.data<T>(),
+      const ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, false);
+      ops::gru_layer_forward<T>(k, P, lay, xp.data<T>(), h0s.data<T>(), g.data<T>(),
                                 aux.data<T>(), hs.data<T>(), gh.data<T>());
       scatter_packed<T>(lay, d, hs.data<T>(), H, out.data<T>(), D * H, d * H, false);
       for (int64_t j = 0; j < N; ++j)
@@ -342,11 +341,7 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   GruGrads grads;
   grads.dweights.resize(L * D);
   Tensor dh0 = Tensor::zeros({L * D, N, H}, dt);
-  // Scratch shared by all layer-directions.
-  Tensor dyp = Tensor::empty({rows, H}, dt), dg = Tensor::empty({rows, 3 * H}, dt);
-  Tensor dgh = Tensor::empty({rows, 3 * H}, dt), hprev = Tensor::empty({rows, H}, dt);
-  Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
-  Tensor dh0s = Tensor::empty({N, H}, dt);
+  Tensor dyp = Tensor::empty({rows, H}, dt), dh0s = Tensor::empty({N, H}, dt);
   Tensor d_above = dout;  // dL/d(output of layer l), (T, N, D*H) time-major, or undefined
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t in = c.layer_input_size(l);
@@ -368,14 +363,10 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         dw.b_ih = Tensor::empty({3 * H}, dt);
         dw.b_hh = Tensor::empty({3 * H}, dt);
       }
-      ops::LayerWeightPtrs<T> wp;
-      const Tensor packed = ops::pack_layer_weights<T>(weights[ld], wp);
-      ops::gru_layer_backward<T>(k, c.form, H, in, lay, wp, xp.data<T>(), tape.h0s[ld].data<T>(),
+      const ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, true);
+      ops::gru_layer_backward<T>(k, P, lay, xp.data<T>(), tape.h0s[ld].data<T>(),
                                  tape.g[ld].data<T>(), tape.aux[ld].data<T>(),
-                                 tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw.w_ih.data<T>(),
-                                 dw.w_hh.data<T>(), c.bias ? dw.b_ih.data<T>() : nullptr,
-                                 c.bias ? dw.b_hh.data<T>() : nullptr, dh0s.data<T>(), dg.data<T>(),
-                                 dgh.data<T>(), hprev.data<T>(), carry.data<T>(), drh.data<T>());
+                                 tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw, dh0s.data<T>());
       scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
       for (int64_t j = 0; j < N; ++j)
         std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,

@@ -1,15 +1,18 @@
-// The GRU cell level: one time step of one layer and direction = the recurrent GEMM(s) plus
-// the fused gate kernel, forward and backward. Used by the sequence driver, GruCell, GruStream.
+// The GRU cell level: one time step of one layer-direction = the recurrent GEMM(s) plus the
+// fused gate kernels, forward and backward, for one thread's share of the hidden units.
+// Used inside the time loop of gru_layer.cpp (by a team of threads, with barriers here).
 //
-// B active rows, H hidden size. w_hh (3H x H) row-major, gate blocks r, z, n.
-// g (B x 3H) holds the input projection x W_ih^T + b_ih on entry to forward and the gate
-// activations r, z, n on return. gh (B x 3H) is scratch. aux (B x H) receives what backward
-// needs besides g: hn = W_hn h + b_hn (linear-before-reset) or rh = r * h (reset-before).
+// B active rows, H hidden size, U = cpu::kUnit<T> units per block. Gate buffers use the
+// interleaved layout of cpu/gru_gates.h. A thread owns unit blocks [b0, b1) (its gates and
+// the matching panels of the forward GEMMs) and output panels [q0, q1) of the backward GEMMs
+// that produce dL/dh_prev.
 #pragma once
 
-#include <cstdint>
+#include <omp.h>
 
-#include "cpu/gemm.h"
+#include <cstdint>
+#include <vector>
+
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gemm_ref.h"
@@ -23,20 +26,26 @@ namespace grux::ops {
 template <typename T>
 struct GruKernels {
   bool reference;
-  decltype(&cpu::gemm<T>) gemm;
+  decltype(&cpu::gemm_packed<T>) gemm;
   decltype(&cpu::gru_gates_lbr_forward<T>) lbr_forward;
   decltype(&cpu::gru_gates_lbr_backward<T>) lbr_backward;
   decltype(&cpu::gru_gates_rb_forward_rz<T>) rb_forward_rz;
   decltype(&cpu::gru_gates_rb_forward_n<T>) rb_forward_n;
   decltype(&cpu::gru_gates_rb_backward_zn<T>) rb_backward_zn;
   decltype(&cpu::gru_gates_rb_backward_r<T>) rb_backward_r;
+  // The whole product: split over threads (optimized) or one loop (reference).
+  void gemm_all(int64_t M, const T* A, int64_t lda, bool ta, const cpu::PackedB<T>& B,
+                const T* bias, bool accumulate, T* C, int64_t ldc) const {
+    if (reference) cpu::ref::gemm_packed<T>(M, A, lda, ta, B, bias, accumulate, C, ldc, 0, B.panels());
+    else cpu::gemm_packed_parallel<T>(M, A, lda, ta, B, bias, accumulate, C, ldc);
+  }
 };
 
 template <typename T>
 GruKernels<T> gru_kernels() {
   if (reference_kernels())
     return {true,
-            &cpu::ref::gemm<T>,
+            &cpu::ref::gemm_packed<T>,
             &cpu::ref::gru_gates_lbr_forward<T>,
             &cpu::ref::gru_gates_lbr_backward<T>,
             &cpu::ref::gru_gates_rb_forward_rz<T>,
@@ -44,7 +53,7 @@ GruKernels<T> gru_kernels() {
             &cpu::ref::gru_gates_rb_backward_zn<T>,
             &cpu::ref::gru_gates_rb_backward_r<T>};
   return {false,
-          &cpu::gemm<T>,
+          &cpu::gemm_packed<T>,
           &cpu::gru_gates_lbr_forward<T>,
           &cpu::gru_gates_lbr_backward<T>,
           &cpu::gru_gates_rb_forward_rz<T>,
@@ -53,56 +62,84 @@ GruKernels<T> gru_kernels() {
           &cpu::gru_gates_rb_backward_r<T>};
 }
 
-// The input projection g (rows x 3H) = x W_ih^T + b_ih, for all rows at once. The optimized
-// path uses the row-invariant packed GEMM (w_ih_packed from cpu::pack_weights_nt), so a
-// row's result does not depend on how many rows are projected together.
+// One layer-direction's weights packed for the kernels (create once, run many steps).
 template <typename T>
-void gru_input_projection(const GruKernels<T>& k, int64_t rows, int64_t H, int64_t in, const T* x,
-                          const T* w_ih, const T* w_ih_packed, const T* b_ih, T* g) {
-  const int64_t G = 3 * H;
-  if (!k.reference) return cpu::gemm_nt_packed<T>(rows, G, in, x, in, w_ih_packed, b_ih, g, G);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < G; ++c) g[r * G + c] = b_ih ? b_ih[c] : T(0);
-  k.gemm(false, true, rows, G, in, T(1), x, in, w_ih, in, T(1), g, G);
-}
+struct PackedLayer {
+  int64_t H = 0, in = 0;
+  GruForm form = GruForm::linear_before_reset;
+  cpu::PackedB<T> ih;    // (in x 3H): g = x ih + b_ih, gate columns interleaved
+  cpu::PackedB<T> hh;    // forward recurrent: (H x 3H) interleaved; reset-before: (H x 2H) r, z
+  cpu::PackedB<T> hn;    // reset-before: (H x H), W_hn^T
+  cpu::PackedB<T> ih_t;  // backward: (3H x in), dx = dg ih_t
+  cpu::PackedB<T> hh_t;  // backward: (3H x H), dh_prev += dgh hh_t; reset-before (2H x H)
+  cpu::PackedB<T> hn_t;  // backward, reset-before: (H x H), drh = dn hn_t
+  std::vector<T> b_ih, b_hh;      // interleaved (3H); empty without bias
+  std::vector<int64_t> map3, map2;  // interleaved column -> PyTorch weight row
+  Tensor storage;                 // owns the packed data
+};
 
-// One forward step: h = cell(g, h_prev). b_hh may be null (no bias).
+// Packs one layer-direction; the backward operands only when `backward`.
 template <typename T>
-void gru_cell_forward(const GruKernels<T>& k, GruForm form, int64_t B, int64_t H, const T* w_hh,
-                      const T* b_hh, const T* h_prev, T* g, T* gh, T* aux, T* h) {
-  if (form == GruForm::linear_before_reset) {
-    // 1. gh = h_prev W_hh^T (all three blocks). 2. gates.
-    k.gemm(false, true, B, 3 * H, H, T(1), h_prev, H, w_hh, H, T(0), gh, 3 * H);
-    k.lbr_forward(B, H, g, gh, b_hh, h_prev, h, aux);
+PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward);
+
+// Who does what in a team of threads over one layer-direction's time loop.
+struct TeamShare {
+  int64_t b0, b1;  // unit blocks (forward GEMM panels and gate kernels)
+  int64_t q0, q1;  // output panels of the backward dL/dh_prev GEMMs
+};
+TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads);
+
+// Forward step for this thread's blocks. g (B x 3H) in: input projection, out: r, z, n.
+// aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H).
+// Ends with a barrier: h is complete for every unit on return.
+template <typename T>
+void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
+                      int64_t B, const T* h_prev, T* g, T* gh, T* aux, T* h) {
+  const int64_t H = P.H;
+  const T* b_hh = P.b_hh.empty() ? nullptr : P.b_hh.data();
+  if (P.form == GruForm::linear_before_reset) {
+    // 1. gh = h_prev W_hh^T for my blocks. 2. gates of my blocks.
+    k.gemm(B, h_prev, H, false, P.hh, nullptr, false, gh, 3 * H, me.b0, me.b1);
+    k.lbr_forward(B, H, me.b0, me.b1, g, gh, b_hh, h_prev, h, aux);
   } else {
-    // 1. gh[r, z] = h_prev W_h{r,z}^T. 2. r, z and rh = r * h_prev.
-    // 3. gh[n] = rh W_hn^T. 4. n and h.
-    k.gemm(false, true, B, 2 * H, H, T(1), h_prev, H, w_hh, H, T(0), gh, 3 * H);
-    k.rb_forward_rz(B, H, g, gh, b_hh, h_prev, aux);
-    k.gemm(false, true, B, H, H, T(1), aux, H, w_hh + 2 * H * H, H, T(0), gh + 2 * H, 3 * H);
-    k.rb_forward_n(B, H, g, gh, b_hh, h_prev, h);
+    // 1. [r z] pre-activations. 2. r, z, rh = r * h_prev. 3. (all rh ready) gh_n = rh W_hn^T.
+    // 4. n and h.
+    T* ghrz = gh;
+    T* ghn = gh + 2 * H * B;
+    k.gemm(B, h_prev, H, false, P.hh, nullptr, false, ghrz, 2 * H, me.b0, me.b1);
+    k.rb_forward_rz(B, H, me.b0, me.b1, g, ghrz, b_hh, h_prev, aux);
+#pragma omp barrier
+    k.gemm(B, aux, H, false, P.hn, nullptr, false, ghn, H, me.b0, me.b1);
+    k.rb_forward_n(B, H, me.b0, me.b1, g, ghn, b_hh, h_prev, h);
   }
+#pragma omp barrier
 }
 
-// One backward step given dh = dL/dh (B x H). Writes dg (B x 3H, input side), dgh (B x 3H,
-// recurrent side; may alias dg for reset-before) and dh_prev = dL/dh_prev (B x H).
-// drh (B x H) is scratch for reset-before.
+// Backward step given dh = dL/dh (B x H, complete). Writes dg (B x 3H), the recurrent-side
+// gradient (dgh for linear-before-reset; dn (B x H) and drz (B x 2H) for reset-before) and
+// dh_prev (B x H). drh: scratch (B x H). Ends with a barrier: dh_prev is complete on return.
 template <typename T>
-void gru_cell_backward(const GruKernels<T>& k, GruForm form, int64_t B, int64_t H, const T* w_hh,
-                       const T* h_prev, const T* g, const T* aux, const T* dh, T* dg, T* dgh,
-                       T* drh, T* dh_prev) {
-  if (form == GruForm::linear_before_reset) {
-    // 1. pointwise. 2. dh_prev += dgh W_hh.
-    k.lbr_backward(B, H, g, aux, h_prev, dh, dg, dgh, dh_prev);
-    k.gemm(false, false, B, H, 3 * H, T(1), dgh, 3 * H, w_hh, H, T(1), dh_prev, H);
+void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
+                       int64_t B, const T* h_prev, const T* g, const T* aux, const T* dh, T* dg,
+                       T* dgh, T* dn, T* drz, T* drh, T* dh_prev) {
+  const int64_t H = P.H;
+  if (P.form == GruForm::linear_before_reset) {
+    // 1. pointwise (my blocks). 2. (all dgh ready) dh_prev += dgh W_hh (my output panels).
+    k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dg, dgh, dh_prev);
+#pragma omp barrier
+    k.gemm(B, dgh, 3 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
   } else {
-    // 1. dz, dn and dh_prev = dh z. 2. drh = dn W_hn. 3. dr, dh_prev += drh r.
+    // 1. dz, dn, dh_prev = dh z. 2. drh = dn W_hn. 3. dr, dh_prev += drh r.
     // 4. dh_prev += [dr dz] W_h{r,z}.
-    k.rb_backward_zn(B, H, g, h_prev, dh, dg, dh_prev);
-    k.gemm(false, false, B, H, H, T(1), dg + 2 * H, 3 * H, w_hh + 2 * H * H, H, T(0), drh, H);
-    k.rb_backward_r(B, H, g, h_prev, drh, dg, dh_prev);
-    k.gemm(false, false, B, H, 2 * H, T(1), dg, 3 * H, w_hh, H, T(1), dh_prev, H);
+    k.rb_backward_zn(B, H, me.b0, me.b1, g, h_prev, dh, dg, dn, dh_prev);
+#pragma omp barrier
+    k.gemm(B, dn, H, false, P.hn_t, nullptr, false, drh, H, me.q0, me.q1);
+#pragma omp barrier
+    k.rb_backward_r(B, H, me.b0, me.b1, g, h_prev, drh, dg, drz, dh_prev);
+#pragma omp barrier
+    k.gemm(B, drz, 2 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
   }
+#pragma omp barrier
 }
 
 }  // namespace grux::ops

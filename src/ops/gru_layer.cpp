@@ -1,6 +1,9 @@
 // One GRU layer-direction walked over time, forward and backward side by side: the input
-// projection of all steps as one GEMM, the per-step cell, and weight gradients as one GEMM.
+// projection of all steps as one GEMM, the per-step cell run by a team of threads that each
+// own a share of the hidden units, and the weight gradients as one GEMM each.
 #include "ops/gru_layer.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -27,29 +30,97 @@ SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths) {
   return lay;
 }
 
-template <typename T>
-Tensor pack_layer_weights(const GruLayerWeights& w, LayerWeightPtrs<T>& ptrs) {
-  const int64_t G = w.w_ih.size(0), in = w.w_ih.size(1);
-  Tensor packed = Tensor::empty({cpu::packed_weights_size<T>(G, in)}, dtype_of<T>());
-  cpu::pack_weights_nt<T>(G, in, w.w_ih.data<T>(), packed.data<T>());
-  ptrs = {w.w_ih.data<T>(), w.w_hh.data<T>(), w.b_ih.defined() ? w.b_ih.data<T>() : nullptr,
-          w.b_hh.defined() ? w.b_hh.data<T>() : nullptr, packed.data<T>()};
-  return packed;
+int gru_team_size(int64_t H, int64_t unit) {
+  const int64_t blocks = (H + unit - 1) / unit;
+  return static_cast<int>(std::clamp<int64_t>(blocks, 1, omp_get_max_threads()));
+}
+
+TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads) {
+  const int64_t blocks = (H + unit - 1) / unit;
+  const int64_t panels = (H + unit * panel_units - 1) / (unit * panel_units);
+  return {tid * blocks / threads, (tid + 1) * blocks / threads, tid * panels / threads,
+          (tid + 1) * panels / threads};
 }
 
 template <typename T>
-void gru_layer_forward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
-                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp, const T* h0s,
-                       T* g, T* aux, T* hs, T* gh) {
-  const int64_t rows = lay.rows(), G = 3 * H;
+PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward) {
+  constexpr int64_t U = cpu::kUnit<T>;
+  PackedLayer<T> P;
+  const int64_t H = w.w_hh.size(1), in = w.w_ih.size(1);
+  P.H = H, P.in = in, P.form = form;
+  P.map3.resize(3 * H);
+  P.map2.resize(2 * H);
+  for (int64_t j = 0; j < H; ++j)
+    for (int64_t q = 0; q < 3; ++q) {
+      P.map3[cpu::gate_col3<T>(H, q, j)] = q * H + j;
+      if (q < 2) P.map2[cpu::gate_col2<T>(H, q, j)] = q * H + j;
+    }
+  const bool rb = form == GruForm::reset_before;
+  // Logical operands (K x N) and where their elements come from.
+  struct Spec {
+    cpu::PackedB<T>* out;
+    int64_t K, N, panel;
+    const T* src;
+    int64_t stride_k, stride_n;
+    const int64_t *k_map, *n_map;
+  };
+  const T* wih = w.w_ih.data<T>();
+  const T* whh = w.w_hh.data<T>();
+  const T* whn = whh + 2 * H * H;
+  std::vector<Spec> specs{{&P.ih, in, 3 * H, 3 * U, wih, 1, in, nullptr, P.map3.data()}};
+  if (!rb) {
+    specs.push_back({&P.hh, H, 3 * H, 3 * U, whh, 1, H, nullptr, P.map3.data()});
+  } else {
+    specs.push_back({&P.hh, H, 2 * H, 2 * U, whh, 1, H, nullptr, P.map2.data()});
+    specs.push_back({&P.hn, H, H, U, whn, 1, H, nullptr, nullptr});
+  }
+  if (backward) {
+    specs.push_back({&P.ih_t, 3 * H, in, 3 * U, wih, in, 1, P.map3.data(), nullptr});
+    if (!rb) {
+      specs.push_back({&P.hh_t, 3 * H, H, 3 * U, whh, H, 1, P.map3.data(), nullptr});
+    } else {
+      specs.push_back({&P.hh_t, 2 * H, H, 3 * U, whh, H, 1, P.map2.data(), nullptr});
+      specs.push_back({&P.hn_t, H, H, 3 * U, whn, H, 1, nullptr, nullptr});
+    }
+  }
+  int64_t total = 0;
+  for (const Spec& s : specs) total += cpu::packed_size<T>(s.K, s.N, s.panel);
+  P.storage = Tensor::empty({total}, dtype_of<T>());
+  T* dst = static_cast<T*>(P.storage.raw_data());
+  for (const Spec& s : specs) {
+    cpu::pack_b<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map, s.n_map, dst);
+    *s.out = {s.K, s.N, s.panel, dst};
+    dst += cpu::packed_size<T>(s.K, s.N, s.panel);  // each panel row is 64-byte aligned
+  }
+  if (w.b_ih.defined()) {
+    P.b_ih.resize(3 * H);
+    P.b_hh.resize(3 * H);
+    for (int64_t c = 0; c < 3 * H; ++c) {
+      P.b_ih[c] = w.b_ih.data<T>()[P.map3[c]];
+      P.b_hh[c] = w.b_hh.data<T>()[P.map3[c]];
+    }
+  }
+  return P;
+}
+
+template <typename T>
+void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
+                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh) {
+  const int64_t H = P.H, G = 3 * H;
   // 1. Input projection of every step at once: g = xp W_ih^T + b_ih.
-  gru_input_projection(k, rows, H, in, xp, w.w_ih, w.w_ih_packed, w.b_ih, g);
-  // 2. The recurrence: the active rows of step s are a prefix of those of step s - 1.
-  for (int64_t s = 0; s < lay.S; ++s) {
-    const int64_t o = lay.off[s];
-    const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
-    gru_cell_forward(k, form, lay.bs[s], H, w.w_hh, w.b_hh, h_prev, g + o * G, gh, aux + o * H,
-                     hs + o * H);
+  k.gemm_all(lay.rows(), xp, P.in, false, P.ih, P.b_ih.empty() ? nullptr : P.b_ih.data(), false,
+             g, G);
+  // 2. The recurrence. Each thread keeps its share of W_hh hot in its own cache; the active
+  //    rows of step s are a prefix of those of step s - 1.
+#pragma omp parallel num_threads(gru_team_size(H, cpu::kUnit<T>))
+  {
+    const TeamShare me =
+        team_share(H, cpu::kUnit<T>, 3, omp_get_thread_num(), omp_get_num_threads());
+    for (int64_t s = 0; s < lay.S; ++s) {
+      const int64_t o = lay.off[s];
+      const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
+      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H);
+    }
   }
 }
 
@@ -61,59 +132,95 @@ void column_sums(int64_t rows, int64_t C, const T* m, T* out) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < C; ++c) out[c] += m[r * C + c];
 }
+
+// dst (rows x M, PyTorch row order) row map[c] <- src row c; `stride` the row length.
+template <typename T>
+void unpermute_rows(int64_t M, int64_t stride, const T* src, const int64_t* map, T* dst) {
+  for (int64_t c = 0; c < M; ++c)
+    std::memcpy(dst + (map ? map[c] : c) * stride, src + c * stride, stride * sizeof(T));
+}
+
+// op(A)^T B over all rows: C (M x N) = A^T (A: rows x M, row stride lda) times B (rows x N).
+template <typename T>
+void gradient_gemm(const GruKernels<T>& k, int64_t rows, int64_t M, const T* A, int64_t lda,
+                   int64_t N, const T* B, T* C) {
+  constexpr int64_t U = cpu::kUnit<T>;
+  Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, 3 * U)}, dtype_of<T>());
+  cpu::pack_b<T>(rows, N, 3 * U, B, N, 1, nullptr, nullptr, packed.data<T>());
+  k.gemm_all(M, A, lda, true, {rows, N, 3 * U, packed.data<T>()}, nullptr, false, C, N);
+}
 }  // namespace
 
 template <typename T>
-void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
-                        const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
-                        const T* h0s, const T* g, const T* aux, const T* hs, T* dyp, T* dxp,
-                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh, T* hprev,
-                        T* carry, T* drh) {
-  const int64_t rows = lay.rows(), G = 3 * H, N = lay.N;
-  // In the reset-before form the recurrent-side gate gradient equals the input-side one.
-  T* dgh_all = form == GruForm::linear_before_reset ? dgh : dg;
-  T* dh_next = carry;          // dL/dh_prev produced by step s + 1
-  T* dh_prev = carry + N * H;  // produced by step s
+void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
+                        const T* xp, const T* h0s, const T* g, const T* aux, const T* hs, T* dyp,
+                        T* dxp, GruLayerWeights& dw, T* dh0s) {
+  constexpr int64_t U = cpu::kUnit<T>;
+  const int64_t H = P.H, G = 3 * H, N = lay.N, rows = lay.rows(), in = P.in;
+  const bool lbr = P.form == GruForm::linear_before_reset;
+  const DType dt = dtype_of<T>();
+  Tensor dg = Tensor::empty({rows, G}, dt);
+  Tensor dgh = Tensor::empty({lbr ? rows : 0, G}, dt);
+  Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt), drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
+  Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
-  for (int64_t s = lay.S - 1; s >= 0; --s) {
-    const int64_t o = lay.off[s], B = lay.bs[s];
-    T* dh = dyp + o * H;
-    if (s + 1 < lay.S)
-      for (int64_t i = 0; i < lay.bs[s + 1] * H; ++i) dh[i] += dh_next[i];
-    const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
-    gru_cell_backward(k, form, B, H, w.w_hh, h_prev, g + o * G, aux + o * H, dh, dg + o * G,
-                      dgh_all + o * G, drh, dh_prev);
-    std::swap(dh_next, dh_prev);
+#pragma omp parallel num_threads(gru_team_size(H, U))
+  {
+    const TeamShare me = team_share(H, U, 3, omp_get_thread_num(), omp_get_num_threads());
+    const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
+    T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
+    T* dh_prev = carry.data<T>() + N * H;  // produced by step s
+    for (int64_t s = lay.S - 1; s >= 0; --s) {
+      const int64_t o = lay.off[s], B = lay.bs[s];
+      T* dh = dyp + o * H;
+      if (s + 1 < lay.S)
+        for (int64_t r = 0; r < lay.bs[s + 1]; ++r)
+          for (int64_t j = j0; j < j1; ++j) dh[r * H + j] += dh_next[r * H + j];
+      const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
+      gru_cell_backward(k, P, me, B, h_prev, g + o * G, aux + o * H, dh, dg.data<T>() + o * G,
+                        lbr ? dgh.data<T>() + o * G : nullptr, lbr ? nullptr : dn.data<T>() + o * H,
+                        lbr ? nullptr : drz.data<T>() + o * 2 * H, drh.data<T>(), dh_prev);
+      std::swap(dh_next, dh_prev);
+    }
   }
-  std::memcpy(dh0s, dh_next, N * H * sizeof(T));
-  // 2. Pack the previous state of every row, the right operand of dW_hh.
+  std::memcpy(dh0s, carry.data<T>() + (lay.S % 2 == 1 ? N * H : 0), N * H * sizeof(T));
+  // 2. The previous state of every row: the right operand of dW_hh.
+  Tensor hprev = Tensor::empty({rows, H}, dt);
   for (int64_t s = 0; s < lay.S; ++s) {
     const T* src = s == 0 ? h0s : hs + lay.off[s - 1] * H;
-    std::memcpy(hprev + lay.off[s] * H, src, lay.bs[s] * H * sizeof(T));
+    std::memcpy(hprev.data<T>() + lay.off[s] * H, src, lay.bs[s] * H * sizeof(T));
   }
-  // 3. Weight and input gradients, each one GEMM over all steps.
-  k.gemm(true, false, G, in, rows, T(1), dg, G, xp, in, T(0), dw_ih, in);
-  if (form == GruForm::linear_before_reset) {
-    k.gemm(true, false, G, H, rows, T(1), dgh_all, G, hprev, H, T(0), dw_hh, H);
+  // 3. Weight gradients, each one GEMM over all steps (rows in gate-interleaved order, then
+  //    put back in PyTorch's order), and the input gradient.
+  Tensor tmp = Tensor::empty({G, std::max(in, H)}, dt);
+  T* t = tmp.data<T>();
+  gradient_gemm(k, rows, G, dg.data<T>(), G, in, xp, t);
+  unpermute_rows(G, in, t, P.map3.data(), dw.w_ih.data<T>());
+  if (lbr) {
+    gradient_gemm(k, rows, G, dgh.data<T>(), G, H, hprev.data<T>(), t);
+    unpermute_rows(G, H, t, P.map3.data(), dw.w_hh.data<T>());
   } else {
     // Blocks r, z multiply h_prev; block n multiplies rh = r * h_prev (saved in aux).
-    k.gemm(true, false, 2 * H, H, rows, T(1), dg, G, hprev, H, T(0), dw_hh, H);
-    k.gemm(true, false, H, H, rows, T(1), dg + 2 * H, G, aux, H, T(0), dw_hh + 2 * H * H, H);
+    gradient_gemm(k, rows, 2 * H, drz.data<T>(), 2 * H, H, hprev.data<T>(), t);
+    unpermute_rows(2 * H, H, t, P.map2.data(), dw.w_hh.data<T>());
+    gradient_gemm(k, rows, H, dn.data<T>(), H, H, aux, dw.w_hh.data<T>() + 2 * H * H);
   }
-  if (db_ih) column_sums(rows, G, dg, db_ih);
-  if (db_hh) column_sums(rows, G, dgh_all, db_hh);
-  k.gemm(false, false, rows, in, G, T(1), dg, G, w.w_ih, in, T(0), dxp, in);
+  if (dw.b_ih.defined()) {
+    column_sums(rows, G, dg.data<T>(), t);
+    for (int64_t c = 0; c < G; ++c) dw.b_ih.data<T>()[P.map3[c]] = t[c];
+    if (lbr) column_sums(rows, G, dgh.data<T>(), t);
+    for (int64_t c = 0; c < G; ++c) dw.b_hh.data<T>()[P.map3[c]] = t[c];
+  }
+  k.gemm_all(rows, dg.data<T>(), G, false, P.ih_t, nullptr, false, dxp, in);
 }
 
-#define GRUX_INSTANTIATE(T)                                                                       \
-  template Tensor pack_layer_weights<T>(const GruLayerWeights&, LayerWeightPtrs<T>&);             \
-  template void gru_layer_forward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,             \
-                                     const SeqLayout&, const LayerWeightPtrs<T>&, const T*,       \
-                                     const T*, T*, T*, T*, T*);                                   \
-  template void gru_layer_backward<T>(const GruKernels<T>&, GruForm, int64_t, int64_t,            \
-                                      const SeqLayout&, const LayerWeightPtrs<T>&, const T*,      \
-                                      const T*, const T*, const T*, const T*, T*, T*, T*, T*, T*, \
-                                      T*, T*, T*, T*, T*, T*, T*);
+#define GRUX_INSTANTIATE(T)                                                                   \
+  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool);              \
+  template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,            \
+                                     const SeqLayout&, const T*, const T*, T*, T*, T*, T*);  \
+  template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,           \
+                                      const SeqLayout&, const T*, const T*, const T*,        \
+                                      const T*, const T*, T*, T*, GruLayerWeights&, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE

@@ -23,45 +23,35 @@ struct SeqLayout {
   std::vector<int64_t> off;     // first packed row of step s (S + 1 entries)
   int64_t rows() const { return off[S]; }
   // Time index of packed row (s, j) in direction dir (0 forward, 1 reverse).
-  int64_t time(int64_t s, int64_t j, int dir) const { return dir == 0 ? s : len[perm[j]] - 1 - s; }
+  int64_t time(int64_t s, int64_t j, int dir) const {
+    return dir == 0 ? s : len[perm[j]] - 1 - s;
+  }
 };
 
 // Layout for N sequences of padded length T; `lengths` null means all T. Lengths must
 // already be validated (1 <= len <= T).
 SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths);
 
-// Raw pointers of one layer-direction's weights; biases null without bias. w_ih_packed is
-// w_ih packed by cpu::pack_weights_nt (see pack_layer_weights).
-template <typename T>
-struct LayerWeightPtrs {
-  const T *w_ih, *w_hh, *b_ih, *b_hh, *w_ih_packed;
-};
-
-// Packs w_ih for the input projection; returns the packed tensor (keep it alive while the
-// pointers are used) and fills the pointers.
-template <typename T>
-Tensor pack_layer_weights(const GruLayerWeights& w, LayerWeightPtrs<T>& ptrs);
+// Threads for one layer-direction's time loop: all of OpenMP's, fewer when H has too few
+// unit blocks to share.
+int gru_team_size(int64_t H, int64_t unit);
 
 // Forward over all steps of one layer-direction.
 //   xp (rows x in): packed layer input. h0s (N x H): initial state in sorted order.
-//   Outputs: g (rows x 3H) gate activations, aux (rows x H) hn or rh, hs (rows x H) states.
-//   gh (N x 3H): scratch.
+//   Outputs: g (rows x 3H) gate activations (interleaved), aux (rows x H) hn or rh,
+//   hs (rows x H) states. gh (N x 3H): scratch.
 template <typename T>
-void gru_layer_forward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
-                       const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp, const T* h0s,
-                       T* g, T* aux, T* hs, T* gh);
+void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
+                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh);
 
 // Backward over all steps of one layer-direction, given the forward's g, aux, hs.
-//   dyp (rows x H): on entry dL/dh at each packed row from above (output gradient plus
+//   dyp (rows x H): on entry dL/dh at each packed row from above (output gradient plus the
 //     h_n gradient at each sequence's last step); used as scratch.
-//   Outputs (overwritten): dxp (rows x in), dw_ih (3H x in), dw_hh (3H x H),
-//     db_ih, db_hh (3H; ignored when null), dh0s (N x H, sorted order).
-//   Scratch: dg, dgh (rows x 3H), hprev (rows x H), carry (2 x N x H), drh (N x H).
+//   Outputs (overwritten): dxp (rows x in), dw (the layer's weight gradients in PyTorch's
+//     layout; biases only when P has them), dh0s (N x H, sorted order).
 template <typename T>
-void gru_layer_backward(const GruKernels<T>& k, GruForm form, int64_t H, int64_t in,
-                        const SeqLayout& lay, const LayerWeightPtrs<T>& w, const T* xp,
-                        const T* h0s, const T* g, const T* aux, const T* hs, T* dyp, T* dxp,
-                        T* dw_ih, T* dw_hh, T* db_ih, T* db_hh, T* dh0s, T* dg, T* dgh, T* hprev,
-                        T* carry, T* drh);
+void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
+                        const T* xp, const T* h0s, const T* g, const T* aux, const T* hs, T* dyp,
+                        T* dxp, GruLayerWeights& dw, T* dh0s);
 
 }  // namespace grux::ops

@@ -17,24 +17,20 @@ struct GruStream::Impl {
   int64_t capacity = 0;        // chunk length the workspace holds
   std::vector<Tensor> hs;      // per layer (capacity * N, H): that layer's outputs
   Tensor xp, g, aux, gh;       // workspace
-  std::vector<Tensor> packed;  // per layer: w_ih packed once, at construction
-
+  // Per layer, weights packed once at construction (one of the two, by dtype).
+  std::vector<ops::PackedLayer<float>> packed_f32;
+  std::vector<ops::PackedLayer<double>> packed_f64;
   template <typename T>
-  std::vector<ops::LayerWeightPtrs<T>> layer_ptrs() {
-    std::vector<ops::LayerWeightPtrs<T>> ptrs(gru->config().num_layers);
-    packed.resize(ptrs.size());
-    for (size_t l = 0; l < ptrs.size(); ++l)
-      packed[l] = ops::pack_layer_weights<T>(gru->weights()[l], ptrs[l]);
-    return ptrs;
+  const std::vector<ops::PackedLayer<T>>& packed() const {
+    if constexpr (sizeof(T) == 4) return packed_f32;
+    else return packed_f64;
   }
-  std::vector<ops::LayerWeightPtrs<float>> ptrs_f32;
-  std::vector<ops::LayerWeightPtrs<double>> ptrs_f64;
   template <typename T>
-  const std::vector<ops::LayerWeightPtrs<T>>& ptrs() const {
-    if constexpr (sizeof(T) == 4)
-      return ptrs_f32;
-    else
-      return ptrs_f64;
+  std::vector<ops::PackedLayer<T>> pack_all() const {
+    std::vector<ops::PackedLayer<T>> out;
+    for (const GruLayerWeights& w : gru->weights())
+      out.push_back(ops::pack_layer<T>(w, gru->config().form, false));
+    return out;
   }
 
   void ensure_capacity(int64_t t) {
@@ -66,11 +62,10 @@ struct GruStream::Impl {
               x.data<T>()[s * x.stride(0) + n * x.stride(1) + i * x.stride(2)];
     const T* layer_in = xpd;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-      const ops::LayerWeightPtrs<T>& wp = ptrs<T>()[l];
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
-      ops::gru_layer_forward<T>(k, c.form, H, c.layer_input_size(l), lay, wp, layer_in, st,
-                                g.data<T>(), aux.data<T>(), h, gh.data<T>());
+      ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(),
+                                h, gh.data<T>());
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }
@@ -89,9 +84,9 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0) : impl_(ne
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
   if (gru.dtype() == DType::f32)
-    impl_->ptrs_f32 = impl_->layer_ptrs<float>();
+    impl_->packed_f32 = impl_->pack_all<float>();
   else
-    impl_->ptrs_f64 = impl_->layer_ptrs<double>();
+    impl_->packed_f64 = impl_->pack_all<double>();
   reset(h0);
 }
 

@@ -83,14 +83,16 @@ GemmPeak measure_gemm_peak(int reps) {
   std::mt19937_64 rng(1);
   Tensor a = uniform({n, n}, dtype_of<T>(), rng), b = uniform({n, n}, dtype_of<T>(), rng);
   Tensor c = Tensor::empty({n, n}, dtype_of<T>());
-  Tensor packed = Tensor::empty({cpu::packed_weights_size<T>(n, n)}, dtype_of<T>());
-  cpu::pack_weights_nt<T>(n, n, b.data<T>(), packed.data<T>());
+  const int64_t panel = 3 * cpu::kUnit<T>;
+  Tensor packed = Tensor::empty({cpu::packed_size<T>(n, n, panel)}, dtype_of<T>());
+  cpu::pack_b<T>(n, n, panel, b.data<T>(), 1, n, nullptr, nullptr, packed.data<T>());
+  const cpu::PackedB<T> bp{n, n, panel, packed.data<T>()};
   const double flops = 2.0 * n * n * n;
   const Timing blas = time_it(reps, [&] {
     cpu::gemm<T>(false, true, n, n, n, T(1), a.data<T>(), n, b.data<T>(), n, T(0), c.data<T>(), n);
   });
   const Timing own = time_it(reps, [&] {
-    cpu::gemm_nt_packed<T>(n, n, n, a.data<T>(), n, packed.data<T>(), nullptr, c.data<T>(), n);
+    cpu::gemm_packed_parallel<T>(n, a.data<T>(), n, false, bp, nullptr, false, c.data<T>(), n);
   });
   // The best of the runs: a peak is what the machine can do, not what it did on average.
   return {n, flops / (blas.min_ms * 1e6), flops / (own.min_ms * 1e6)};

@@ -4,6 +4,7 @@
 // benchmark problems in seconds).
 #include "cpu/ref/gemm_ref.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace grux::cpu::ref {
@@ -27,6 +28,27 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
     }
   }
 }
+
+template <typename T>
+void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
+                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
+  const int64_t n0 = p0 * B.panel, n1 = std::min(B.N, p1 * B.panel);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* col = B.data + (n / B.panel) * B.K * B.panel + n % B.panel;  // B(k, n) = col[k * panel]
+      double acc = 0;
+      for (int64_t k = 0; k < B.K; ++k)
+        acc += double(trans_a ? A[k * lda + m] : A[m * lda + k]) * double(col[k * B.panel]);
+      if (bias) acc += bias[n];
+      T& c = C[m * ldc + n];
+      c = static_cast<T>(accumulate ? acc + double(c) : acc);
+    }
+}
+
+template void gemm_packed<float>(int64_t, const float*, int64_t, bool, const PackedB<float>&,
+                                 const float*, bool, float*, int64_t, int64_t, int64_t);
+template void gemm_packed<double>(int64_t, const double*, int64_t, bool, const PackedB<double>&,
+                                  const double*, bool, double*, int64_t, int64_t, int64_t);
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);

@@ -1,13 +1,20 @@
-// Reference GEMM: the triple loop, accumulating in double. The oracle for cpu::gemm.
-// Same contract as cpu::gemm (row-major, op(A) M x K, op(B) K x N).
+// Reference GEMMs: the triple loop, accumulating in double. The oracles for the BLAS call
+// (cpu::gemm) and for the packed GEMM (cpu::gemm_packed), with the same contracts.
 #pragma once
 
 #include <cstdint>
+
+#include "cpu/gemm_packed.h"
 
 namespace grux::cpu::ref {
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+// Same contract as cpu::gemm_packed: reads B's elements from its packed storage.
+template <typename T>
+void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
+                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1);
 
 }  // namespace grux::cpu::ref

@@ -1,5 +1,5 @@
 // Reference GRU gate kernels: scalar loops written straight from the equations, with
-// std::exp / std::tanh. Same contracts as the optimized kernels in cpu/gru_gates.h.
+// std::exp / std::tanh. Same contracts and layouts as the optimized kernels (cpu/gru_gates.h).
 #pragma once
 
 #include <cstdint>
@@ -7,22 +7,22 @@
 namespace grux::cpu::ref {
 
 template <typename T>
-void gru_gates_lbr_forward(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
-                           T* h, T* hn);
+void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
+                           const T* b_hh, const T* h_prev, T* h, T* hn);
 template <typename T>
-void gru_gates_lbr_backward(int64_t B, int64_t H, const T* g, const T* hn, const T* h_prev,
-                            const T* dh, T* dg, T* dgh, T* dh_prev);
+void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev);
 template <typename T>
-void gru_gates_rb_forward_rz(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh,
-                             const T* h_prev, T* rh);
+void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
+                             const T* b_hh, const T* h_prev, T* rh);
 template <typename T>
-void gru_gates_rb_forward_n(int64_t B, int64_t H, T* g, const T* gh, const T* b_hh, const T* h_prev,
-                            T* h);
+void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
+                            const T* b_hh, const T* h_prev, T* h);
 template <typename T>
-void gru_gates_rb_backward_zn(int64_t B, int64_t H, const T* g, const T* h_prev, const T* dh, T* dg,
-                              T* dh_prev);
+void gru_gates_rb_backward_zn(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+                              const T* h_prev, const T* dh, T* dg, T* dn, T* dh_prev);
 template <typename T>
-void gru_gates_rb_backward_r(int64_t B, int64_t H, const T* g, const T* h_prev, const T* drh, T* dg,
-                             T* dh_prev);
+void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+                             const T* h_prev, const T* drh, T* dg, T* drz, T* dh_prev);
 
 }  // namespace grux::cpu::ref
