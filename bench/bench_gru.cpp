@@ -55,6 +55,24 @@ BENCHMARK(BM_input_projection)
     ->Args({1000, 128, 256, 0})->Args({1000, 128, 256, 1})   // W2
     ->Unit(benchmark::kMillisecond);
 
+// One step's recurrent product gh (M x 3H) = h (M x H) W_hh^T on one thread, the packed
+// operand as the forward uses it. Args: M, H.
+void BM_recurrent_gemm(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = 3 * K;
+  const int64_t panel = 3 * grux::cpu::kUnit<float>;
+  std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N);
+  grux::Tensor P = grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
+  grux::cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, P.data<float>());
+  const grux::cpu::PackedB<float> B{K, N, panel, P.data<float>()};
+  for (auto _ : state) {
+    grux::cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, C.data(), N, 0, B.panels());
+    benchmark::DoNotOptimize(C.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_recurrent_gemm)->Args({64, 512})->Args({32, 256})->Args({1, 256})->Args({1, 512});
+
 // Args: T, N, I, H, train (0/1).
 void BM_gru_stack(benchmark::State& state) {
   grux::GruConfig c;

@@ -17,10 +17,14 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// K is processed in chunks of kKc so that a panel's chunk stays in L1. Partial sums pass
-// between chunks through C exactly (they are already rounded to T), so chunking does not
-// change results.
-constexpr int64_t kKc = 192;
+// K is processed in equal chunks of at most kKc so that a panel's chunk stays in L1. The
+// chunk boundaries depend on K only, and partial sums pass between chunks through C exactly
+// (they are already rounded to T), so chunking does not change results.
+constexpr int64_t kKc = 256;
+inline int64_t ChunkLength(int64_t K) {
+  const int64_t chunks = (K + kKc - 1) / kKc;
+  return chunks <= 1 ? K : (K + chunks - 1) / chunks;
+}
 
 // Rows MR x panels NP, each panel S units wide. acc starts at zero (first chunk) or at the
 // partial sums in C; after the last chunk, bias and the saved old C are added.
@@ -70,10 +74,12 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   }
 }
 
-// Rows [0, M) against NP consecutive panels (or one), all K chunks.
+// Rows [0, M) against NP consecutive panels (or one), for the K chunks that start in
+// [kb, ke) (all of them by default).
 template <int NP, int S, bool TA, typename T>
 void RowsTimesPanels(int64_t M, int64_t K, const T* A, int64_t lda, const T* panel0,
-                     int64_t n_cols, const T* bias, bool accumulate, T* C, int64_t ldc) {
+                     int64_t n_cols, const T* bias, bool accumulate, T* C, int64_t ldc,
+                     int64_t kb, int64_t ke) {
   constexpr int64_t P = S * kUnit<T>;
   constexpr int64_t L = HWY_LANES(T);
   constexpr int64_t NV = P / L > 0 ? P / L : 1;
@@ -83,7 +89,8 @@ void RowsTimesPanels(int64_t M, int64_t K, const T* A, int64_t lda, const T* pan
   const int64_t panel_stride = K * P;
   // Accumulating into C across K chunks needs the old C kept aside: rows of up to kMr
   // are saved in a small buffer (C's old values are added after the last chunk).
-  const bool chunked = K > kKc;
+  const int64_t kc = ChunkLength(K);
+  const bool chunked = kc < K;
   HWY_ALIGN T saved[6 * 3 * 4 * 16];
   const int64_t cols = std::min<int64_t>(n_cols, NP * P);
   auto rows = [&](auto mr_tag, int64_t m) {
@@ -101,8 +108,8 @@ void RowsTimesPanels(int64_t M, int64_t K, const T* A, int64_t lda, const T* pan
         old = c;
       }
     }
-    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kKc) {
-      const int64_t k1 = std::min(K, k0 + kKc);
+    for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
+      const int64_t k1 = std::min(K, k0 + kc);
       MicroKernel<MR, NP, S, TA>(k0, k1, k0 == 0, k1 == K, a, lda, panel0, panel_stride, cols,
                                  bias, old, ld_old, c, ldc);
       if (K == 0) break;
@@ -122,18 +129,31 @@ void RowsTimesPanels(int64_t M, int64_t K, const T* A, int64_t lda, const T* pan
 
 template <int S, bool TA, typename T>
 void GemmPanels(int64_t M, int64_t K, int64_t N, const T* A, int64_t lda, const T* packed,
-                const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
+                const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1,
+                int64_t kb, int64_t ke) {
   constexpr int64_t P = S * kUnit<T>;
   int64_t p = p0;
   // Few rows: several panels at once give the FMA pipes independent chains.
   if (M <= 2) {
     for (; p + 4 <= p1; p += 4)
       RowsTimesPanels<4, S, TA>(M, K, A, lda, packed + p * K * P, N - p * P,
-                                bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc);
+                                bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc, kb, ke);
   }
   for (; p < p1; ++p)
     RowsTimesPanels<1, S, TA>(M, K, A, lda, packed + p * K * P, N - p * P,
-                              bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc);
+                              bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc, kb, ke);
+}
+
+// Many rows and a long K without accumulation (the weight-gradient products): K chunks
+// outermost, so one chunk of A's rows stays in L2 across all panels. Same FMA chains.
+template <int S, bool TA, typename T>
+void GemmPanelsChunked(int64_t M, int64_t K, int64_t N, const T* A, int64_t lda,
+                       const T* packed, const T* bias, bool accumulate, T* C, int64_t ldc,
+                       int64_t p0, int64_t p1) {
+  const int64_t kc = ChunkLength(K);
+  if (accumulate || kc == K || M < 12) return GemmPanels<S, TA>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1, 0, K);
+  for (int64_t k0 = 0; k0 < K; k0 += kc)
+    GemmPanels<S, TA>(M, K, N, A, lda, packed, bias, false, C, ldc, p0, p1, k0, k0 + 1);
 }
 
 template <typename T>
@@ -143,8 +163,8 @@ void GemmPacked(int64_t M, int64_t K, int64_t N, int64_t panel, const T* A, int6
   const int S = static_cast<int>(panel / kUnit<T>);
 #define GRUX_GEMM_CASE(s)                                                                   \
   if (S == s) {                                                                             \
-    if (trans_a) GemmPanels<s, true>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1); \
-    else GemmPanels<s, false>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1);   \
+    if (trans_a) GemmPanelsChunked<s, true>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1); \
+    else GemmPanelsChunked<s, false>(M, K, N, A, lda, packed, bias, accumulate, C, ldc, p0, p1);   \
     return;                                                                                 \
   }
   GRUX_GEMM_CASE(1)
@@ -219,17 +239,25 @@ void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
 template <typename T>
 void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
                           const T* bias, bool accumulate, T* C, int64_t ldc) {
-  constexpr int64_t kRowBlock = 96;  // rows per tile: the tile's A rows stay in L2
+  // Tiles of kRowBlock rows x all panels: the tile's rows of A stay in L2 while the panels
+  // stream by. With fewer row blocks than threads, threads split the panels instead.
+  constexpr int64_t kRowBlock = 96;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock, panels = B.panels();
-  const int64_t tiles = row_blocks * panels;
-  const bool parallel = tiles > 1 && double(M) * B.N * B.K > 4e6 && omp_get_max_threads() > 1;
-  // Panel-major order: consecutive tiles of one thread share a panel.
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t p = t / row_blocks, rb = t % row_blocks;
-    const int64_t m0 = rb * kRowBlock, m1 = std::min(M, m0 + kRowBlock);
-    const T* a = trans_a ? A + m0 : A + m0 * lda;
-    gemm_packed<T>(m1 - m0, a, lda, trans_a, B, bias, accumulate, C + m0 * ldc, ldc, p, p + 1);
+  const int threads = double(M) * B.N * B.K > 4e6 ? omp_get_max_threads() : 1;
+  const bool by_rows = row_blocks >= threads;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (by_rows) {
+      for (int64_t rb = t * row_blocks / nt; rb < (t + 1) * row_blocks / nt; ++rb) {
+        const int64_t m0 = rb * kRowBlock, m1 = std::min(M, m0 + kRowBlock);
+        gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias,
+                       accumulate, C + m0 * ldc, ldc, 0, panels);
+      }
+    } else {
+      gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, t * panels / nt,
+                     (t + 1) * panels / nt);
+    }
   }
 }
 template void gemm_packed_parallel<float>(int64_t, const float*, int64_t, bool,
