@@ -73,6 +73,23 @@ void BM_recurrent_gemm(benchmark::State& state) {
 }
 BENCHMARK(BM_recurrent_gemm)->Args({64, 512})->Args({32, 256})->Args({1, 256})->Args({1, 512});
 
+// One streaming step (W1: a frame of batch N through GruStream). Args: N, I, H.
+void BM_stream_step(benchmark::State& state) {
+  grux::GruConfig c;
+  const int64_t N = state.range(0);
+  c.input_size = state.range(1);
+  c.hidden_size = state.range(2);
+  grux::Gru gru(c, grux::DType::f32, 1);
+  grux::GruStream stream(gru, N);
+  grux::Tensor x = grux::Tensor::full({N, c.input_size}, 0.5, grux::DType::f32);
+  grux::Tensor out = grux::Tensor::empty({N, c.hidden_size}, grux::DType::f32);
+  for (auto _ : state) {
+    stream.step_into(x, out);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+}
+BENCHMARK(BM_stream_step)->Args({1, 64, 256});
+
 // Args: T, N, I, H, train (0/1).
 void BM_gru_stack(benchmark::State& state) {
   grux::GruConfig c;

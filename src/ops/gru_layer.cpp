@@ -106,16 +106,21 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh) {
-  const int64_t H = P.H, G = 3 * H;
-  // 1. Input projection of every step at once: g = xp W_ih^T + b_ih.
-  k.gemm_all(lay.rows(), xp, P.in, false, P.ih, P.b_ih.empty() ? nullptr : P.b_ih.data(), false,
-             g, G);
-  // 2. The recurrence. Each thread keeps its share of W_hh hot in its own cache; the active
-  //    rows of step s are a prefix of those of step s - 1.
+  const int64_t H = P.H, G = 3 * H, rows = lay.rows();
+  const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
+  // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
+  // its own cache, and its gates need no other thread's projection.
 #pragma omp parallel num_threads(gru_team_size(H, cpu::kUnit<T>))
   {
     const TeamShare me =
         team_share(H, cpu::kUnit<T>, 3, omp_get_thread_num(), omp_get_num_threads());
+    // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
+    //    row blocks that stay in L2 while my panels stream by.
+    constexpr int64_t kRowBlock = 96;
+    for (int64_t m0 = 0; m0 < rows; m0 += kRowBlock)
+      k.gemm(std::min(kRowBlock, rows - m0), xp + m0 * P.in, P.in, false, P.ih, b_ih, false,
+             g + m0 * G, G, me.b0, me.b1);
+    // 2. The recurrence; the active rows of step s are a prefix of those of step s - 1.
     for (int64_t s = 0; s < lay.S; ++s) {
       const int64_t o = lay.off[s];
       const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
