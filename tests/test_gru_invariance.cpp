@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "grux/gru.h"
+#include "grux/runtime.h"
 #include "test_util.h"
 
 namespace grux {
@@ -91,6 +92,65 @@ const InvCase kInvCases[] = {
 // clang-format on
 INSTANTIATE_TEST_SUITE_P(Bits, Invariance, ::testing::ValuesIn(kInvCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+
+// Optimized against reference kernels, forward and every gradient, at the shapes where the
+// optimized code paths change: batch 1 and 2 (several panels per micro-kernel call), unit
+// block tails, K above the L1 chunk (H = 300: the recurrent K and the backward's 3H), and
+// thread splits (1 and 2 threads).
+struct PathCase {
+  const char* name;
+  GruForm form;
+  DType dtype;
+  int64_t N, I, H;
+  bool bidir, lengths;
+};
+
+class KernelPaths : public ::testing::TestWithParam<std::tuple<PathCase, int>> {};
+
+TEST_P(KernelPaths, OptimizedMatchesReference) {
+  const PathCase& k = std::get<0>(GetParam());
+  const int threads = std::get<1>(GetParam());
+  GruConfig c;
+  c.input_size = k.I;
+  c.hidden_size = k.H;
+  c.bidirectional = k.bidir;
+  c.form = k.form;
+  Gru gru(c, k.dtype, 5);
+  std::mt19937_64 rng(6);
+  const int64_t T = 5, D = c.directions();
+  Tensor x = test::random_tensor({T, k.N, k.I}, k.dtype, rng);
+  Tensor h0 = test::random_tensor({D, k.N, k.H}, k.dtype, rng);
+  std::vector<int64_t> len(k.N);
+  for (int64_t n = 0; n < k.N; ++n) len[n] = 1 + (n * 3) % T;
+  Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({k.N}, len) : Tensor();
+  Tensor dy = test::random_tensor({T, k.N, D * k.H}, k.dtype, rng);
+  const auto opt = train_once(gru, x, h0, lengths, dy, threads);
+  set_reference_kernels(true);
+  const auto ref = train_once(gru, x, h0, lengths, dy, threads);
+  set_reference_kernels(false);
+  const test::Tol tol = k.dtype == DType::f32 ? test::Tol{1e-5, 1e-4} : test::Tol{1e-10, 1e-10};
+  for (size_t i = 0; i < opt.size(); ++i)
+    EXPECT_TRUE(test::all_close(std::string(k.name) + " threads " + std::to_string(threads),
+                                "result " + std::to_string(i), opt[i], ref[i], tol));
+}
+
+// clang-format off
+const PathCase kPathCases[] = {
+    {"batch1_lbr_f32_H80",       LBR, DType::f32, 1,  9,  80,  false, false},
+    {"batch1_rb_f32_H80",        RB,  DType::f32, 1,  9,  80,  false, false},
+    {"batch2_lbr_f64_H41_bidir", LBR, DType::f64, 2,  3,  41,  true,  false},
+    {"batch7_rb_f32_H33",        RB,  DType::f32, 7,  20, 33,  false, true},
+    {"batch13_lbr_f32_H300_len", LBR, DType::f32, 13, 5,  300, true,  true},
+    {"batch13_rb_f64_H300_len",  RB,  DType::f64, 13, 5,  300, false, true},
+};
+// clang-format on
+INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,
+                         ::testing::Combine(::testing::ValuesIn(kPathCases), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_t" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace grux
