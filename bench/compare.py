@@ -10,6 +10,7 @@
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ WORKLOADS = [
     ("W4-rb", "l1d1t100n64i256h512", ["--train", "--reset-before"], "train reset-before", ("grux",)),
 ]
 TOOLS = {"grux": "grux", "pytorch": "PyTorch", "onednn": "oneDNN"}
+DISTURBED, DISTURBED_CORES = "†", 0.1  # mark timings during which others used > 0.1 core
 ENV_SHOWN = ["OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "OMP_PROC_BIND",
              "GOMP_CPU_AFFINITY", "MKL_NUM_THREADS"]
 
@@ -41,6 +43,7 @@ class Result:
 
     def __init__(self, line=None, error=None, unsupported=None):
         self.line, self.error, self.unsupported = line, error, unsupported
+        self.other_cores = 0.0
 
     @property
     def ms(self):
@@ -51,17 +54,66 @@ class Result:
             return "n/a"
         if self.error:
             return "error: " + self.error
-        return f"{self.ms:.3g}" if self.ms is not None else "error: no median_ms"
+        if self.ms is None:
+            return "error: no median_ms"
+        return f"{self.ms:.3g}" + (DISTURBED if self.disturbed else "")
+
+    @property
+    def disturbed(self):
+        return self.other_cores > DISTURBED_CORES
+
+
+def busy_seconds():
+    """CPU seconds the whole machine has spent busy (incl. steal) since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def wait_until_quiet(max_wait, threshold):
+    """Waits (up to max_wait s) until other processes use under `threshold` cores; returns the
+    load last seen, in cores."""
+    deadline = time.time() + max_wait
+    while True:
+        b0 = busy_seconds()
+        time.sleep(0.5)
+        b1 = busy_seconds()
+        load = (b1 - b0) / 0.5 if b0 is not None and b1 is not None else 0.0
+        if load < threshold or time.time() >= deadline:
+            return load
+        time.sleep(1.5)
 
 
 def measure(cmd, op, timeout):
-    """Runs cmd, returns a Result from the last stdout line that is a JSON object with op `op`."""
+    """Runs cmd, returns a Result from the last stdout line that is a JSON object with op `op`.
+    Result.other_cores: the CPU other processes (or the hypervisor, as steal) took meanwhile,
+    in cores on average: a timing with much of it was disturbed."""
+    b0, c0, t0 = busy_seconds(), children_cpu_seconds(), time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
         return Result(error=f"not found: {cmd[0]}")
     except subprocess.TimeoutExpired:
         return Result(error=f"timed out after {timeout}s")
+    b1, c1, wall = busy_seconds(), children_cpu_seconds(), time.time() - t0
+    other_s = max(0.0, b1 - b0 - (c1 - c0)) if b0 is not None and b1 is not None else 0.0
+    r = parse(p, op)
+    # /proc/stat counts in ticks (10 ms): below 5 ticks of others' time, call it noise.
+    r.other_cores = min(other_s / wall, os.cpu_count() or 1) if other_s > 0.05 else 0.0
+    return r
+
+
+def parse(p, op):
+    """A Result from a finished process: its last stdout line that is a JSON object of op `op`."""
     line = None
     for text in reversed(p.stdout.splitlines()):
         try:
@@ -103,6 +155,9 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter that has torch")
     ap.add_argument("--json", help="save every raw result line (JSON Lines) to this file")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
+    ap.add_argument("--wait-quiet", type=int, default=120,
+                    help="before each measurement wait up to this many seconds for other "
+                         "processes to use under 0.1 core (0: don't wait)")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     only = a.only.split(",") if a.only else None
@@ -122,12 +177,24 @@ def main():
     raw = []
 
     def run(label, tool, cmd, op, k):
+        load = wait_until_quiet(a.wait_quiet, DISTURBED_CORES) if a.wait_quiet > 0 else 0.0
+        if load >= DISTURBED_CORES:
+            print(f"[{label} {tool} {k}t] machine still busy ({load:.2f} cores used by others) "
+                  f"after {a.wait_quiet}s; measuring anyway", file=sys.stderr, flush=True)
         t0 = time.time()
         r = measure(cmd, op, a.timeout)
-        status = r.cell() if not r.unsupported else "unsupported"
-        print(f"[{label} {tool} {k}t] {status} ms ({time.time() - t0:.0f}s)", file=sys.stderr,
-              flush=True)
+        if r.unsupported:
+            status = "unsupported"
+        elif r.error:
+            status = "error: " + r.error
+        elif op == "gemm":
+            status = f"{r.line.get('gflops')} GFLOP/s"
+        else:
+            status = f"{r.ms} ms"
+        print(f"[{label} {tool} {k}t] {status} ({time.time() - t0:.0f}s wall, others used "
+              f"{r.other_cores:.2f} cores)", file=sys.stderr, flush=True)
         raw.append({**(r.line or {}), "workload": label, "tool": tool, "cmd": " ".join(cmd),
+                    "other_cores": round(r.other_cores, 3),
                     **({"error": r.error} if r.error else {})})
         return r
 
@@ -150,8 +217,8 @@ def main():
 
     def pct_peak(wid, k, dtype):
         """grux's own pct_of_gemm_peak (same process), else its gflops over this run's gemm."""
-        r = res[(wid, "grux")][k]
-        if r.error or not r.line:
+        r = res.get((wid, "grux"), {}).get(k)
+        if r is None or r.error or not r.line:
             return None
         if r.line.get("pct_of_gemm_peak") is not None:
             return float(r.line["pct_of_gemm_peak"])
@@ -175,14 +242,21 @@ def main():
     out = []
     env = ", ".join(f"{v}={os.environ[v]}" for v in ENV_SHOWN if v in os.environ) or "none set"
     out.append(f"grux: `{a.grux}`; reps {a.reps}; threads {a.threads}; environment: {env}\n")
+    # `gflops` is the BLAS rate that pct_of_gemm_peak divides by; grux_gflops, when grux prints
+    # it, is grux's own packed GEMM on the same problem.
     out.append("| GEMM (grux bench gemm) | " + " | ".join(f"{k}t GFLOP/s" for k in threads) + " |")
     out.append("|---|" + "---|" * len(threads))
     for d in dtypes:
-        cells = []
-        for k in threads:
-            g = gemm[(d, k)]
-            cells.append(md(g.cell()) if g.error else f"{g.line.get('gflops', float('nan')):.1f}")
-        out.append(f"| {'s' if d == 'f32' else 'd'}gemm | " + " | ".join(cells) + " |")
+        for key, name in (("gflops", "BLAS"), ("grux_gflops", "grux")):
+            if key != "gflops" and not any(g.line and key in g.line for g in gemm.values()):
+                continue
+            cells = []
+            for k in threads:
+                g = gemm[(d, k)]
+                v = g.line.get(key) if g.line else None
+                cells.append(md(g.cell()) if g.error or v is None else
+                             f"{v:.1f}" + (DISTURBED if g.disturbed else ""))
+            out.append(f"| {'s' if d == 'f32' else 'd'}gemm, {name} | " + " | ".join(cells) + " |")
     out.append("")
     out.append(f"| workload | mode | grux ms ({ts}) | PyTorch ms ({ts}) | oneDNN ms ({ts}) | "
                f"grux vs PyTorch (best) | grux vs oneDNN (best) | grux % GEMM peak ({ts}) | "
@@ -195,7 +269,10 @@ def main():
             if tool not in tools:
                 cells.append("–")
             else:
-                cells.append(" / ".join(md(res[(wid, tool)][k].cell()) for k in threads))
+                texts = [md(res[(wid, tool)][k].cell()) for k in threads]
+                same_error = len(set(texts)) == 1 and texts[0].startswith("error")
+                cells.append(texts[0] + " (all)" if same_error and len(texts) > 1
+                             else " / ".join(texts))
         pct = " / ".join(f"{p:.0f}%" if p is not None else "–"
                          for p in (pct_peak(wid, k, dtype) for k in threads))
         out.append(f"| {wid} `{desc}` | {mode} | " + " | ".join(cells) +
@@ -244,6 +321,12 @@ def main():
                    f"{'yes' if ok else 'NO'} |")
     out.append("")
     out.append(f"All targets met: {'yes' if met_all and targets else 'no'}")
+    disturbed = [x for x in raw if x["other_cores"] > DISTURBED_CORES]
+    if disturbed:
+        out.append(f"\n{DISTURBED} {len(disturbed)} timing(s) ran while other processes used more "
+                   f"than {DISTURBED_CORES} core (worst {max(x['other_cores'] for x in disturbed):.2f}"
+                   "); with 2 cores a busy neighbour wrecks 2-thread timings: rerun on a quiet "
+                   "machine.")
     print("\n".join(out))
     return 0
 

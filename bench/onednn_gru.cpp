@@ -93,21 +93,31 @@ Options parse_args(int argc, char** argv) {
       if (a + 1 >= argc) usage_error(arg + " needs a value");
       return argv[++a];
     };
-    if (arg == "--train") o.mode = "train";
-    else if (arg == "--cell") o.mode = "cell";
-    else if (arg == "--lengths") o.lengths = value();
-    else if (arg == "--threads") o.threads = parse_int(arg, value());
-    else if (arg == "--reps") o.reps = parse_int(arg, value());
-    else if (arg == "--warmup") o.warmup = parse_int(arg, value());
+    if (arg == "--train")
+      o.mode = "train";
+    else if (arg == "--cell")
+      o.mode = "cell";
+    else if (arg == "--lengths")
+      o.lengths = value();
+    else if (arg == "--threads")
+      o.threads = parse_int(arg, value());
+    else if (arg == "--reps")
+      o.reps = parse_int(arg, value());
+    else if (arg == "--warmup")
+      o.warmup = parse_int(arg, value());
     else if (arg == "--dtype") {
       o.dtype = value();
-      if (o.dtype != "f32" && o.dtype != "f64") usage_error("--dtype expects f32 or f64, got '" + o.dtype + "'");
+      if (o.dtype != "f32" && o.dtype != "f64")
+        usage_error("--dtype expects f32 or f64, got '" + o.dtype + "'");
     } else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: onednn_gru DESCRIPTOR [--train] [--cell] [--lengths SPEC] [--threads K] "
-                  "[--reps R] [--warmup W] [--dtype f32|f64]\n");
+      std::printf(
+          "usage: onednn_gru DESCRIPTOR [--train] [--cell] [--lengths SPEC] [--threads K] "
+          "[--reps R] [--warmup W] [--dtype f32|f64]\n");
       std::exit(0);
-    } else if (!arg.empty() && arg[0] != '-' && desc.empty()) desc = arg;
-    else usage_error("unexpected argument '" + arg + "'");
+    } else if (!arg.empty() && arg[0] != '-' && desc.empty())
+      desc = arg;
+    else
+      usage_error("unexpected argument '" + arg + "'");
   }
   if (desc.empty()) usage_error("DESCRIPTOR (l{L}d{D}t{T}n{N}i{I}h{H}) is required");
   static const std::regex re(R"((?:l(\d+))?(?:d(\d+))?t(\d+)n(\d+)i(\d+)h(\d+))");
@@ -137,9 +147,10 @@ double gemm_flops(const Options& o) {
 
 std::string json_head(const Options& o) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                R"({"op":"gru","peer":"onednn","problem":"%s","mode":"%s","threads":%d,"dtype":"%s")",
-                o.problem.c_str(), o.mode.c_str(), o.threads, o.dtype.c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      R"({"op":"gru","peer":"onednn","problem":"%s","mode":"%s","threads":%d,"dtype":"%s")",
+      o.problem.c_str(), o.mode.c_str(), o.threads, o.dtype.c_str());
   return buf;
 }
 
@@ -157,7 +168,9 @@ memory random_memory(const memory::desc& md, const dnnl::engine& eng, std::mt199
   return m;
 }
 
-void zero(memory& m) { std::memset(m.get_data_handle(), 0, m.get_desc().get_size()); }
+void zero(memory& m) {
+  std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+}
 
 bool all_finite(const memory& m) {
   const float* p = static_cast<const float*>(m.get_data_handle());
@@ -186,11 +199,11 @@ struct Plan {
   std::vector<std::pair<dnnl::primitive, Args>> steps;  // executed in order per rep
   std::vector<memory> to_zero;                          // cleared before each rep (diff weights)
   std::vector<memory> outputs;                          // checked for finite values
+  std::vector<memory> buffers;  // owners of the buffers that per-step memories only point into
 };
 
 // Inference and training over the whole sequence: one primitive per layer.
-Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s,
-                   std::mt19937& rng) {
+Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::mt19937& rng) {
   const bool train = o.mode == "train";
   const auto dir = o.D == 2 ? dnnl::rnn_direction::bidirectional_concat
                             : dnnl::rnn_direction::unidirectional_left2right;
@@ -213,10 +226,9 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s,
                    random_memory({{1, D, H, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
                    random_memory({{1, D, 4, H}, dt::f32, tag::ldgo}, eng, rng, wscale)};
     const memory::desc dst_md({T, N, D * H}, dt::f32, tag::tnc);
-    dnnl::lbr_gru_forward::desc d(prop, dir, src.get_desc(), none,
-                                  {{1, D, C, 3, H}, dt::f32, tag::any},
-                                  {{1, D, H, 3, H}, dt::f32, tag::any}, w.bias.get_desc(), dst_md,
-                                  none);
+    dnnl::lbr_gru_forward::desc d(
+        prop, dir, src.get_desc(), none, {{1, D, C, 3, H}, dt::f32, tag::any},
+        {{1, D, H, 3, H}, dt::f32, tag::any}, w.bias.get_desc(), dst_md, none);
     dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
     memory dst(pd.dst_layer_desc(), eng);
     Args args{{DNNL_ARG_SRC_LAYER, src},
@@ -278,6 +290,7 @@ Plan plan_cell(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::
   const memory::desc none;
   Plan plan;
   memory inputs = random_memory({{T, N, o.I}, dt::f32, tag::tnc}, eng, rng, 1.0f);
+  plan.buffers.push_back(inputs);
   for (int64_t l = 0; l < o.L; ++l) {
     const memory::dim C = l == 0 ? o.I : H;
     const memory::desc x_md({1, N, C}, dt::f32, tag::tnc), h_md({1, 1, N, H}, dt::f32, tag::ldnc),
@@ -285,11 +298,10 @@ Plan plan_cell(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::
     LayerWeights w{random_memory({{1, 1, C, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
                    random_memory({{1, 1, H, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
                    random_memory({{1, 1, 4, H}, dt::f32, tag::ldgo}, eng, rng, wscale)};
-    dnnl::lbr_gru_forward::desc d(dnnl::prop_kind::forward_inference,
-                                  dnnl::rnn_direction::unidirectional_left2right, x_md, h_md,
-                                  {{1, 1, C, 3, H}, dt::f32, tag::any},
-                                  {{1, 1, H, 3, H}, dt::f32, tag::any}, w.bias.get_desc(), y_md,
-                                  none);
+    dnnl::lbr_gru_forward::desc d(
+        dnnl::prop_kind::forward_inference, dnnl::rnn_direction::unidirectional_left2right, x_md,
+        h_md, {{1, 1, C, 3, H}, dt::f32, tag::any}, {{1, 1, H, 3, H}, dt::f32, tag::any},
+        w.bias.get_desc(), y_md, none);
     dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
     dnnl::lbr_gru_forward prim(pd);
     memory wl = reordered(w.w_layer, pd.weights_layer_desc(), eng, s);
@@ -308,6 +320,8 @@ Plan plan_cell(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::
                 {DNNL_ARG_DST_LAYER, memory(y_md, eng, out_base + t * N * H)}};
       plan.steps.emplace_back(prim, std::move(args));
     }
+    plan.buffers.push_back(h0);
+    plan.buffers.push_back(outputs);
     plan.outputs.push_back(outputs);
     inputs = outputs;
   }
@@ -362,8 +376,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < o.reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       run_once(plan, s);
-      ms[r] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                  .count();
+      ms[r] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     std::sort(ms.begin(), ms.end());
     const double median = o.reps % 2 ? ms[o.reps / 2] : 0.5 * (ms[o.reps / 2 - 1] + ms[o.reps / 2]);
