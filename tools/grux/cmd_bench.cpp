@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
+#include "cpu/read_bandwidth.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/runtime.h"
@@ -103,6 +104,59 @@ GemmPeak measure_gemm_peak(int reps) {
 
 GemmPeak gemm_peak(DType dtype, int reps) {
   return dtype == DType::f32 ? measure_gemm_peak<float>(reps) : measure_gemm_peak<double>(reps);
+}
+
+// GB/s of `threads` threads, each reading its own buffer of `bytes_per_thread` over and
+// over: the rate at which weights of that size can come from the cache level holding them.
+double read_bandwidth(int64_t bytes_per_thread, int threads) {
+  const int64_t n = std::max<int64_t>(bytes_per_thread / 4, 4096) / 64 * 64;
+  const int64_t passes = std::max<int64_t>(1, int64_t(4e8) / (n * 4 * threads));
+  double best = 0;
+  std::vector<float> sums(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    Tensor buf = Tensor::full({n}, 1.0, DType::f32);  // first touch by its reader
+    for (int rep = 0; rep < 3; ++rep) {
+#pragma omp barrier
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t p = 0; p < passes; ++p) sums[t] += cpu::read_sum(buf.data<float>(), n);
+#pragma omp barrier
+#pragma omp master
+      {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, double(n) * 4 * passes * threads / s / 1e9);
+      }
+    }
+  }
+  return best;
+}
+
+// The time this problem cannot beat on this machine: the larger of its GEMM flops at the
+// measured peak and its weight traffic at the measured read bandwidth (the recurrent weights
+// are read every step, by each thread its own share; the input weights once per 96-row
+// block, or every step in cell mode).
+struct Bound {
+  double ms, compute_ms, traffic_ms, read_gbps;
+};
+Bound problem_bound(const GruProblem& p, const std::string& mode, int threads, double flops,
+                    double peak_gflops) {
+  const int64_t es = dtype_size(p.dtype), U = 64 / es;
+  const int64_t team = std::clamp<int64_t>((p.H + U - 1) / U, 1, threads);
+  int64_t S = p.T;
+  if (!p.lengths.empty()) S = *std::max_element(p.lengths.begin(), p.lengths.end());
+  double bytes = 0;
+  for (int64_t l = 0; l < p.L; ++l) {
+    const double whh = 3.0 * p.H * p.H * es, wih = 3.0 * p.H * (l == 0 ? p.I : p.D * p.H) * es;
+    if (mode == "cell") bytes += p.T * (whh + wih);
+    else bytes += p.D * (S * whh * (mode == "train" ? 2 : 1) + double((p.rows() + 95) / 96) * wih);
+  }
+  Bound b;
+  b.read_gbps = read_bandwidth(int64_t(3.0 * p.H * p.H * es) / team, static_cast<int>(team));
+  b.compute_ms = flops / (peak_gflops * 1e6);
+  b.traffic_ms = bytes / (b.read_gbps * 1e6);
+  b.ms = std::max(b.compute_ms, b.traffic_ms);
+  return b;
 }
 
 // Lengths from "uniform:LO:HI:SEED" (std::mt19937_64(SEED), uniform integers in [LO, HI]) or
@@ -216,13 +270,17 @@ void run_bench_gru(const BenchArgs& a) {
   const double flops = p.gemm_flops() * (a.train ? 3 : 1);
   const double gflops = flops / (t.median_ms * 1e6);
   const GemmPeak peak = gemm_peak(p.dtype, 3);
+  const Bound bound = problem_bound(p, mode, threads, flops, peak.best());
   fmt::print(
       "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"blas_gflops\":{:.2f},"
-      "\"grux_gemm_gflops\":{:.2f},\"checked\":true}}\n",
+      "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
+      "\"read_gbps\":{:.1f},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
-      100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux);
+      100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms,
+      bound.compute_ms >= bound.traffic_ms ? "compute" : "bandwidth", 100 * bound.ms / t.median_ms,
+      bound.read_gbps);
 }
 
 void run_bench_gemm(const BenchArgs& a) {

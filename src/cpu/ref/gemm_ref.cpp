@@ -32,17 +32,25 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
 template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
                  const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
-  const int64_t n0 = p0 * B.panel, n1 = std::min(B.N, p1 * B.panel);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* col = B.data + (n / B.panel) * B.K * B.panel + n % B.panel;  // B(k, n) = col[k * panel]
-      double acc = 0;
-      for (int64_t k = 0; k < B.K; ++k)
-        acc += double(trans_a ? A[k * lda + m] : A[m * lda + k]) * double(col[k * B.panel]);
-      if (bias) acc += bias[n];
-      T& c = C[m * ldc + n];
-      c = static_cast<T>(accumulate ? acc + double(c) : acc);
+  // Per panel, each row's sums run over k in order in double (axpy order so it vectorizes).
+  std::vector<double> acc(B.panel);
+  for (int64_t p = p0; p < std::min(p1, B.panels()); ++p) {
+    const T* panel = B.data + p * B.K * B.panel;
+    const int64_t n0 = p * B.panel, cols = std::min(B.panel, B.N - n0);
+    for (int64_t m = 0; m < M; ++m) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < B.K; ++k) {
+        const double a = trans_a ? A[k * lda + m] : A[m * lda + k];
+        const T* bk = panel + k * B.panel;
+        for (int64_t j = 0; j < B.panel; ++j) acc[j] += a * double(bk[j]);
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        double v = acc[j] + (bias ? double(bias[n0 + j]) : 0.0);
+        T& c = C[m * ldc + n0 + j];
+        c = static_cast<T>(accumulate ? v + double(c) : v);
+      }
     }
+  }
 }
 
 template void gemm_packed<float>(int64_t, const float*, int64_t, bool, const PackedB<float>&,
