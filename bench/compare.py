@@ -1,5 +1,5 @@
-# Runs the standard workloads (../shared/WORKLOADS.md) through grux, PyTorch and oneDNN in one run,
-# one process per measurement, sequentially, and prints a Markdown table of times, ratios and issue-3 targets.
+# Runs the standard workloads (../shared/WORKLOADS.md) through grux, PyTorch and oneDNN in one
+# run, one process at a time, and prints a Markdown table of times, ratios and issue-3 targets.
 #
 # Usage (from the repository root, after building):  /usr/bin/python3 bench/compare.py
 #   [--reps R] [--only W3[,W4...]] [--threads 1,2] [--grux build/grux]
@@ -30,7 +30,8 @@ WORKLOADS = [
      ("grux", "pytorch", "onednn")),
     ("W3-f64", "l1d1t100n64i256h512", ["--dtype", "f64"], "inference f64", ("grux",)),
     ("W3-rb", "l1d1t100n64i256h512", ["--reset-before"], "inference reset-before", ("grux",)),
-    ("W4-rb", "l1d1t100n64i256h512", ["--train", "--reset-before"], "train reset-before", ("grux",)),
+    ("W4-rb", "l1d1t100n64i256h512", ["--train", "--reset-before"], "train reset-before",
+     ("grux",)),
 ]
 TOOLS = {"grux": "grux", "pytorch": "PyTorch", "onednn": "oneDNN"}
 DISTURBED, DISTURBED_CORES = "†", 0.1  # mark timings during which others used > 0.1 core
@@ -54,8 +55,6 @@ class Result:
             return "n/a"
         if self.error:
             return "error: " + self.error
-        if self.ms is None:
-            return "error: no median_ms"
         return f"{self.ms:.3g}" + (DISTURBED if self.disturbed else "")
 
     @property
@@ -127,7 +126,11 @@ def parse(p, op):
         return Result(line=line, unsupported=line.get("reason", "unsupported"))
     if p.returncode != 0 or line is None:
         msg = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or [""])[-1]
-        return Result(line=line, error=f"rc {p.returncode}: {msg[:100]}".strip())
+        why = f"rc {p.returncode}" if p.returncode != 0 else "no JSON line"
+        return Result(line=line, error=f"{why}: {msg[:100]}".strip())
+    needed = "gflops" if op == "gemm" else "median_ms"
+    if not isinstance(line.get(needed), (int, float)):
+        return Result(line=line, error=f"no numeric {needed} in its JSON line")
     return Result(line=line)
 
 
@@ -154,6 +157,8 @@ def main():
     ap.add_argument("--onednn", default=os.path.join(ROOT, "build", "bench", "onednn_gru"))
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter that has torch")
     ap.add_argument("--json", help="save every raw result line (JSON Lines) to this file")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run everything this many times, interleaved; each cell keeps its best")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
     ap.add_argument("--wait-quiet", type=int, default=120,
                     help="before each measurement wait up to this many seconds for other "
@@ -200,15 +205,30 @@ def main():
 
     # The GEMM peak first (f64 only if an f64 row is selected), then every workload.
     dtypes = ["f32"] + (["f64"] if any("--dtype" in w[2] for w in selected) else [])
-    gemm = {(d, k): run("gemm", "grux", [a.grux, "bench", "gemm", "--threads", str(k),
-                                          "--dtype", d], "gemm", k)
-            for d in dtypes for k in threads}
-    res = {}  # (workload id, tool) -> {threads: Result}
-    for wid, desc, flags, _, tools in selected:
-        for k in threads:
-            for tool in tools:
-                res.setdefault((wid, tool), {})[k] = run(wid, tool, command(tool, desc, flags, k),
-                                                          "gru", k)
+    # With --rounds R every measurement runs R times, interleaved (round after round), and each
+    # cell keeps its best run: the lowest median, the highest GEMM rate.
+    def better(old, new, key):
+        if old is None or (old.error and not new.error):
+            return new
+        if new.error or old.unsupported:
+            return old
+        return new if key(new) < key(old) else old
+
+    gemm, res = {}, {}  # (dtype, threads) -> Result; (workload id, tool) -> {threads: Result}
+    for rnd in range(a.rounds):
+        if a.rounds > 1:
+            print(f"-- round {rnd + 1} of {a.rounds}", file=sys.stderr, flush=True)
+        for d in dtypes:
+            for k in threads:
+                cmd = [a.grux, "bench", "gemm", "--threads", str(k), "--dtype", d]
+                r = run("gemm", "grux", cmd, "gemm", k)
+                gemm[(d, k)] = better(gemm.get((d, k)), r, lambda x: -x.line.get("gflops", 0))
+        for wid, desc, flags, _, tools in selected:
+            for k in threads:
+                for tool in tools:
+                    r = run(wid, tool, command(tool, desc, flags, k), "gru", k)
+                    cell = res.setdefault((wid, tool), {})
+                    cell[k] = better(cell.get(k), r, lambda x: x.ms)
 
     if a.json:
         with open(a.json, "w") as f:
@@ -241,7 +261,8 @@ def main():
     ts = " / ".join(f"{k}t" for k in threads)
     out = []
     env = ", ".join(f"{v}={os.environ[v]}" for v in ENV_SHOWN if v in os.environ) or "none set"
-    out.append(f"grux: `{a.grux}`; reps {a.reps}; threads {a.threads}; environment: {env}\n")
+    out.append(f"grux: `{a.grux}`; reps {a.reps}; rounds {a.rounds} (best kept); threads "
+               f"{a.threads}; environment: {env}\n")
     # `gflops` is the BLAS rate that pct_of_gemm_peak divides by; grux_gflops, when grux prints
     # it, is grux's own packed GEMM on the same problem.
     out.append("| GEMM (grux bench gemm) | " + " | ".join(f"{k}t GFLOP/s" for k in threads) + " |")
@@ -321,10 +342,11 @@ def main():
                    f"{'yes' if ok else 'NO'} |")
     out.append("")
     out.append(f"All targets met: {'yes' if met_all and targets else 'no'}")
-    disturbed = [x for x in raw if x["other_cores"] > DISTURBED_CORES]
+    kept = list(gemm.values()) + [r for cell in res.values() for r in cell.values()]
+    disturbed = [r for r in kept if r.disturbed]
     if disturbed:
         out.append(f"\n{DISTURBED} {len(disturbed)} timing(s) ran while other processes used more "
-                   f"than {DISTURBED_CORES} core (worst {max(x['other_cores'] for x in disturbed):.2f}"
+                   f"than {DISTURBED_CORES} core (worst {max(r.other_cores for r in disturbed):.2f}"
                    "); with 2 cores a busy neighbour wrecks 2-thread timings: rerun on a quiet "
                    "machine.")
     print("\n".join(out))

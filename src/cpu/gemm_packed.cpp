@@ -133,10 +133,16 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const T* A, int64_t lda, const 
                 int64_t kb, int64_t ke) {
   constexpr int64_t P = S * kUnit<T>;
   int64_t p = p0;
-  // Few rows: several panels at once give the FMA pipes independent chains.
+  // Few rows, or narrow panels: several panels at once give the FMA pipes enough independent
+  // chains (a panel's element chains are the same whichever panels it is grouped with).
   if (M <= 2) {
     for (; p + 4 <= p1; p += 4)
       RowsTimesPanels<4, S, TA>(M, K, A, lda, packed + p * K * P, N - p * P,
+                                bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc, kb, ke);
+  } else if constexpr (S < 3) {
+    constexpr int G = S == 1 ? 3 : 2;
+    for (; p + G <= p1; p += G)
+      RowsTimesPanels<G, S, TA>(M, K, A, lda, packed + p * K * P, N - p * P,
                                 bias ? bias + p * P : nullptr, accumulate, C + p * P, ldc, kb, ke);
   }
   for (; p < p1; ++p)

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/spin_barrier.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gemm_ref.h"
@@ -86,8 +87,11 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 struct TeamShare {
   int64_t b0, b1;  // unit blocks (forward GEMM panels and gate kernels)
   int64_t q0, q1;  // output panels of the backward dL/dh_prev GEMMs
+  SpinBarrier* barrier;  // shared by the team
+  void sync() const { barrier->wait(); }
 };
-TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads);
+TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads,
+                     SpinBarrier* barrier);
 
 // Forward step for this thread's blocks. g (B x 3H) in: input projection, out: r, z, n.
 // aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H).
@@ -108,11 +112,11 @@ void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Tea
     T* ghn = gh + 2 * H * B;
     k.gemm(B, h_prev, H, false, P.hh, nullptr, false, ghrz, 2 * H, me.b0, me.b1);
     k.rb_forward_rz(B, H, me.b0, me.b1, g, ghrz, b_hh, h_prev, aux);
-#pragma omp barrier
+    me.sync();
     k.gemm(B, aux, H, false, P.hn, nullptr, false, ghn, H, me.b0, me.b1);
     k.rb_forward_n(B, H, me.b0, me.b1, g, ghn, b_hh, h_prev, h);
   }
-#pragma omp barrier
+    me.sync();
 }
 
 // Backward step given dh = dL/dh (B x H, complete). Writes dg (B x 3H), the recurrent-side
@@ -126,20 +130,20 @@ void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const Te
   if (P.form == GruForm::linear_before_reset) {
     // 1. pointwise (my blocks). 2. (all dgh ready) dh_prev += dgh W_hh (my output panels).
     k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dg, dgh, dh_prev);
-#pragma omp barrier
+    me.sync();
     k.gemm(B, dgh, 3 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
   } else {
     // 1. dz, dn, dh_prev = dh z. 2. drh = dn W_hn. 3. dr, dh_prev += drh r.
     // 4. dh_prev += [dr dz] W_h{r,z}.
     k.rb_backward_zn(B, H, me.b0, me.b1, g, h_prev, dh, dg, dn, dh_prev);
-#pragma omp barrier
+    me.sync();
     k.gemm(B, dn, H, false, P.hn_t, nullptr, false, drh, H, me.q0, me.q1);
-#pragma omp barrier
+    me.sync();
     k.rb_backward_r(B, H, me.b0, me.b1, g, h_prev, drh, dg, drz, dh_prev);
-#pragma omp barrier
+    me.sync();
     k.gemm(B, drz, 2 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
   }
-#pragma omp barrier
+    me.sync();
 }
 
 }  // namespace grux::ops

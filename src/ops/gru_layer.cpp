@@ -35,11 +35,12 @@ int gru_team_size(int64_t H, int64_t unit) {
   return static_cast<int>(std::clamp<int64_t>(blocks, 1, omp_get_max_threads()));
 }
 
-TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads) {
+TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads,
+                     SpinBarrier* barrier) {
   const int64_t blocks = (H + unit - 1) / unit;
   const int64_t panels = (H + unit * panel_units - 1) / (unit * panel_units);
   return {tid * blocks / threads, (tid + 1) * blocks / threads, tid * panels / threads,
-          (tid + 1) * panels / threads};
+          (tid + 1) * panels / threads, barrier};
 }
 
 template <typename T>
@@ -110,10 +111,13 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
+  SpinBarrier barrier;
 #pragma omp parallel num_threads(gru_team_size(H, cpu::kUnit<T>))
   {
+#pragma omp single
+    barrier.reset(omp_get_num_threads());  // the team we got (1 when nested in a caller's team)
     const TeamShare me =
-        team_share(H, cpu::kUnit<T>, 3, omp_get_thread_num(), omp_get_num_threads());
+        team_share(H, cpu::kUnit<T>, 3, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
     //    row blocks that stay in L2 while my panels stream by.
     constexpr int64_t kRowBlock = 96;
@@ -169,9 +173,13 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt), drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
   Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
+  SpinBarrier barrier;
 #pragma omp parallel num_threads(gru_team_size(H, U))
   {
-    const TeamShare me = team_share(H, U, 3, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp single
+    barrier.reset(omp_get_num_threads());
+    const TeamShare me =
+        team_share(H, U, 3, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
     T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
     T* dh_prev = carry.data<T>() + N * H;  // produced by step s
