@@ -102,7 +102,9 @@ struct GruTapeData {
   DType dtype = DType::f32;
   std::vector<Tensor> layer_inputs;     // per layer, (T, N, in) time-major (views allowed)
   std::vector<Tensor> masks;            // per layer below the top: dropout scale or undefined
-  std::vector<Tensor> h0s, g, aux, hs;  // per layer * D + direction, packed buffers
+  // Per layer * D + direction, packed buffers. states: the initial state (N rows, sorted
+  // order) followed by every step's state (rows).
+  std::vector<Tensor> states, g, aux;
 };
 
 namespace {
@@ -291,22 +293,24 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
       gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      Tensor h0s = Tensor::zeros({N, H}, dt);
-      if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s.data<T>());
+      // The initial state (N rows, sorted order) and then every step's state (rows).
+      Tensor states = Tensor::empty({N + rows, H}, dt);
+      T* h0s = states.data<T>();
+      T* hs = h0s + N * H;
+      std::memset(h0s, 0, N * H * sizeof(T));
+      if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s);
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
-      Tensor hs = Tensor::empty({rows, H}, dt);
       const ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, false);
-      ops::gru_layer_forward<T>(k, P, lay, xp.data<T>(), h0s.data<T>(), g.data<T>(),
-                                aux.data<T>(), hs.data<T>(), gh.data<T>());
-      scatter_packed<T>(lay, d, hs.data<T>(), H, out.data<T>(), D * H, d * H, false);
+      ops::gru_layer_forward<T>(k, P, lay, xp.data<T>(), h0s, g.data<T>(), aux.data<T>(), hs,
+                                gh.data<T>());
+      scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
       for (int64_t j = 0; j < N; ++j)
-        std::memcpy(h_n.data<T>() + (ld * N + lay.perm[j]) * H, hs.data<T>() + last_row(lay, j) * H,
+        std::memcpy(h_n.data<T>() + (ld * N + lay.perm[j]) * H, hs + last_row(lay, j) * H,
                     H * sizeof(T));
       if (tape) {
-        tape->h0s[ld] = h0s;
+        tape->states[ld] = states;
         tape->g[ld] = g;
         tape->aux[ld] = aux;
-        tape->hs[ld] = hs;
       }
     }
     if (tape) tape->layer_inputs[l] = layer_in;
@@ -364,9 +368,9 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         dw.b_hh = Tensor::empty({3 * H}, dt);
       }
       const ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, true);
-      ops::gru_layer_backward<T>(k, P, lay, xp.data<T>(), tape.h0s[ld].data<T>(),
-                                 tape.g[ld].data<T>(), tape.aux[ld].data<T>(),
-                                 tape.hs[ld].data<T>(), dy, dxp.data<T>(), dw, dh0s.data<T>());
+      ops::gru_layer_backward<T>(k, P, lay, xp.data<T>(), tape.states[ld].data<T>(),
+                                 tape.g[ld].data<T>(), tape.aux[ld].data<T>(), dy, dxp.data<T>(),
+                                 dw, dh0s.data<T>());
       scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
       for (int64_t j = 0; j < N; ++j)
         std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,
@@ -535,10 +539,9 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   data->dtype = dtype_;
   data->layer_inputs.resize(config_.num_layers);
   data->masks.resize(config_.num_layers);
-  data->h0s.resize(LD);
+  data->states.resize(LD);
   data->g.resize(LD);
   data->aux.resize(LD);
-  data->hs.resize(LD);
   GruOutput r = dtype_ == DType::f32
                     ? forward_impl<float>(config_, weights_, p, true, dropout_seed, data.get())
                     : forward_impl<double>(config_, weights_, p, true, dropout_seed, data.get());

@@ -138,8 +138,14 @@ namespace {
 template <typename T>
 void column_sums(int64_t rows, int64_t C, const T* m, T* out) {
   std::fill(out, out + C, T(0));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) out[c] += m[r * C + c];
+  // Threads own column ranges; each column is summed in row order (same result any team).
+#pragma omp parallel if (rows * C > (1 << 20))
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t c0 = t * C / nt, c1 = (t + 1) * C / nt;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) out[c] += m[r * C + c];
+  }
 }
 
 // dst (rows x M, PyTorch row order) row map[c] <- src row c; `stride` the row length.
@@ -149,25 +155,28 @@ void unpermute_rows(int64_t M, int64_t stride, const T* src, const int64_t* map,
     std::memcpy(dst + (map ? map[c] : c) * stride, src + c * stride, stride * sizeof(T));
 }
 
-// op(A)^T B over all rows: C (M x N) = A^T (A: rows x M, row stride lda) times B (rows x N).
+// A^T B over all rows: C (M x N) = A^T (A: rows x M, row stride lda) times B (rows x N;
+// row r of B is row b_rows[r] of `B` when b_rows is given).
 template <typename T>
 void gradient_gemm(const GruKernels<T>& k, int64_t rows, int64_t M, const T* A, int64_t lda,
-                   int64_t N, const T* B, T* C) {
+                   int64_t N, const T* B, T* C, const int64_t* b_rows = nullptr) {
   constexpr int64_t U = cpu::kUnit<T>;
   Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, 3 * U)}, dtype_of<T>());
-  cpu::pack_b<T>(rows, N, 3 * U, B, N, 1, nullptr, nullptr, packed.data<T>());
+  cpu::pack_b<T>(rows, N, 3 * U, B, N, 1, b_rows, nullptr, packed.data<T>());
   k.gemm_all(M, A, lda, true, {rows, N, 3 * U, packed.data<T>()}, nullptr, false, C, N);
 }
 }  // namespace
 
 template <typename T>
 void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
-                        const T* xp, const T* h0s, const T* g, const T* aux, const T* hs, T* dyp,
-                        T* dxp, GruLayerWeights& dw, T* dh0s) {
+                        const T* xp, const T* states, const T* g, const T* aux, T* dyp, T* dxp,
+                        GruLayerWeights& dw, T* dh0s) {
   constexpr int64_t U = cpu::kUnit<T>;
   const int64_t H = P.H, G = 3 * H, N = lay.N, rows = lay.rows(), in = P.in;
   const bool lbr = P.form == GruForm::linear_before_reset;
   const DType dt = dtype_of<T>();
+  const T* h0s = states;
+  const T* hs = states + N * H;
   Tensor dg = Tensor::empty({rows, G}, dt);
   Tensor dgh = Tensor::empty({lbr ? rows : 0, G}, dt);
   Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt), drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
@@ -197,12 +206,12 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
     }
   }
   std::memcpy(dh0s, carry.data<T>() + (lay.S % 2 == 1 ? N * H : 0), N * H * sizeof(T));
-  // 2. The previous state of every row: the right operand of dW_hh.
-  Tensor hprev = Tensor::empty({rows, H}, dt);
-  for (int64_t s = 0; s < lay.S; ++s) {
-    const T* src = s == 0 ? h0s : hs + lay.off[s - 1] * H;
-    std::memcpy(hprev.data<T>() + lay.off[s] * H, src, lay.bs[s] * H * sizeof(T));
-  }
+  // 2. The previous state of every packed row (the right operand of dW_hh), as rows of
+  //    `states`: step 0 reads h0s, step s the states of step s - 1.
+  std::vector<int64_t> hprev_rows(rows);
+  for (int64_t s = 0; s < lay.S; ++s)
+    for (int64_t j = 0; j < lay.bs[s]; ++j)
+      hprev_rows[lay.off[s] + j] = s == 0 ? j : N + lay.off[s - 1] + j;
   // 3. Weight gradients, each one GEMM over all steps (rows in gate-interleaved order, then
   //    put back in PyTorch's order), and the input gradient.
   Tensor tmp = Tensor::empty({G, std::max(in, H)}, dt);
@@ -210,11 +219,11 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   gradient_gemm(k, rows, G, dg.data<T>(), G, in, xp, t);
   unpermute_rows(G, in, t, P.map3.data(), dw.w_ih.data<T>());
   if (lbr) {
-    gradient_gemm(k, rows, G, dgh.data<T>(), G, H, hprev.data<T>(), t);
+    gradient_gemm(k, rows, G, dgh.data<T>(), G, H, states, t, hprev_rows.data());
     unpermute_rows(G, H, t, P.map3.data(), dw.w_hh.data<T>());
   } else {
     // Blocks r, z multiply h_prev; block n multiplies rh = r * h_prev (saved in aux).
-    gradient_gemm(k, rows, 2 * H, drz.data<T>(), 2 * H, H, hprev.data<T>(), t);
+    gradient_gemm(k, rows, 2 * H, drz.data<T>(), 2 * H, H, states, t, hprev_rows.data());
     unpermute_rows(2 * H, H, t, P.map2.data(), dw.w_hh.data<T>());
     gradient_gemm(k, rows, H, dn.data<T>(), H, H, aux, dw.w_hh.data<T>() + 2 * H * H);
   }
@@ -233,7 +242,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
                                      const SeqLayout&, const T*, const T*, T*, T*, T*, T*);  \
   template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,           \
                                       const SeqLayout&, const T*, const T*, const T*,        \
-                                      const T*, const T*, T*, T*, GruLayerWeights&, T*);
+                                      const T*, T*, T*, GruLayerWeights&, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE

@@ -44,14 +44,15 @@ template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh);
 
-// Backward over all steps of one layer-direction, given the forward's g, aux, hs.
+// Backward over all steps of one layer-direction, given the forward's g and aux, and its
+// states: h0s (N rows, sorted order) followed by hs (rows), in one buffer.
 //   dyp (rows x H): on entry dL/dh at each packed row from above (output gradient plus the
 //     h_n gradient at each sequence's last step); used as scratch.
 //   Outputs (overwritten): dxp (rows x in), dw (the layer's weight gradients in PyTorch's
 //     layout; biases only when P has them), dh0s (N x H, sorted order).
 template <typename T>
 void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
-                        const T* xp, const T* h0s, const T* g, const T* aux, const T* hs, T* dyp,
-                        T* dxp, GruLayerWeights& dw, T* dh0s);
+                        const T* xp, const T* states, const T* g, const T* aux, T* dyp, T* dxp,
+                        GruLayerWeights& dw, T* dh0s);
 
 }  // namespace grux::ops
