@@ -152,5 +152,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+
+// Callers may run grux inside their own parallel region (nested: grux gets a team of one)
+// and from several threads at once on one const Gru: same bits, no deadlock.
+TEST(Threads, CallsFromInsideACallersParallelRegion) {
+  GruConfig c;
+  c.input_size = 5;
+  c.hidden_size = 40;  // three unit blocks: grux would use a team of two
+  Gru gru(c, DType::f32, 2);
+  std::mt19937_64 rng(3);
+  Tensor x = test::random_tensor({7, 3, 5}, DType::f32, rng);
+  const Tensor serial = gru.forward(x).output;
+  std::vector<Tensor> got(4);
+#pragma omp parallel for num_threads(2)
+  for (int i = 0; i < 4; ++i) got[i] = gru.forward(x).output;
+  for (const Tensor& g : got) EXPECT_TRUE(test::all_close("nested", "output", g, serial, {0, 0}));
+}
+
 }  // namespace
 }  // namespace grux

@@ -111,11 +111,16 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
+  const int team = gru_team_size(H, cpu::kUnit<T>);
   SpinBarrier barrier;
-#pragma omp parallel num_threads(gru_team_size(H, cpu::kUnit<T>))
+  barrier.reset(team);
+#pragma omp parallel num_threads(team)
   {
+    // A smaller team than asked for (nested in a caller's parallel region): resize.
+    if (omp_get_num_threads() != team) {
 #pragma omp single
-    barrier.reset(omp_get_num_threads());  // the team we got (1 when nested in a caller's team)
+      barrier.reset(omp_get_num_threads());
+    }
     const TeamShare me =
         team_share(H, cpu::kUnit<T>, 3, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
@@ -182,11 +187,16 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt), drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
   Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
+  const int team = gru_team_size(H, U);
   SpinBarrier barrier;
-#pragma omp parallel num_threads(gru_team_size(H, U))
+  barrier.reset(team);
+#pragma omp parallel num_threads(team)
   {
+    // A smaller team than asked for (nested in a caller's parallel region): resize.
+    if (omp_get_num_threads() != team) {
 #pragma omp single
-    barrier.reset(omp_get_num_threads());
+      barrier.reset(omp_get_num_threads());
+    }
     const TeamShare me =
         team_share(H, U, 3, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
