@@ -5,7 +5,7 @@
 // B active rows, H hidden size, U = cpu::kUnit<T> units per block. Gate buffers use the
 // interleaved layout of cpu/gru_gates.h. A thread owns unit blocks [b0, b1) (its gates and
 // the matching panels of the forward GEMMs) and output panels [q0, q1) of the backward GEMMs
-// that produce dL/dh_prev.
+// that produce dL/dh_prev (one unit wide, so the same split).
 #pragma once
 
 #include <omp.h>
@@ -72,8 +72,9 @@ struct PackedLayer {
   cpu::PackedB<T> hh;    // forward recurrent: (H x 3H) interleaved; reset-before: (H x 2H) r, z
   cpu::PackedB<T> hn;    // reset-before: (H x H), W_hn^T
   cpu::PackedB<T> ih_t;  // backward: (3H x in), dx = dg ih_t
-  cpu::PackedB<T> hh_t;  // backward: (3H x H), dh_prev += dgh hh_t; reset-before (2H x H)
-  cpu::PackedB<T> hn_t;  // backward, reset-before: (H x H), drh = dn hn_t
+  cpu::PackedB<T> hh_t;  // backward: (3H x H), dh_prev += dgh hh_t; reset-before (2H x H);
+                         // one-unit panels so that threads split them like the units
+  cpu::PackedB<T> hn_t;  // backward, reset-before: (H x H), drh = dn hn_t; one-unit panels
   std::vector<T> b_ih, b_hh;      // interleaved (3H); empty without bias
   std::vector<int64_t> map3, map2;  // interleaved column -> PyTorch weight row
   Tensor storage;                 // owns the packed data

@@ -78,10 +78,10 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
   if (backward) {
     specs.push_back({&P.ih_t, 3 * H, in, 3 * U, wih, in, 1, P.map3.data(), nullptr});
     if (!rb) {
-      specs.push_back({&P.hh_t, 3 * H, H, 3 * U, whh, H, 1, P.map3.data(), nullptr});
+      specs.push_back({&P.hh_t, 3 * H, H, U, whh, H, 1, P.map3.data(), nullptr});
     } else {
-      specs.push_back({&P.hh_t, 2 * H, H, 3 * U, whh, H, 1, P.map2.data(), nullptr});
-      specs.push_back({&P.hn_t, H, H, 3 * U, whn, H, 1, nullptr, nullptr});
+      specs.push_back({&P.hh_t, 2 * H, H, U, whh, H, 1, P.map2.data(), nullptr});
+      specs.push_back({&P.hn_t, H, H, U, whn, H, 1, nullptr, nullptr});
     }
   }
   int64_t total = 0;
@@ -122,7 +122,7 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
       barrier.reset(omp_get_num_threads());
     }
     const TeamShare me =
-        team_share(H, cpu::kUnit<T>, 3, omp_get_thread_num(), omp_get_num_threads(), &barrier);
+        team_share(H, cpu::kUnit<T>, 1, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
     //    row blocks that stay in L2 while my panels stream by.
     constexpr int64_t kRowBlock = 96;
@@ -198,7 +198,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
       barrier.reset(omp_get_num_threads());
     }
     const TeamShare me =
-        team_share(H, U, 3, omp_get_thread_num(), omp_get_num_threads(), &barrier);
+        team_share(H, U, 1, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
     T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
     T* dh_prev = carry.data<T>() + N * H;  // produced by step s
