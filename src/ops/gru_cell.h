@@ -37,8 +37,10 @@ struct GruKernels {
   // The whole product: split over threads (optimized) or one loop (reference).
   void gemm_all(int64_t M, const T* A, int64_t lda, bool ta, const cpu::PackedB<T>& B,
                 const T* bias, bool accumulate, T* C, int64_t ldc) const {
-    if (reference) cpu::ref::gemm_packed<T>(M, A, lda, ta, B, bias, accumulate, C, ldc, 0, B.panels());
-    else cpu::gemm_packed_parallel<T>(M, A, lda, ta, B, bias, accumulate, C, ldc);
+    if (reference)
+      cpu::ref::gemm_packed<T>(M, A, lda, ta, B, bias, accumulate, C, ldc, 0, B.panels());
+    else
+      cpu::gemm_packed_parallel<T>(M, A, lda, ta, B, bias, accumulate, C, ldc);
   }
 };
 
@@ -75,9 +77,9 @@ struct PackedLayer {
   cpu::PackedB<T> hh_t;  // backward: (3H x H), dh_prev += dgh hh_t; reset-before (2H x H);
                          // one-unit panels so that threads split them like the units
   cpu::PackedB<T> hn_t;  // backward, reset-before: (H x H), drh = dn hn_t; one-unit panels
-  std::vector<T> b_ih, b_hh;      // interleaved (3H); empty without bias
+  std::vector<T> b_ih, b_hh;        // interleaved (3H); empty without bias
   std::vector<int64_t> map3, map2;  // interleaved column -> PyTorch weight row
-  Tensor storage;                 // owns the packed data
+  Tensor storage;                   // owns the packed data
 };
 
 // Packs one layer-direction; the backward operands only when `backward`.
@@ -86,8 +88,8 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 
 // Who does what in a team of threads over one layer-direction's time loop.
 struct TeamShare {
-  int64_t b0, b1;  // unit blocks (forward GEMM panels and gate kernels)
-  int64_t q0, q1;  // output panels of the backward dL/dh_prev GEMMs
+  int64_t b0, b1;        // unit blocks (forward GEMM panels and gate kernels)
+  int64_t q0, q1;        // output panels of the backward dL/dh_prev GEMMs
   SpinBarrier* barrier;  // shared by the team
   void sync() const { barrier->wait(); }
 };
@@ -96,10 +98,11 @@ TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int 
 
 // Forward step for this thread's blocks. g (B x 3H) in: input projection, out: r, z, n.
 // aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H).
-// Ends with a barrier: h is complete for every unit on return.
+// Ends with a barrier (h complete for every unit on return) unless !sync_end: the last step
+// of a parallel region, whose end synchronizes anyway.
 template <typename T>
 void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
-                      int64_t B, const T* h_prev, T* g, T* gh, T* aux, T* h) {
+                      int64_t B, const T* h_prev, T* g, T* gh, T* aux, T* h, bool sync_end = true) {
   const int64_t H = P.H;
   const T* b_hh = P.b_hh.empty() ? nullptr : P.b_hh.data();
   if (P.form == GruForm::linear_before_reset) {
@@ -117,7 +120,7 @@ void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Tea
     k.gemm(B, aux, H, false, P.hn, nullptr, false, ghn, H, me.b0, me.b1);
     k.rb_forward_n(B, H, me.b0, me.b1, g, ghn, b_hh, h_prev, h);
   }
-    me.sync();
+  if (sync_end) me.sync();
 }
 
 // Backward step given dh = dL/dh (B x H, complete). Writes dg (B x 3H), the recurrent-side
@@ -144,7 +147,7 @@ void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const Te
     me.sync();
     k.gemm(B, drz, 2 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
   }
-    me.sync();
+  me.sync();
 }
 
 }  // namespace grux::ops

@@ -133,7 +133,8 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
     for (int64_t s = 0; s < lay.S; ++s) {
       const int64_t o = lay.off[s];
       const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
-      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H);
+      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H,
+                       /*sync_end=*/s + 1 < lay.S);
     }
   }
 }
@@ -184,7 +185,8 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   const T* hs = states + N * H;
   Tensor dg = Tensor::empty({rows, G}, dt);
   Tensor dgh = Tensor::empty({lbr ? rows : 0, G}, dt);
-  Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt), drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
+  Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt),
+         drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
   Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
   const int team = gru_team_size(H, U);
@@ -197,8 +199,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
 #pragma omp single
       barrier.reset(omp_get_num_threads());
     }
-    const TeamShare me =
-        team_share(H, U, 1, omp_get_thread_num(), omp_get_num_threads(), &barrier);
+    const TeamShare me = team_share(H, U, 1, omp_get_thread_num(), omp_get_num_threads(), &barrier);
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
     T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
     T* dh_prev = carry.data<T>() + N * H;  // produced by step s
@@ -246,13 +247,13 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   k.gemm_all(rows, dg.data<T>(), G, false, P.ih_t, nullptr, false, dxp, in);
 }
 
-#define GRUX_INSTANTIATE(T)                                                                   \
-  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool);              \
-  template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,            \
-                                     const SeqLayout&, const T*, const T*, T*, T*, T*, T*);  \
-  template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,           \
-                                      const SeqLayout&, const T*, const T*, const T*,        \
-                                      const T*, T*, T*, GruLayerWeights&, T*);
+#define GRUX_INSTANTIATE(T)                                                                     \
+  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool);                 \
+  template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,               \
+                                     const SeqLayout&, const T*, const T*, T*, T*, T*, T*);     \
+  template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,              \
+                                      const SeqLayout&, const T*, const T*, const T*, const T*, \
+                                      T*, T*, GruLayerWeights&, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE

@@ -1,5 +1,5 @@
 // Streaming GRU: feed frames or chunks, keep the state between calls. Each chunk runs the
-// same layer kernels as a whole-sequence forward, so results are identical to it.
+// same layer kernels as a whole-sequence forward, so results are bit-identical to it.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -9,21 +9,31 @@
 
 namespace grux {
 
+namespace {
+// Where a call's frames are: t frames of N x I, by element strides (time, batch, feature).
+struct Frames {
+  int64_t t = 0, st_t = 0, st_n = 0, st_i = 0;
+  bool chunk = false;  // a time axis was given
+};
+}  // namespace
+
 struct GruStream::Impl {
   const Gru* gru;
   int64_t N;  // batch (1 internally when unbatched)
   bool unbatched;
-  Tensor state;                // (L, N, H)
-  int64_t capacity = 0;        // chunk length the workspace holds
-  std::vector<Tensor> hs;      // per layer (capacity * N, H): that layer's outputs
-  Tensor xp, g, aux, gh;       // workspace
+  Tensor state;            // (L, N, H)
+  int64_t capacity = 0;    // chunk length the workspace holds
+  std::vector<Tensor> hs;  // per layer (capacity * N, H): that layer's outputs
+  Tensor xp, g, aux, gh;   // workspace
   // Per layer, weights packed once at construction (one of the two, by dtype).
   std::vector<ops::PackedLayer<float>> packed_f32;
   std::vector<ops::PackedLayer<double>> packed_f64;
   template <typename T>
   const std::vector<ops::PackedLayer<T>>& packed() const {
-    if constexpr (sizeof(T) == 4) return packed_f32;
-    else return packed_f64;
+    if constexpr (sizeof(T) == 4)
+      return packed_f32;
+    else
+      return packed_f64;
   }
   template <typename T>
   std::vector<ops::PackedLayer<T>> pack_all() const {
@@ -47,25 +57,26 @@ struct GruStream::Impl {
     capacity = t;
   }
 
+  ops::SeqLayout lay;  // for chunks of lay.T frames (kept: most calls repeat the last size)
+
   template <typename T>
-  void run(const Tensor& x, int64_t t, T* out) {
+  void run(const T* src, const Frames& f, T* out) {
     const GruConfig& c = gru->config();
-    const int64_t H = c.hidden_size, I = c.input_size, rows = t * N;
+    const int64_t t = f.t, H = c.hidden_size, I = c.input_size, rows = t * N;
     const auto k = ops::gru_kernels<T>();
-    const ops::SeqLayout lay = ops::make_seq_layout(t, N, nullptr);
+    if (lay.T != t || lay.off.empty()) lay = ops::make_seq_layout(t, N, nullptr);
     // Layer 0 input, packed time-major (row s * N + n).
     T* xpd = xp.data<T>();
+    const int64_t st0 = f.st_t, st1 = f.st_n, st2 = f.st_i;
     for (int64_t s = 0; s < t; ++s)
       for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < I; ++i)
-          xpd[(s * N + n) * I + i] =
-              x.data<T>()[s * x.stride(0) + n * x.stride(1) + i * x.stride(2)];
+        for (int64_t i = 0; i < I; ++i) xpd[(s * N + n) * I + i] = src[s * st0 + n * st1 + i * st2];
     const T* layer_in = xpd;
     for (int64_t l = 0; l < c.num_layers; ++l) {
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
-      ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(),
-                                h, gh.data<T>());
+      ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(), h,
+                                gh.data<T>());
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }
@@ -109,31 +120,52 @@ Tensor GruStream::state() const {
 }
 
 namespace {
-// Frames as a time-major (t, N, I) view; `chunk` tells whether a time axis was given.
-Tensor frames_view(const Tensor& f, const GruConfig& c, bool unbatched, int64_t N, bool& chunk) {
+// The frames' layout, checked: one frame (N, I) — (I) unbatched — or a chunk (t, N, I) —
+// (N, t, I) with batch_first, (t, I) unbatched. Real-time callers call this per frame, so it
+// builds no tensors.
+Frames frames_layout(const Tensor& f, const GruConfig& c, bool unbatched, int64_t N) {
   const int64_t I = c.input_size;
-  Tensor x;
+  const Shape& sh = f.shape();
+  const Shape& st = f.strides();
+  Frames r;
+  bool ok = false;
   if (unbatched) {
-    chunk = f.dim() == 2;
-    if (f.dim() == 1)
-      x = f.unsqueeze(0).unsqueeze(0);
-    else if (f.dim() == 2)
-      x = f.unsqueeze(1);
+    if (f.dim() == 1) r = {1, 0, 0, st[0], false}, ok = sh[0] == I;
+    if (f.dim() == 2) r = {sh[0], st[0], 0, st[1], true}, ok = sh[1] == I;
   } else {
-    chunk = f.dim() == 3;
-    if (f.dim() == 2)
-      x = f.unsqueeze(0);
-    else if (f.dim() == 3)
-      x = c.batch_first ? f.transpose(0, 1) : f;
+    if (f.dim() == 2) r = {1, 0, st[0], st[1], false}, ok = sh[0] == N && sh[1] == I;
+    if (f.dim() == 3 && c.batch_first)
+      r = {sh[1], st[1], st[0], st[2], true}, ok = sh[0] == N && sh[2] == I;
+    if (f.dim() == 3 && !c.batch_first)
+      r = {sh[0], st[0], st[1], st[2], true}, ok = sh[1] == N && sh[2] == I;
   }
-  if (!x.defined() || x.size(1) != N || x.size(2) != I || x.size(0) < 1) {
+  if (!ok || r.t < 1) {
     const std::string want = unbatched       ? fmt::format("({}) or (t, {})", I, I)
                              : c.batch_first ? fmt::format("({}, {}) or ({}, t, {})", N, I, N, I)
                                              : fmt::format("({}, {}) or (t, {}, {})", N, I, N, I);
     throw Error(fmt::format("gru stream: frames have shape {}, expected {} with t >= 1",
-                            shape_str(f.shape()), want));
+                            shape_str(sh), want));
   }
-  return x;
+  return r;
+}
+
+// The output's shape for these frames, in the caller's layout (up to three sizes).
+struct OutShape {
+  int64_t size[3];
+  int dim;
+  bool matches(const Tensor& t) const {
+    if (t.dim() != dim) return false;
+    for (int i = 0; i < dim; ++i)
+      if (t.shape()[i] != size[i]) return false;
+    return true;
+  }
+  Shape shape() const { return Shape(size, size + dim); }
+};
+OutShape out_shape(const Frames& f, const GruConfig& c, bool unbatched, int64_t N) {
+  const int64_t H = c.hidden_size;
+  if (unbatched) return f.chunk ? OutShape{{f.t, H, 0}, 2} : OutShape{{H, 0, 0}, 1};
+  if (!f.chunk) return {{N, H, 0}, 2};
+  return c.batch_first ? OutShape{{N, f.t, H}, 3} : OutShape{{f.t, N, H}, 3};
 }
 }  // namespace
 
@@ -141,36 +173,29 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   check_defined("gru stream", "frames", frames);
   check_same_dtype("gru stream", "weights", impl_->state, "frames", frames);
   const GruConfig& c = impl_->gru->config();
-  bool chunk = false;
-  Tensor x = frames_view(frames, c, impl_->unbatched, impl_->N, chunk);
-  const int64_t t = x.size(0), N = impl_->N, H = c.hidden_size;
-  Shape expected = impl_->unbatched ? (chunk ? Shape{t, H} : Shape{H})
-                   : chunk          ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
-                                    : Shape{N, H};
+  const Frames f = frames_layout(frames, c, impl_->unbatched, impl_->N);
+  const OutShape want = out_shape(f, c, impl_->unbatched, impl_->N);
   check_defined("gru stream", "out", out);
   check_same_dtype("gru stream", "frames", frames, "out", out);
-  check_shape("gru stream", "out", out, expected);
-  impl_->ensure_capacity(t);
+  if (!want.matches(out)) check_shape("gru stream", "out", out, want.shape());
+  impl_->ensure_capacity(f.t);
   // Results go to out directly when its layout is time-major and contiguous.
-  const bool direct = out.is_contiguous() && !(chunk && c.batch_first && !impl_->unbatched);
-  Tensor dst = direct ? out : Tensor::empty({t, N, H}, out.dtype());
+  const bool direct = out.is_contiguous() && !(f.chunk && c.batch_first && !impl_->unbatched);
+  const int64_t N = impl_->N, H = c.hidden_size;
+  Tensor dst = direct ? out : Tensor::empty({f.t, N, H}, out.dtype());
   if (impl_->gru->dtype() == DType::f32)
-    impl_->run<float>(x, t, dst.data<float>());
+    impl_->run<float>(frames.data<float>(), f, dst.data<float>());
   else
-    impl_->run<double>(x, t, dst.data<double>());
+    impl_->run<double>(frames.data<double>(), f, dst.data<double>());
   if (!direct) out.copy_from(dst.transpose(0, 1));
 }
 
 Tensor GruStream::step(const Tensor& frames) {
   check_defined("gru stream", "frames", frames);
   const GruConfig& c = impl_->gru->config();
-  bool chunk = false;
-  Tensor x = frames_view(frames, c, impl_->unbatched, impl_->N, chunk);
-  const int64_t t = x.size(0), N = impl_->N, H = c.hidden_size;
-  Shape shape = impl_->unbatched ? (chunk ? Shape{t, H} : Shape{H})
-                : chunk          ? (c.batch_first ? Shape{N, t, H} : Shape{t, N, H})
-                                 : Shape{N, H};
-  Tensor out = Tensor::empty(shape, impl_->gru->dtype());
+  const Frames f = frames_layout(frames, c, impl_->unbatched, impl_->N);
+  Tensor out =
+      Tensor::empty(out_shape(f, c, impl_->unbatched, impl_->N).shape(), impl_->gru->dtype());
   step_into(frames, out);
   return out;
 }

@@ -124,7 +124,8 @@ double read_bandwidth(int64_t bytes_per_thread, int threads) {
 #pragma omp barrier
 #pragma omp master
       {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         best = std::max(best, double(n) * 4 * passes * threads / s / 1e9);
       }
     }
@@ -148,8 +149,10 @@ Bound problem_bound(const GruProblem& p, const std::string& mode, int threads, d
   double bytes = 0;
   for (int64_t l = 0; l < p.L; ++l) {
     const double whh = 3.0 * p.H * p.H * es, wih = 3.0 * p.H * (l == 0 ? p.I : p.D * p.H) * es;
-    if (mode == "cell") bytes += p.T * (whh + wih);
-    else bytes += p.D * (S * whh * (mode == "train" ? 2 : 1) + double((p.rows() + 95) / 96) * wih);
+    if (mode == "cell")
+      bytes += p.T * (whh + wih);
+    else
+      bytes += p.D * (S * whh * (mode == "train" ? 2 : 1) + double((p.rows() + 95) / 96) * wih);
   }
   Bound b;
   b.read_gbps = read_bandwidth(int64_t(3.0 * p.H * p.H * es) / team, static_cast<int>(team));
@@ -189,7 +192,8 @@ void check_against_reference(const std::string& what, const std::vector<Tensor>&
                              const std::vector<Tensor>& want) {
   for (size_t i = 0; i < got.size(); ++i) {
     double scale = 1;
-    for (int64_t j = 0; j < want[i].numel(); ++j) scale = std::max(scale, std::abs(want[i].at_flat(j)));
+    for (int64_t j = 0; j < want[i].numel(); ++j)
+      scale = std::max(scale, std::abs(want[i].at_flat(j)));
     const bool f32 = got[i].dtype() == DType::f32;
     const double atol = (f32 ? 1e-5 : 1e-10) * scale, rtol = f32 ? 1e-4 : 1e-10;
     for (int64_t j = 0; j < got[i].numel(); ++j) {
@@ -197,7 +201,8 @@ void check_against_reference(const std::string& what, const std::vector<Tensor>&
       if (!(std::abs(a - e) <= atol + rtol * std::abs(e)))
         throw ResultMismatch(fmt::format(
             "bench {}: optimized result {} differs from the reference at flat index {}: {} vs {} "
-            "(no time reported)", what, i, j, a, e));
+            "(no time reported)",
+            what, i, j, a, e));
     }
   }
 }
@@ -235,12 +240,11 @@ void run_bench_gru(const BenchArgs& a) {
   } else if (a.cell) {
     // One frame per call, as a real-time caller would; outputs kept for the check.
     run = [&, stream = std::make_shared<GruStream>(gru, p.N),
-           frame_out = Tensor::empty({p.N, p.H}, p.dtype),
            all = Tensor::empty({p.T, p.N, p.H}, p.dtype)]() mutable {
       stream->reset();
       for (int64_t t = 0; t < p.T; ++t) {
+        Tensor frame_out = all.select(0, t);  // written in place
         stream->step_into(x.select(0, t), frame_out);
-        all.select(0, t).copy_from(frame_out);
       }
       return std::vector<Tensor>{all};
     };
@@ -291,7 +295,8 @@ void run_bench_gemm(const BenchArgs& a) {
   fmt::print(
       "{{\"op\":\"gemm\",\"problem\":\"m{}n{}k{}\",\"threads\":{},\"dtype\":\"{}\",\"reps\":{},"
       "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f}}}\n",
-      peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas, peak.grux);
+      peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas,
+      peak.grux);
 }
 
 }  // namespace
@@ -299,8 +304,9 @@ void run_bench_gemm(const BenchArgs& a) {
 Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
-      "bench", "Time GRU problems and GEMMs; one JSON line per problem (results are checked "
-               "against the reference kernels first; a wrong result exits with code 3).");
+      "bench",
+      "Time GRU problems and GEMMs; one JSON line per problem (results are checked "
+      "against the reference kernels first; a wrong result exits with code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
       "gru",
@@ -320,14 +326,17 @@ Action add_bench_command(CLI::App& app) {
   g->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
   g->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
   CLI::App* m = c->add_subcommand(
-      "gemm", "Large square GEMM rates of the BLAS in use and of grux's packed GEMM; gflops "
-              "is the better of the two (the peak other benches divide by).");
+      "gemm",
+      "Large square GEMM rates of the BLAS in use and of grux's packed GEMM; gflops "
+      "is the better of the two (the peak other benches divide by).");
   m->add_option("--threads", a->threads, "threads (default: all cores)");
   m->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   m->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
   return [a, g] {
-    if (g->parsed()) run_bench_gru(*a);
-    else run_bench_gemm(*a);
+    if (g->parsed())
+      run_bench_gru(*a);
+    else
+      run_bench_gemm(*a);
   };
 }
 
