@@ -281,6 +281,7 @@ TEST(CliBench, BadArguments) {
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --dtype f16"), {"f16"});
   expect_user_error(grux_cli(tmp.path, "bench gru l1d2t5n2i3h4 --cell"), {"unidirectional"});
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --train --cell"), {"--cell"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t100000n100000i1000h1000"), {"GiB", "memory"});
 }
 
 }  // namespace

@@ -207,6 +207,36 @@ void check_against_reference(const std::string& what, const std::vector<Tensor>&
   }
 }
 
+// Bytes of memory the machine can still give (MemAvailable), or 0 if unknown.
+double available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// Refuses problems whose buffers (input, activations kept for backward, workspace, weights)
+// would not fit in memory, instead of being killed half-way.
+void check_fits_in_memory(const GruProblem& p, bool train) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const double rows = static_cast<double>(p.T) * p.N, H = p.H;
+  double bytes = rows * p.I * es * 3;  // input, its packed copy, input gradient
+  for (int64_t l = 0; l < p.L; ++l) {
+    const double in = l == 0 ? p.I : p.D * H;
+    bytes += p.D * (3 * H * (in + H) * es * 3);             // weights, packed, gradients
+    bytes += p.D * rows * (6 * H + in) * es * (train ? 3 : 1);  // gates, states, outputs
+  }
+  const double avail = available_bytes();
+  if (avail > 0 && bytes > 0.8 * avail)
+    throw Error(fmt::format("problem {} needs about {:.1f} GiB, more than the {:.1f} GiB of "
+                            "memory available", p.descriptor(), bytes / (1 << 30),
+                            avail / (1 << 30)));
+}
+
 void run_bench_gru(const BenchArgs& a) {
   GruProblem p = GruProblem::parse(a.descriptor);
   p.dtype = parse_dtype(a.dtype);
@@ -217,6 +247,7 @@ void run_bench_gru(const BenchArgs& a) {
   if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
   if (a.cell && p.D != 1) throw Error("--cell needs a unidirectional problem (d1)");
   if (a.reset_before) name += "_rb";
+  check_fits_in_memory(p, a.train);
   const int threads = set_threads(a.threads);
   const std::string mode = a.train ? "train" : a.cell ? "cell" : "inference";
 
