@@ -220,6 +220,7 @@ void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0,
                    T* dst) {
   const T* base = src.data<T>();
   const int64_t st0 = src.stride(0), st1 = src.stride(1), st2 = src.stride(2);
+#pragma omp parallel for schedule(static) if (lay.rows() * C > (1 << 17))
   for (int64_t s = 0; s < lay.S; ++s) {
     for (int64_t j = 0; j < lay.bs[s]; ++j) {
       const T* p = base + lay.time(s, j, dir) * st0 + lay.perm[j] * st1 + c0 * st2;
@@ -236,6 +237,8 @@ void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0,
 template <typename T>
 void scatter_packed(const SeqLayout& lay, int dir, const T* src, int64_t C, T* dst, int64_t CC,
                     int64_t c0, bool accumulate) {
+  // Steps write disjoint rows of dst (each (time, sequence) pair once per direction).
+#pragma omp parallel for schedule(static) if (lay.rows() * C > (1 << 17))
   for (int64_t s = 0; s < lay.S; ++s) {
     for (int64_t j = 0; j < lay.bs[s]; ++j) {
       const T* p = src + (lay.off[s] + j) * C;
@@ -288,7 +291,11 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   Tensor layer_in = p.x;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = c.layer_input_size(l);
-    Tensor out = Tensor::zeros({T_, N, D * H}, dt);
+    // Every valid (time, sequence) row is written below; only padding rows are zeroed.
+    Tensor out = Tensor::empty({T_, N, D * H}, dt);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t t = lay.len[n]; t < T_; ++t)
+        std::memset(out.data<T>() + (t * N + n) * D * H, 0, D * H * sizeof(T));
     Tensor xp = Tensor::empty({rows, in}, dt);
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
