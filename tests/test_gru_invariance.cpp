@@ -33,16 +33,21 @@ std::vector<Tensor> train_once(const Gru& gru, const Tensor& x, const Tensor& h0
   return out;
 }
 
-class Invariance : public ::testing::TestWithParam<InvCase> {};
-
-TEST_P(Invariance, ThreadCountDoesNotChangeAnyBit) {
-  const InvCase& k = GetParam();
+GruConfig config_for(const InvCase& k) {
   GruConfig c;
   c.input_size = 7;
   c.hidden_size = k.H;
   c.num_layers = k.layers;
   c.bidirectional = k.bidir;
   c.form = k.form;
+  return c;
+}
+
+class Invariance : public ::testing::TestWithParam<InvCase> {};
+
+TEST_P(Invariance, ThreadCountDoesNotChangeAnyBit) {
+  const InvCase& k = GetParam();
+  const GruConfig c = config_for(k);
   Gru gru(c, k.dtype, 3);
   std::mt19937_64 rng(8);
   const int64_t T = 6, N = 5, LD = k.layers * c.directions();
@@ -58,12 +63,7 @@ TEST_P(Invariance, ThreadCountDoesNotChangeAnyBit) {
 
 TEST_P(Invariance, BatchMatesDoNotChangeASequence) {
   const InvCase& k = GetParam();
-  GruConfig c;
-  c.input_size = 7;
-  c.hidden_size = k.H;
-  c.num_layers = k.layers;
-  c.bidirectional = k.bidir;
-  c.form = k.form;
+  const GruConfig c = config_for(k);
   Gru gru(c, k.dtype, 4);
   std::mt19937_64 rng(9);
   const int64_t T = 6, N = 5;
