@@ -210,7 +210,7 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
             const int64_t* k_map, const int64_t* n_map, T* dst) {
   GRUX_ASSERT(panel > 0 && panel % kUnit<T> == 0 && panel <= 3 * kUnit<T>);
   const int64_t panels = (N + panel - 1) / panel;
-#pragma omp parallel for schedule(static) if (K * N > (1 << 20))
+#pragma omp parallel for schedule(static) if (K * N > (1 << 16))
   for (int64_t p = 0; p < panels; ++p)
     for (int64_t k = 0; k < K; ++k) {
       const T* row = src + (k_map ? k_map[k] : k) * stride_k;
