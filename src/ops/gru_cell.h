@@ -3,9 +3,9 @@
 // Used inside the time loop of gru_layer.cpp (by a team of threads, with barriers here).
 //
 // B active rows, H hidden size, U = cpu::kUnit<T> units per block. Gate buffers use the
-// interleaved layout of cpu/gru_gates.h. A thread owns unit blocks [b0, b1) (its gates and
-// the matching panels of the forward GEMMs) and output panels [q0, q1) of the backward GEMMs
-// that produce dL/dh_prev (one unit wide, so the same split).
+// interleaved layout of cpu/gru_gates.h. A thread owns unit blocks [b0, b1): its gates, the
+// matching panels of the forward GEMMs, and the same units' output panels (one unit wide) of
+// the backward GEMMs that produce dL/dh_prev.
 #pragma once
 
 #include <omp.h>
@@ -88,13 +88,12 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 
 // Who does what in a team of threads over one layer-direction's time loop.
 struct TeamShare {
-  int64_t b0, b1;        // unit blocks (forward GEMM panels and gate kernels)
-  int64_t q0, q1;        // output panels of the backward dL/dh_prev GEMMs
+  int64_t b0, b1;        // unit blocks: gates, forward GEMM panels, and the (one-unit) output
+                         // panels of the backward dL/dh_prev GEMMs
   SpinBarrier* barrier;  // shared by the team
   void sync() const { barrier->wait(); }
 };
-TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads,
-                     SpinBarrier* barrier);
+TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier* barrier);
 
 // Forward step for this thread's blocks. g (B x 3H) in: input projection, out: r, z, n.
 // aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H).
@@ -135,17 +134,17 @@ void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const Te
     // 1. pointwise (my blocks). 2. (all dgh ready) dh_prev += dgh W_hh (my output panels).
     k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dg, dgh, dh_prev);
     me.sync();
-    k.gemm(B, dgh, 3 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
+    k.gemm(B, dgh, 3 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.b0, me.b1);
   } else {
     // 1. dz, dn, dh_prev = dh z. 2. drh = dn W_hn. 3. dr, dh_prev += drh r.
     // 4. dh_prev += [dr dz] W_h{r,z}.
     k.rb_backward_zn(B, H, me.b0, me.b1, g, h_prev, dh, dg, dn, dh_prev);
     me.sync();
-    k.gemm(B, dn, H, false, P.hn_t, nullptr, false, drh, H, me.q0, me.q1);
+    k.gemm(B, dn, H, false, P.hn_t, nullptr, false, drh, H, me.b0, me.b1);
     me.sync();
     k.rb_backward_r(B, H, me.b0, me.b1, g, h_prev, drh, dg, drz, dh_prev);
     me.sync();
-    k.gemm(B, drz, 2 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.q0, me.q1);
+    k.gemm(B, drz, 2 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.b0, me.b1);
   }
   me.sync();
 }

@@ -35,13 +35,30 @@ int gru_team_size(int64_t H, int64_t unit) {
   return static_cast<int>(std::clamp<int64_t>(blocks, 1, omp_get_max_threads()));
 }
 
-TeamShare team_share(int64_t H, int64_t unit, int64_t panel_units, int tid, int threads,
-                     SpinBarrier* barrier) {
+TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier* barrier) {
   const int64_t blocks = (H + unit - 1) / unit;
-  const int64_t panels = (H + unit * panel_units - 1) / (unit * panel_units);
-  return {tid * blocks / threads, (tid + 1) * blocks / threads, tid * panels / threads,
-          (tid + 1) * panels / threads, barrier};
+  return {tid * blocks / threads, (tid + 1) * blocks / threads, barrier};
 }
+
+namespace {
+// Runs body(me) on a team of threads that split one layer-direction's hidden units, with a
+// spinning barrier sized to the team OpenMP actually gives (one thread when nested in a
+// caller's parallel region).
+template <typename Body>
+void run_team(int64_t H, int64_t unit, Body body) {
+  const int team = gru_team_size(H, unit);
+  SpinBarrier barrier;
+  barrier.reset(team);
+#pragma omp parallel num_threads(team)
+  {
+    if (omp_get_num_threads() != team) {
+#pragma omp single
+      barrier.reset(omp_get_num_threads());
+    }
+    body(team_share(H, unit, omp_get_thread_num(), omp_get_num_threads(), &barrier));
+  }
+}
+}  // namespace
 
 template <typename T>
 PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward) {
@@ -111,18 +128,7 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
-  const int team = gru_team_size(H, cpu::kUnit<T>);
-  SpinBarrier barrier;
-  barrier.reset(team);
-#pragma omp parallel num_threads(team)
-  {
-    // A smaller team than asked for (nested in a caller's parallel region): resize.
-    if (omp_get_num_threads() != team) {
-#pragma omp single
-      barrier.reset(omp_get_num_threads());
-    }
-    const TeamShare me =
-        team_share(H, cpu::kUnit<T>, 1, omp_get_thread_num(), omp_get_num_threads(), &barrier);
+  run_team(H, cpu::kUnit<T>, [&](const TeamShare& me) {
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
     //    row blocks that stay in L2 while my panels stream by.
     constexpr int64_t kRowBlock = 96;
@@ -136,7 +142,7 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
       gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H,
                        /*sync_end=*/s + 1 < lay.S);
     }
-  }
+  });
 }
 
 namespace {
@@ -189,17 +195,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
          drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
   Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
-  const int team = gru_team_size(H, U);
-  SpinBarrier barrier;
-  barrier.reset(team);
-#pragma omp parallel num_threads(team)
-  {
-    // A smaller team than asked for (nested in a caller's parallel region): resize.
-    if (omp_get_num_threads() != team) {
-#pragma omp single
-      barrier.reset(omp_get_num_threads());
-    }
-    const TeamShare me = team_share(H, U, 1, omp_get_thread_num(), omp_get_num_threads(), &barrier);
+  run_team(H, U, [&](const TeamShare& me) {
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
     T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
     T* dh_prev = carry.data<T>() + N * H;  // produced by step s
@@ -215,7 +211,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
                         lbr ? nullptr : drz.data<T>() + o * 2 * H, drh.data<T>(), dh_prev);
       std::swap(dh_next, dh_prev);
     }
-  }
+  });
   std::memcpy(dh0s, carry.data<T>() + (lay.S % 2 == 1 ? N * H : 0), N * H * sizeof(T));
   // 2. The previous state of every packed row (the right operand of dW_hh), as rows of
   //    `states`: step 0 reads h0s, step s the states of step s - 1.
