@@ -100,6 +100,9 @@ class Tensor {
   Tensor slice(int64_t d, int64_t start, int64_t stop, int64_t step = 1) const;  // [start, stop)
   Tensor select(int64_t d, int64_t index) const;  // removes dimension d
   Tensor transpose(int64_t d0, int64_t d1) const;
+  // Dimension i of the result is dimension dims[i] of this; dims is a permutation of
+  // [0, dim()) (negative entries count from the end).
+  Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor unsqueeze(int64_t d) const;
   Tensor squeeze(int64_t d) const;  // d must have size 1
   // View with a new shape (one entry may be -1); throws if the strides do not allow a view.
@@ -129,6 +132,9 @@ class Tensor {
   DType dtype_ = DType::f32;
   Device device_;
   int64_t element_offset(const int64_t* index) const;
+  // Test-only access (src/core/tensor_test_access.h): lets tests tag a CPU tensor with another
+  // device to exercise the device checks in a build that has no other device.
+  friend struct TensorTestAccess;
 };
 
 // API-boundary checks: throw grux::Error naming the op and the argument.

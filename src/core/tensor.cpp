@@ -104,7 +104,9 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   if (!data_) throw Error(fmt::format("out of memory allocating {} bytes", nbytes));
 }
 
-Storage::~Storage() { block_cache().give(data_, BlockCache::rounded(nbytes_)); }
+Storage::~Storage() {
+  block_cache().give(data_, BlockCache::rounded(nbytes_));
+}
 
 namespace {
 
@@ -302,6 +304,22 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   return v;
 }
 
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  if (static_cast<int64_t>(dims.size()) != dim())
+    throw Error(
+        fmt::format("permute: {} dimensions given for a tensor of rank {}", dims.size(), dim()));
+  Tensor v = *this;
+  std::vector<bool> seen(dim(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], dim(), "permute");
+    if (seen[d]) throw Error(fmt::format("permute: dimension {} appears twice", d));
+    seen[d] = true;
+    v.shape_[i] = shape_[d];
+    v.strides_[i] = strides_[d];
+  }
+  return v;
+}
+
 Tensor Tensor::unsqueeze(int64_t d) const {
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Tensor v = *this;
@@ -452,7 +470,10 @@ Tensor Tensor::to(DType dtype) const {
 Tensor Tensor::to(Device device) const {
   check_defined("to", "self", *this);
   if (device == device_) return *this;
-  throw Error(fmt::format("to: device {} is not available in this build", device.str()));
+  throw Error(
+      fmt::format("to: device {} is not available in this build (grux was built without "
+                  "CUDA; only cpu exists)",
+                  device.str()));
 }
 
 void Tensor::fill(double value) {
