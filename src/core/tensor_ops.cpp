@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
