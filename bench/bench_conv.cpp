@@ -1,6 +1,5 @@
 // Google Benchmark benches of conv2d: the three algorithms on a small problem, and the im2col
-// kernels' two work splits (images dealt to threads vs threads inside each GEMM) on the
-// standard shapes (bench/compare_conv.py), which is how im2col_plan's rule was chosen.
+// kernels with and without pixel blocking on the standard shapes (bench/compare_conv.py).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -44,16 +43,16 @@ BENCHMARK(BM_conv2d_api)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// The im2col kernels with a forced split on all threads. Args: problem (0: n8c16h64w64d32k3,
-// 1: n8c64h56w56d64k3p1), batch_parallel (0/1), train (0/1).
-void BM_im2col_split(benchmark::State& state) {
+// The im2col kernels on all threads with the plan's pixel blocks or whole images as one block
+// (how the blocking was chosen). Args: problem (0: n8c16h64w64d32k3, 1: n8c64h56w56d64k3p1),
+// block (-1: the plan's, 0: whole image, else that many pixels), train (0/1).
+void BM_im2col_block(benchmark::State& state) {
   const grux::ConvProblem p =
       grux::ConvProblem::parse(state.range(0) == 0 ? "n8c16h64w64d32k3" : "n8c64h56w56d64k3p1");
   grux::cpu::ConvGeom g{p.N,      p.C,       p.H,       p.W, p.D, p.K,      p.K,    p.stride,
                         p.stride, p.padding, p.padding, 1,   1,   p.groups, p.OH(), p.OW()};
-  grux::cpu::Im2colPlan plan;
-  plan.threads = omp_get_max_threads();
-  plan.batch_parallel = state.range(1) != 0;
+  grux::cpu::Im2colPlan plan = grux::cpu::im2col_plan(g, omp_get_max_threads());
+  if (state.range(1) >= 0) plan.block = state.range(1) == 0 ? g.OH * g.OW : state.range(1);
   const bool train = state.range(2) != 0;
   const grux::Tensor x = random({p.N, p.C, p.H, p.W}), w = random({p.D, p.C, p.K, p.K});
   const grux::Tensor b = random({p.D}), dy = random({p.N, p.D, p.OH(), p.OW()});
@@ -72,13 +71,13 @@ void BM_im2col_split(benchmark::State& state) {
                                                db.data<float>(), work.data<float>(), plan);
     benchmark::DoNotOptimize(y.raw_data());
   }
-  state.SetLabel(p.descriptor() + (plan.batch_parallel ? " batch-parallel" : " gemm-parallel") +
+  state.SetLabel(p.descriptor() + " block " + std::to_string(plan.block) +
                  (train ? " train" : " forward"));
   state.counters["GFLOP/s"] = benchmark::Counter(
       p.flops() * (train ? 3 : 1) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_im2col_split)
-    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
+BENCHMARK(BM_im2col_block)
+    ->ArgsProduct({{0, 1}, {-1, 0, 256, 512, 1024}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

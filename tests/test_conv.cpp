@@ -173,6 +173,9 @@ const RandomCase kRandom[] = {
     {"stride_over_kernel",  2, 3,  17, 16, 2, 2, 3, {4, 5},  0,       1,       1,  true},
     {"wide_row_1xk",        2, 3,  1,  40, 4, 1, 7, 1,       {0, 3},  {1, 2},  1,  true},
     {"big_batch_chunks",    20, 2, 6,  6,  3, 3, 3, 1,       1,       1,       1,  true},
+    // More output pixels than one im2col block (1024 here): blocks end inside an output row.
+    {"multi_block",         2, 2,  40, 37, 1, 3, 3, 1,       1,       1,       1,  true},
+    {"multi_block_strided", 1, 1,  70, 70, 1, 3, 3, 2,       1,       {1, 2},  1,  false},
 };
 // clang-format on
 

@@ -30,76 +30,91 @@ int64_t chunk_begin(int64_t p, int64_t N, int64_t P) {
 
 }  // namespace
 
-template <typename T>
-void im2col(const ConvGeom& g, const T* x, T* col, bool parallel) {
-  const int64_t C = g.C, H = g.H, W = g.W, KH = g.KH, KW = g.KW, OH = g.OH, OW = g.OW;
-  const int64_t P = g.out_pixels();
-#pragma omp parallel for schedule(static) if (parallel && C > 1)
-  for (int64_t c = 0; c < C; ++c) {
-    for (int64_t kh = 0; kh < KH; ++kh)
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        T* row = col + ((c * KH + kh) * KW + kw) * P;
-        const int64_t off = kw * g.DW - g.PW;
-        const Span s = valid_span(off, g.SW, W, OW);
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          T* dst = row + oh * OW;
-          const int64_t ih = oh * g.SH - g.PH + kh * g.DH;
-          if (ih < 0 || ih >= H) {
-            std::fill(dst, dst + OW, T(0));
-            continue;
-          }
-          const T* src = x + (c * H + ih) * W + off;
-          std::fill(dst, dst + s.lo, T(0));
-          if (g.SW == 1)
-            std::memcpy(dst + s.lo, src + s.lo, (s.hi - s.lo) * sizeof(T));
-          else
-            for (int64_t ow = s.lo; ow < s.hi; ++ow) dst[ow] = src[ow * g.SW];
-          std::fill(dst + s.hi, dst + OW, T(0));
-        }
-      }
+namespace {
+
+// Calls fn(oh, ow0, ow1, q) for the part of output row oh inside pixels [p0, p1): columns
+// [ow0, ow1) of that row, which sit at column q of the block.
+template <typename Fn>
+void for_each_row_piece(const ConvGeom& g, int64_t p0, int64_t p1, Fn fn) {
+  for (int64_t oh = p0 / g.OW; oh * g.OW < p1; ++oh) {
+    const int64_t ow0 = std::max<int64_t>(0, p0 - oh * g.OW);
+    const int64_t ow1 = std::min(g.OW, p1 - oh * g.OW);
+    fn(oh, ow0, ow1, oh * g.OW + ow0 - p0);
   }
 }
 
+}  // namespace
+
 template <typename T>
-void col2im(const ConvGeom& g, const T* col, T* x, bool parallel) {
-  const int64_t C = g.C, H = g.H, W = g.W, KH = g.KH, KW = g.KW, OH = g.OH, OW = g.OW;
-  const int64_t P = g.out_pixels();
-  // Each channel's plane is written only by its own rows: channels are independent.
-#pragma omp parallel for schedule(static) if (parallel && C > 1)
-  for (int64_t c = 0; c < C; ++c) {
+void im2col(const ConvGeom& g, const T* x, int64_t p0, int64_t p1, T* col) {
+  const int64_t C = g.C, H = g.H, W = g.W, KH = g.KH, KW = g.KW, ld = p1 - p0;
+  for (int64_t c = 0; c < C; ++c)
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw) {
-        const T* row = col + ((c * KH + kh) * KW + kw) * P;
+        T* row = col + ((c * KH + kh) * KW + kw) * ld;
         const int64_t off = kw * g.DW - g.PW;
-        const Span s = valid_span(off, g.SW, W, OW);
-        for (int64_t oh = 0; oh < OH; ++oh) {
+        const Span s = valid_span(off, g.SW, W, g.OW);
+        for_each_row_piece(g, p0, p1, [&](int64_t oh, int64_t ow0, int64_t ow1, int64_t q) {
+          T* dst = row + q - ow0;  // dst[ow] is column ow of this output row
           const int64_t ih = oh * g.SH - g.PH + kh * g.DH;
-          if (ih < 0 || ih >= H) continue;
-          const T* src = row + oh * OW;
-          T* dst = x + (c * H + ih) * W + off;
+          if (ih < 0 || ih >= H) {
+            std::fill(dst + ow0, dst + ow1, T(0));
+            return;
+          }
+          const int64_t lo = std::clamp(s.lo, ow0, ow1), hi = std::clamp(s.hi, lo, ow1);
+          const T* src = x + (c * H + ih) * W + off;
+          std::fill(dst + ow0, dst + lo, T(0));
           if (g.SW == 1)
-            for (int64_t ow = s.lo; ow < s.hi; ++ow) dst[ow] += src[ow];
+            std::memcpy(dst + lo, src + lo, (hi - lo) * sizeof(T));
           else
-            for (int64_t ow = s.lo; ow < s.hi; ++ow) dst[ow * g.SW] += src[ow];
-        }
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * g.SW];
+          std::fill(dst + hi, dst + ow1, T(0));
+        });
       }
-  }
+}
+
+template <typename T>
+void col2im(const ConvGeom& g, const T* col, int64_t p0, int64_t p1, T* x) {
+  const int64_t C = g.C, H = g.H, W = g.W, KH = g.KH, KW = g.KW, ld = p1 - p0;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const T* row = col + ((c * KH + kh) * KW + kw) * ld;
+        const int64_t off = kw * g.DW - g.PW;
+        const Span s = valid_span(off, g.SW, W, g.OW);
+        for_each_row_piece(g, p0, p1, [&](int64_t oh, int64_t ow0, int64_t ow1, int64_t q) {
+          const int64_t ih = oh * g.SH - g.PH + kh * g.DH;
+          if (ih < 0 || ih >= H) return;
+          const T* src = row + q - ow0;
+          T* dst = x + (c * H + ih) * W + off;
+          const int64_t lo = std::clamp(s.lo, ow0, ow1), hi = std::clamp(s.hi, lo, ow1);
+          if (g.SW == 1)
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] += src[ow];
+          else
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow * g.SW] += src[ow];
+        });
+      }
 }
 
 Im2colPlan im2col_plan(const ConvGeom& g, int threads) {
-  // Measured (bench_conv, 2 cores): with at least one image per thread, dealing images to
-  // threads beats threading inside each GEMM (the per-image GEMMs are thin: D/G rows), and
-  // im2col / col2im then run in parallel too. With fewer images than threads, thread inside.
   Im2colPlan p;
-  p.threads = std::max(1, threads);
-  p.batch_parallel = p.threads == 1 || g.N >= p.threads;
+  // Measured (bench_conv, 2 shared cores): dealing images to threads beats threading inside
+  // each GEMM by far here (the per-image GEMMs are thin, and every extra parallel region
+  // waits for a core shared with other work), so a batch of one runs on one thread.
+  p.threads = static_cast<int>(std::clamp<int64_t>(g.N, 1, std::max(1, threads)));
+  // About 1 MiB of f32 columns per block (within L2), 256..1024 pixels: per-call GEMM costs
+  // grow below that, memory traffic above it (bench_conv BM_im2col_block; gains are ~5-10%
+  // on the standard shapes, within this machine's noise).
+  const int64_t bytes_per_pixel = g.C * g.KH * g.KW * 4;
+  p.block = std::clamp<int64_t>((int64_t(1) << 20) / bytes_per_pixel / 16 * 16, 256, 1024);
+  if (g.pointwise()) p.block = g.out_pixels();  // no columns: the image is read in place
+  p.block = std::min(p.block, g.out_pixels());
   return p;
 }
 
 int64_t im2col_workspace_size(const ConvGeom& g, const Im2colPlan& plan, bool backward) {
-  const int64_t slots = plan.batch_parallel ? plan.threads : 1;
-  const int64_t col = g.pointwise() ? 0 : g.C * g.KH * g.KW * g.out_pixels();
-  int64_t n = slots * col;
+  const int64_t col = g.pointwise() ? 0 : g.C * g.KH * g.KW * plan.block;
+  int64_t n = plan.threads * col;
   if (backward) n += std::min(g.N, kWeightChunks) * g.D * g.Kg();  // weight-gradient partials
   return n;
 }
@@ -108,26 +123,29 @@ template <typename T>
 void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
                            const Im2colPlan& plan) {
   const int64_t C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg(), P = g.out_pixels();
-  const int64_t col_size = g.pointwise() ? 0 : C * g.KH * g.KW * P;
-  // One image: columns, then per group y_n,g = w_g * col_g, onto the bias (beta = 1).
-  auto image = [&](int64_t n, T* col, bool inner_parallel) {
+  const int64_t col_size = g.pointwise() ? 0 : C * g.KH * g.KW * plan.block;
+  // One image: the bias, then block by block the columns and per group
+  // y_n,g[:, B] += w_g * col_g (beta = 1 onto the bias).
+  auto image = [&](int64_t n, T* col) {
     const T* xn = x + n * C * g.in_pixels();
     T* yn = y + n * D * P;
-    if (g.pointwise())
-      col = const_cast<T*>(xn);  // the image is its own column matrix; read only
-    else
-      im2col(g, xn, col, inner_parallel);
     for (int64_t d = 0; d < D; ++d) std::fill(yn + d * P, yn + (d + 1) * P, b ? b[d] : T(0));
-    for (int64_t gr = 0; gr < G; ++gr)
-      gemm_tiled<T>(false, false, Dg, P, Kg, T(1), w + gr * Dg * Kg, Kg, col + gr * Kg * P, P, T(1),
-                    yn + gr * Dg * P, P, inner_parallel);
+    for (int64_t p0 = 0; p0 < P; p0 += plan.block) {
+      const int64_t p1 = std::min(P, p0 + plan.block), pb = p1 - p0;
+      const T* cols = xn + p0;  // pointwise: the image is its own column matrix (ld P)
+      int64_t ld = P;
+      if (!g.pointwise()) {
+        im2col(g, xn, p0, p1, col);
+        cols = col;
+        ld = pb;
+      }
+      for (int64_t gr = 0; gr < G; ++gr)
+        gemm_tiled<T>(false, false, Dg, pb, Kg, T(1), w + gr * Dg * Kg, Kg, cols + gr * Kg * ld, ld,
+                      T(1), yn + gr * Dg * P + p0, P, false);
+    }
   };
-  if (plan.batch_parallel) {
 #pragma omp parallel for schedule(static) num_threads(plan.threads) if (plan.threads > 1)
-    for (int64_t n = 0; n < g.N; ++n) image(n, work + omp_get_thread_num() * col_size, false);
-  } else {
-    for (int64_t n = 0; n < g.N; ++n) image(n, work, true);
-  }
+  for (int64_t n = 0; n < g.N; ++n) image(n, work + omp_get_thread_num() * col_size);
 }
 
 template <typename T>
@@ -135,48 +153,50 @@ void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T*
                             T* db, T* work, const Im2colPlan& plan) {
   const int64_t N = g.N, C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg();
   const int64_t P = g.out_pixels(), HW = g.in_pixels();
-  const int64_t col_size = g.pointwise() ? 0 : C * g.KH * g.KW * P;
-  const int64_t slots = plan.batch_parallel ? plan.threads : 1;
+  const int64_t col_size = g.pointwise() ? 0 : C * g.KH * g.KW * plan.block;
   const int64_t chunks = std::min(N, kWeightChunks);
-  T* partials = work + slots * col_size;  // (chunks, D, Kg)
+  T* partials = work + plan.threads * col_size;  // (chunks, D, Kg)
 
-  // One image: dw partial of its chunk (from the columns), then dx through dcol (reusing the
-  // same buffer: the columns are no longer needed once the weight GEMM has read them).
-  auto image = [&](int64_t n, bool first_in_chunk, T* part, T* col, bool inner_parallel) {
+  // One image, block by block: the dw partial of its chunk (from the block's columns), then
+  // dx through dcol in the same buffer (the columns are not needed once the weight GEMM has
+  // read them).
+  auto image = [&](int64_t n, bool first_in_chunk, T* part, T* col) {
     const T* xn = x + n * C * HW;
     const T* dyn = dy + n * D * P;
-    if (dw) {
-      const T* cols = xn;
-      if (!g.pointwise()) {
-        im2col(g, xn, col, inner_parallel);
-        cols = col;
+    T* dxn = dx ? dx + n * C * HW : nullptr;
+    if (dxn && !g.pointwise()) std::fill(dxn, dxn + C * HW, T(0));
+    for (int64_t p0 = 0; p0 < P; p0 += plan.block) {
+      const int64_t p1 = std::min(P, p0 + plan.block), pb = p1 - p0;
+      if (dw) {
+        const T* cols = xn + p0;
+        int64_t ld = P;
+        if (!g.pointwise()) {
+          im2col(g, xn, p0, p1, col);
+          cols = col;
+          ld = pb;
+        }
+        const T beta = first_in_chunk && p0 == 0 ? T(0) : T(1);
+        for (int64_t gr = 0; gr < G; ++gr)
+          gemm_tiled<T>(false, true, Dg, Kg, pb, T(1), dyn + gr * Dg * P + p0, P,
+                        cols + gr * Kg * ld, ld, beta, part + gr * Dg * Kg, Kg, false);
       }
-      for (int64_t gr = 0; gr < G; ++gr)
-        gemm_tiled<T>(false, true, Dg, Kg, P, T(1), dyn + gr * Dg * P, P, cols + gr * Kg * P, P,
-                      first_in_chunk ? T(0) : T(1), part + gr * Dg * Kg, Kg, inner_parallel);
-    }
-    if (dx) {
-      T* dxn = dx + n * C * HW;
-      // Pointwise: dx_n is dcol_n itself, written directly by the GEMM.
-      T* dcol = g.pointwise() ? dxn : col;
-      for (int64_t gr = 0; gr < G; ++gr)
-        gemm_tiled<T>(true, false, Kg, P, Dg, T(1), w + gr * Dg * Kg, Kg, dyn + gr * Dg * P, P,
-                      T(0), dcol + gr * Kg * P, P, inner_parallel);
-      if (!g.pointwise()) {
-        std::fill(dxn, dxn + C * HW, T(0));
-        col2im(g, dcol, dxn, inner_parallel);
+      if (dxn) {
+        // Pointwise: dx_n is dcol_n itself, written directly by the GEMM.
+        T* dcol = g.pointwise() ? dxn + p0 : col;
+        const int64_t ld = g.pointwise() ? P : pb;
+        for (int64_t gr = 0; gr < G; ++gr)
+          gemm_tiled<T>(true, false, Kg, pb, Dg, T(1), w + gr * Dg * Kg, Kg, dyn + gr * Dg * P + p0,
+                        P, T(0), dcol + gr * Kg * ld, ld, false);
+        if (!g.pointwise()) col2im(g, dcol, p0, p1, dxn);
       }
     }
   };
-  auto chunk = [&](int64_t p, T* col, bool inner_parallel) {
-    const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
-    for (int64_t n = n0; n < n1; ++n) image(n, n == n0, partials + p * D * Kg, col, inner_parallel);
-  };
-  if (plan.batch_parallel) {
+  // Chunks are dealt to threads; the chunk -> images map depends on N only.
 #pragma omp parallel for schedule(static) num_threads(plan.threads) if (plan.threads > 1)
-    for (int64_t p = 0; p < chunks; ++p) chunk(p, work + omp_get_thread_num() * col_size, false);
-  } else {
-    for (int64_t p = 0; p < chunks; ++p) chunk(p, work, true);
+  for (int64_t p = 0; p < chunks; ++p) {
+    T* col = work + omp_get_thread_num() * col_size;
+    const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
+    for (int64_t n = n0; n < n1; ++n) image(n, n == n0, partials + p * D * Kg, col);
   }
 
   if (dw) {
@@ -203,8 +223,8 @@ void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T*
 }
 
 #define GRUX_INSTANTIATE(T)                                                                      \
-  template void im2col<T>(const ConvGeom&, const T*, T*, bool);                                  \
-  template void col2im<T>(const ConvGeom&, const T*, T*, bool);                                  \
+  template void im2col<T>(const ConvGeom&, const T*, int64_t, int64_t, T*);                      \
+  template void col2im<T>(const ConvGeom&, const T*, int64_t, int64_t, T*);                      \
   template void conv2d_forward_im2col<T>(const ConvGeom&, const T*, const T*, const T*, T*, T*,  \
                                          const Im2colPlan&);                                     \
   template void conv2d_backward_im2col<T>(const ConvGeom&, const T*, const T*, const T*, T*, T*, \
