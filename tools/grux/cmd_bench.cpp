@@ -405,8 +405,8 @@ Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU problems, conv2d problems and GEMMs; one JSON line per problem (results are checked "
-      "against the reference kernels first; a wrong result exits with code 3).");
+      "Time GRU problems, conv2d problems and GEMMs; one JSON line per problem (results are "
+      "checked against the reference kernels first; a wrong result exits with code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
       "gru",
@@ -449,8 +449,9 @@ Action add_bench_command(CLI::App& app) {
   cv->add_option("--threads", ca->threads, "threads (default: all cores)");
   cv->add_option("--reps", ca->reps, "timed runs after one warm-up")->capture_default_str();
   cv->add_option("--dtype", ca->dtype, "f32 or f64")->capture_default_str();
-  cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");  // hidden: for tests
-  cv->add_option("--full-check-flops", ca->full_check_flops)->group("");  // hidden: for tests
+  // Hidden, for tests: perturb the result; lower the full-check limit.
+  cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");
+  cv->add_option("--full-check-flops", ca->full_check_flops)->group("");
   return [a, g, cv, ca] {
     if (cv->parsed())
       run_bench_conv2d(*ca);
