@@ -17,6 +17,7 @@
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/read_bandwidth.h"
+#include "grux/conv.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/runtime.h"
@@ -330,14 +331,82 @@ void run_bench_gemm(const BenchArgs& a) {
       peak.grux);
 }
 
+// ---- conv2d ------------------------------------------------------------------------------
+
+struct ConvBenchArgs {
+  std::string descriptor, algo = "im2col", dtype = "f32";
+  bool train = false, inject_mismatch = false;
+  int threads = 0, reps = 10;
+  // Problems whose check by the loops would cost more than this many flops (a few seconds of
+  // loops) are checked on a batch of one instead. Hidden option, for tests.
+  double full_check_flops = 2.5e9;
+};
+
+void run_bench_conv2d(const ConvBenchArgs& a) {
+  ConvProblem p = ConvProblem::parse(a.descriptor);
+  p.dtype = parse_dtype(a.dtype);
+  const ConvAlgo algo = parse_conv_algo(a.algo);
+  if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
+  const int threads = set_threads(a.threads);
+  std::mt19937_64 rng(3);
+  const Tensor x = uniform({p.N, p.C, p.H, p.W}, p.dtype, rng);
+  const Tensor w = uniform({p.D, p.C / p.groups, p.K, p.K}, p.dtype, rng);
+  const Tensor b = uniform({p.D}, p.dtype, rng);
+  const Tensor dy = a.train ? uniform({p.N, p.D, p.OH(), p.OW()}, p.dtype, rng) : Tensor();
+
+  // The computation under test on images [0, n); returns the tensors that are checked.
+  auto run = [&](ConvAlgo with, int64_t n) {
+    const Conv2dOptions o = p.options(with);
+    const Tensor xs = n == p.N ? x : x.slice(0, 0, n);
+    std::vector<Tensor> out{conv2d_forward(xs, w, b, o)};
+    if (a.train) {
+      ConvGrads g = conv2d_backward(n == p.N ? dy : dy.slice(0, 0, n), xs, w, true, o);
+      out.insert(out.end(), {g.grad_input, g.grad_weight, g.grad_bias});
+    }
+    if (a.inject_mismatch && with != ConvAlgo::loops) {  // the result under test only
+      out[0] = out[0].clone();
+      out[0].reshape({-1}).set({out[0].numel() / 2}, out[0].at_flat(out[0].numel() / 2) + 0.5);
+    }
+    return out;
+  };
+  // 1. Check against the loops. Small problems: the whole problem. Large ones: image 0 alone
+  // (every tensor, against the loops on that image), and image 0 of the full-batch run
+  // (output and grad_input) against the batch-of-one run, so the batched path is covered too.
+  const double cost = p.flops() * (a.train ? 3 : 1);
+  std::string checked = "reference";
+  if (algo != ConvAlgo::loops) {
+    const std::string name = p.descriptor() + " " + conv_algo_name(algo);
+    if (cost <= a.full_check_flops) {
+      checked = "full";
+      check_against_reference(name, run(algo, p.N), run(ConvAlgo::loops, p.N));
+    } else {
+      checked = "batch1";
+      const std::vector<Tensor> one = run(algo, 1);
+      check_against_reference(name + " (image 0)", one, run(ConvAlgo::loops, 1));
+      const std::vector<Tensor> all = run(algo, p.N);
+      std::vector<Tensor> got{all[0].slice(0, 0, 1)}, want{one[0]};
+      if (a.train) got.push_back(all[1].slice(0, 0, 1)), want.push_back(one[1]);
+      check_against_reference(name + " (image 0 of the batch)", got, want);
+    }
+  }
+  // 2. Time.
+  const Timing t = time_it(a.reps, [&] { run(algo, p.N); });
+  fmt::print(
+      "{{\"op\":\"conv2d\",\"problem\":\"{}\",\"algo\":\"{}\",\"mode\":\"{}\",\"threads\":{},"
+      "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
+      "\"checked\":\"{}\"}}\n",
+      p.descriptor(), conv_algo_name(algo), a.train ? "train" : "forward", threads,
+      dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, cost / (t.median_ms * 1e6), checked);
+}
+
 }  // namespace
 
 Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU problems and GEMMs; one JSON line per problem (results are checked "
-      "against the reference kernels first; a wrong result exits with code 3).");
+      "Time GRU problems, conv2d problems and GEMMs; one JSON line per problem (results are "
+      "checked against the reference kernels first; a wrong result exits with code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
       "gru",
@@ -363,8 +432,30 @@ Action add_bench_command(CLI::App& app) {
   m->add_option("--threads", a->threads, "threads (default: all cores)");
   m->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   m->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
-  return [a, g] {
-    if (g->parsed())
+  CLI::App* cv = c->add_subcommand(
+      "conv2d",
+      "Time a conv2d problem. DESCRIPTOR is n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][g{G}] (square "
+      "kernel K, stride S, zero padding P, groups G; defaults s1 p0 g1), e.g. n8c16h64w64d32k3 "
+      "or n8c64h56w56d64k3p1. Default mode: forward with bias; --train adds the backward "
+      "(grad_input, grad_weight, grad_bias). gflops counts 2*N*D*OH*OW*(C/G)*K*K per forward, "
+      "x3 for --train. The result is first checked against the loops reference: the whole "
+      "problem when that costs at most 2.5 GFLOP (\"checked\":\"full\"), else image 0 alone "
+      "plus image 0 of the batched run (\"checked\":\"batch1\"); a wrong result exits with "
+      "code 3 and prints no time.");
+  auto ca = std::make_shared<ConvBenchArgs>();
+  cv->add_option("DESCRIPTOR", ca->descriptor, "problem, e.g. n8c16h64w64d32k3")->required();
+  cv->add_option("--algo", ca->algo, "loops, im2col or toeplitz")->capture_default_str();
+  cv->add_flag("--train", ca->train, "time forward + backward");
+  cv->add_option("--threads", ca->threads, "threads (default: all cores)");
+  cv->add_option("--reps", ca->reps, "timed runs after one warm-up")->capture_default_str();
+  cv->add_option("--dtype", ca->dtype, "f32 or f64")->capture_default_str();
+  // Hidden, for tests: perturb the result; lower the full-check limit.
+  cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");
+  cv->add_option("--full-check-flops", ca->full_check_flops)->group("");
+  return [a, g, cv, ca] {
+    if (cv->parsed())
+      run_bench_conv2d(*ca);
+    else if (g->parsed())
       run_bench_gru(*a);
     else
       run_bench_gemm(*a);

@@ -20,5 +20,7 @@ class ResultMismatch : public Error {
 Action add_gru_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
+Action add_conv2d_command(CLI::App& app);
+Action add_conv1d_command(CLI::App& app);
 
 }  // namespace grux::cli

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   add(grux::cli::add_gru_command);
   add(grux::cli::add_demo_command);
   add(grux::cli::add_bench_command);
+  add(grux::cli::add_conv2d_command);
+  add(grux::cli::add_conv1d_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
