@@ -175,7 +175,7 @@ TEST(LmCli, BadInputIsOneLineExit2) {
   expect_user_error(grux_cli(d, "train --resume " + ck + " --hidden 32 --data " + f.data),
                     {"--hidden cannot be combined with --resume"});
   expect_user_error(grux_cli(d, "train --resume " + ck + " --data " + d + "/latin1.txt"),
-                    {"not valid UTF-8"});
+                    {"trained on other data"});
   write_file_atomic(d + "/other.txt", std::string(3000, 'x') + "\n" + std::string(3000, 'y'));
   expect_user_error(grux_cli(d, "train --resume " + ck + " --data " + d + "/other.txt"),
                     {"trained on other data"});

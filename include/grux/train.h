@@ -25,6 +25,7 @@ struct TrainOptions {
   double weight_decay = 0.0, momentum = 0.9;  // momentum: SGD only
   double clip = 1.0;  // global gradient norm; 0 disables
   double val_fraction = 0.1;  // last part of the text held out for validation
+  int64_t eval_every = 200;  // validation every K steps (and at the end)
   uint64_t seed = 1;  // weights and dropout masks
   void validate() const;
   std::string to_json() const;  // everything above except model (stored separately)

@@ -78,6 +78,7 @@ void TrainOptions::validate() const {
   range("window", window, 1, 1 << 16);
   range("steps", steps, 1, int64_t(1) << 40);
   range("warmup", warmup, 0, int64_t(1) << 40);
+  range("eval-every", eval_every, 1, int64_t(1) << 40);
   if (optimizer != "adam" && optimizer != "adamw" && optimizer != "sgd")
     throw Error(fmt::format("--optimizer {} (expected adam, adamw or sgd)", optimizer));
   if (!(lr > 0 && std::isfinite(lr))) throw Error(fmt::format("--lr is {}, expected > 0", lr));
@@ -100,7 +101,8 @@ std::string TrainOptions::to_json() const {
                    {"lr", lr},           {"min_lr", min_lr},
                    {"warmup", warmup},   {"weight_decay", weight_decay},
                    {"momentum", momentum}, {"clip", clip},
-                   {"val_fraction", val_fraction}, {"seed", seed}};
+                   {"val_fraction", val_fraction}, {"eval_every", eval_every},
+                   {"seed", seed}};
   return j.dump();
 }
 
@@ -119,6 +121,7 @@ TrainOptions TrainOptions::from_json(const std::string& text, const CharLmConfig
     o.momentum = j.at("momentum").get<double>();
     o.clip = j.at("clip").get<double>();
     o.val_fraction = j.at("val_fraction").get<double>();
+    o.eval_every = j.at("eval_every").get<int64_t>();
     o.seed = j.at("seed").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("training options are malformed: {}", e.what()));

@@ -19,7 +19,8 @@ namespace {
 
 // Every parameter: a unique name, value and grad defined, f32 or f64, same shape and dtype,
 // both contiguous, on the CPU.
-void check_params(const char* op, const std::vector<Parameter>& params) {
+// Loading state needs the values only: a model restored from a checkpoint has no gradients yet.
+void check_params(const char* op, const std::vector<Parameter>& params, bool need_grad = true) {
   std::set<std::string> names;
   for (const Parameter& p : params) {
     if (!names.insert(p.name).second)
@@ -27,6 +28,13 @@ void check_params(const char* op, const std::vector<Parameter>& params) {
           fmt::format("{}: parameter name '{}' appears twice (expected unique names)", op, p.name));
     const std::string v = "parameter '" + p.name + "' value", g = "parameter '" + p.name + "' grad";
     ops::check_float_cpu(op, v.c_str(), p.value);
+    if (!need_grad && !p.grad.defined()) {
+      if (!p.value.is_contiguous())
+        throw Error(fmt::format("{}: parameter '{}' has a non-contiguous value (expected "
+                                "contiguous)",
+                                op, p.name));
+      continue;
+    }
     ops::check_float_cpu(op, g.c_str(), p.grad);
     check_same_dtype(op, v.c_str(), p.value, g.c_str(), p.grad);
     check_shape(op, g.c_str(), p.grad, p.value.shape());
@@ -59,7 +67,7 @@ class StatefulOptimizer : public Optimizer {
 
   void load_state_dict(const std::map<std::string, Tensor>& state,
                        const std::vector<Parameter>& params) override {
-    check_params(name_, params);
+    check_params(name_, params, /*need_grad=*/false);
     auto it = state.find("step");
     if (it == state.end()) throw Error(fmt::format("{}: state has no key 'step'", name_));
     check_dtype(name_, "state 'step'", it->second, DType::i64);

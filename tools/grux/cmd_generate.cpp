@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -21,6 +22,7 @@ struct GenerateArgs {
   double temperature = 0.8;
   uint64_t seed = 1;
   int threads = 1;
+  bool stats = false;
 };
 
 void emit(const std::string& s) {
@@ -75,6 +77,15 @@ void run_generate(const GenerateArgs& a) {
   } else {
     emit(a.prompt);
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  // Printed on stderr (stdout is the text alone): characters per second of the whole loop.
+  auto report = [&] {
+    if (!a.stats) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "generated %lld characters in %.3f s (%.0f characters/s)\n",
+                 static_cast<long long>(a.length), s, a.length / std::max(s, 1e-9));
+  };
   CharLm::Stream stream(*tm.model, B);
   std::vector<double> logits;
   for (int64_t id : prompt) logits = stream.step(std::vector<int64_t>(B, id));
@@ -87,6 +98,7 @@ void run_generate(const GenerateArgs& a) {
       if (i + 1 < a.length) logits = stream.step({id});
     }
     emit("\n");
+    report();
     return;
   }
   // Beam search for the likeliest continuation of `length` characters. The part on which all
@@ -135,6 +147,7 @@ void run_generate(const GenerateArgs& a) {
   for (; printed < static_cast<int64_t>(seqs[0].size()); ++printed)
     emit(vocab.decode(seqs[0][printed]));
   emit("\n");
+  report();
 }
 
 }  // namespace
@@ -158,6 +171,7 @@ Action add_generate_command(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (1 is fastest for one stream)")
       ->capture_default_str();
+  sub->add_flag("--stats", a->stats, "print the generation speed on stderr");
   return [a] { run_generate(*a); };
 }
 

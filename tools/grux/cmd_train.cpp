@@ -24,7 +24,7 @@ struct TrainArgs {
   std::string data, out = "out", resume, dtype = "f32";
   double time_s = 0;
   int threads = 0;
-  int64_t eval_every = 200, checkpoint_every = 500;
+  int64_t checkpoint_every = 500;
   bool quiet = false;
 };
 
@@ -63,7 +63,7 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     for (const char* opt : {"--layers", "--hidden", "--embed", "--batch", "--window", "--steps",
                             "--lr", "--min-lr", "--warmup", "--dropout", "--seed", "--optimizer",
                             "--weight-decay", "--momentum", "--clip", "--val-fraction",
-                            "--dtype", "--time"})
+                            "--eval-every", "--dtype", "--time"})
       if (sub->count(opt) > 0)
         throw Error(fmt::format("{} cannot be combined with --resume (the run continues with "
                                 "the settings saved in the checkpoint)",
@@ -126,7 +126,7 @@ void run_train(TrainArgs& a, CLI::App* sub) {
                                                    : 0;
       const double left = a.time_s - elapsed;
       int64_t more = static_cast<int64_t>(left / per_step);
-      more = static_cast<int64_t>((left - per_eval * (1 + more / a.eval_every)) / per_step);
+      more = static_cast<int64_t>((left - per_eval * (1 + more / o.eval_every)) / per_step);
       tr->plan_steps(std::max<int64_t>(tr->steps_done() + std::max<int64_t>(more, 0), 1));
       planned = true;
       fmt::print(stderr, "{}planned {} steps for the {:.0f} s budget ({:.1f} ms per step); "
@@ -144,8 +144,9 @@ void run_train(TrainArgs& a, CLI::App* sub) {
                  tty ? "" : "\n");
       last_print = std::chrono::steady_clock::now();
     }
-    if (tr->val_tokens() > 0 && tr->steps_done() % a.eval_every == 0 && !tr->done()) evaluate();
-    if (a.checkpoint_every > 0 && tr->steps_done() % a.checkpoint_every == 0) {
+    if (tr->val_tokens() > 0 && tr->steps_done() % o.eval_every == 0 && !tr->done()) evaluate();
+    // Before a time budget is planned, the run's length is unknown: nothing to resume yet.
+    if (planned && a.checkpoint_every > 0 && tr->steps_done() % a.checkpoint_every == 0) {
       save_all(*tr, a.out);
       last_save = std::chrono::steady_clock::now();
     }
@@ -157,6 +158,7 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   }
   if (tty) fmt::print(stderr, "\n");
   (void)last_save;
+  if (!planned) tr->plan_steps(tr->steps_done());  // stopped before the budget was planned
   double val = NAN;
   if (tr->val_tokens() > 0) val = evaluate();
   save_all(*tr, a.out);
@@ -192,10 +194,10 @@ Action add_train_command(CLI::App& app) {
   sub->add_option("--batch", o.batch, "parallel text streams per step")->capture_default_str();
   sub->add_option("--window", o.window, "time steps per window (truncated BPTT length)")
       ->capture_default_str();
-  auto* steps = sub->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  auto* steps = sub->add_option("--steps", o.steps, "optimizer steps (default: use --time)");
   sub->add_option("--time", a->time_s,
-                  "train for about SECONDS instead: the number of steps is planned after the "
-                  "first steps are timed, and printed")
+                  "train for about SECONDS (default 170 when --steps is not given): the number "
+                  "of steps is planned after the first steps are timed, and printed")
       ->excludes(steps);
   sub->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
   sub->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")
@@ -210,7 +212,8 @@ Action add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--val-fraction", o.val_fraction, "last part of the text held out")
       ->capture_default_str();
-  sub->add_option("--eval-every", a->eval_every, "validate every K steps")->capture_default_str();
+  sub->add_option("--eval-every", o.eval_every, "validate every K steps (and at the end)")
+      ->capture_default_str();
   sub->add_option("--checkpoint-every", a->checkpoint_every,
                   "save the checkpoint every K steps (and always at the end)")
       ->capture_default_str();
@@ -223,9 +226,9 @@ Action add_train_command(CLI::App& app) {
   sub->add_option("--resume", a->resume, "continue the run saved in this checkpoint");
   sub->add_flag("--quiet", a->quiet, "no progress line");
   return [a, sub] {
+    if (!sub->count("--steps") && !sub->count("--time") && a->resume.empty()) a->time_s = 170;
     if (a->time_s < 0 || (sub->count("--time") && !(a->time_s > 0)))
       throw Error(fmt::format("--time {} (expected > 0 seconds)", a->time_s));
-    if (a->eval_every < 1) throw Error(fmt::format("--eval-every {} (expected >= 1)", a->eval_every));
     if (a->checkpoint_every < 0)
       throw Error(fmt::format("--checkpoint-every {} (expected >= 0)", a->checkpoint_every));
     if (a->time_s > 0) a->o.steps = int64_t(1) << 40;  // planned after the first steps
