@@ -104,12 +104,12 @@ std::string golden_name(const ::testing::TestParamInfo<NnGolden::ParamType>& inf
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    PyTorch, NnGolden,
+    nnPyTorch, NnGolden,
     ::testing::Combine(::testing::ValuesIn(golden_files({"linear_", "embedding_", "ce_"})),
                        ::testing::Bool()),
     golden_name);
 
-TEST(NnGoldenFiles, AllCasesPresent) {
+TEST(nnGoldenFiles, AllCasesPresent) {
   // Guards against a missing folder making the parametrized suite vanish silently.
   EXPECT_EQ(golden_files({"linear_"}).size(), 8u);
   EXPECT_EQ(golden_files({"embedding_"}).size(), 4u);
@@ -183,7 +183,7 @@ TEST_P(NnGradCheck, CrossEntropy) {
             [&] { return cross_entropy(logits, targets, false).loss; });
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, NnGradCheck, ::testing::Bool(),
+INSTANTIATE_TEST_SUITE_P(nnKernels, NnGradCheck, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "ref" : "opt"; });
 
 // ---- Optimized vs reference on edge sizes ------------------------------------------------
@@ -403,7 +403,7 @@ TEST_P(NnEdge, ThreadCountDoesNotChangeBits) {
   EXPECT_TRUE(same_bits(db[0], db[1]));
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, NnEdge, ::testing::Values(DType::f32, DType::f64),
+INSTANTIATE_TEST_SUITE_P(nnDTypes, NnEdge, ::testing::Values(DType::f32, DType::f64),
                          [](const auto& info) { return dtype_name(info.param); });
 
 // ---- Errors ------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ INSTANTIATE_TEST_SUITE_P(DTypes, NnEdge, ::testing::Values(DType::f32, DType::f6
     }                                                                                         \
   } while (0)
 
-TEST(NnErrors, Linear) {
+TEST(nnErrors, Linear) {
   const Tensor x = Tensor::zeros({4, 3}, DType::f32), w = Tensor::zeros({2, 3}, DType::f32);
   const Tensor b = Tensor::zeros({2}, DType::f32), dy = Tensor::zeros({4, 2}, DType::f32);
   EXPECT_ERROR(linear_forward(Tensor(), w, b), "linear_forward: x is undefined");
@@ -443,7 +443,7 @@ TEST(NnErrors, Linear) {
   EXPECT_ERROR(linear_backward(x, w, true, Tensor()), "dy is undefined");
 }
 
-TEST(NnErrors, Embedding) {
+TEST(nnErrors, Embedding) {
   const Tensor table = Tensor::zeros({5, 3}, DType::f64);
   const Tensor ids = Tensor::from_vector<int64_t>({2, 2}, {0, 4, 1, 5});
   EXPECT_ERROR(embedding_forward(ids, table),
@@ -470,7 +470,7 @@ TEST(NnErrors, Embedding) {
   EXPECT_ERROR(embedding_backward(ok.to(DType::f32), dy, 5), "ids has dtype f32, expected i64");
 }
 
-TEST(NnErrors, CrossEntropy) {
+TEST(nnErrors, CrossEntropy) {
   const Tensor logits = Tensor::zeros({3, 4}, DType::f32);
   const Tensor targets = Tensor::from_vector<int64_t>({3}, {0, 3, 1});
   EXPECT_ERROR(cross_entropy(logits, Tensor::from_vector<int64_t>({3}, {0, 4, 1})),

@@ -98,8 +98,8 @@ TEST_P(OptimGolden, MatchesTorchOptim) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PyTorch, OptimGolden, ::testing::ValuesIn(golden_files({"adam", "sgd"})),
-                         file_case_name);
+INSTANTIATE_TEST_SUITE_P(optimPyTorch, OptimGolden,
+                         ::testing::ValuesIn(golden_files({"adam", "sgd"})), file_case_name);
 
 // ---- Clipping --------------------------------------------------------------------------------
 
@@ -124,10 +124,10 @@ TEST_P(ClipGolden, MatchesClipGradNorm) {
                                 optim_tol(params[i].grad.dtype())));
 }
 
-INSTANTIATE_TEST_SUITE_P(PyTorch, ClipGolden, ::testing::ValuesIn(golden_files({"clip_"})),
+INSTANTIATE_TEST_SUITE_P(optimPyTorch, ClipGolden, ::testing::ValuesIn(golden_files({"clip_"})),
                          file_case_name);
 
-TEST(Clip, HandComputed) {
+TEST(optimClip, HandComputed) {
   // Gradients (3, 4) and (12): norm sqrt(9 + 16 + 144) = 13.
   std::vector<Parameter> params = {
       {"a", Tensor::zeros({2}, DType::f64), Tensor::from_vector<double>({2}, {3, 4})},
@@ -140,7 +140,7 @@ TEST(Clip, HandComputed) {
   EXPECT_EQ(clip_grad_norm(none, 1.0), 0.0);
 }
 
-TEST(Clip, ThreadCountDoesNotChangeBits) {
+TEST(optimClip, ThreadCountDoesNotChangeBits) {
   std::mt19937_64 rng(5);
   const Tensor g = test::random_tensor({300001}, DType::f32, rng);
   double norm[2];
@@ -159,7 +159,7 @@ TEST(Clip, ThreadCountDoesNotChangeBits) {
 
 // ---- Schedule ----------------------------------------------------------------------------------
 
-TEST(LrScheduleTest, MatchesGolden) {
+TEST(optimLrSchedule, MatchesGolden) {
   const SafeTensors st = read_safetensors(kDir + "/schedule.safetensors");
   const auto cfg = nlohmann::json::parse(st.metadata.at("config"));
   ASSERT_EQ(cfg["schedules"].size(), 4u);
@@ -175,7 +175,7 @@ TEST(LrScheduleTest, MatchesGolden) {
   }
 }
 
-TEST(LrScheduleTest, HandComputed) {
+TEST(optimLrSchedule, HandComputed) {
   LrSchedule s{1.0, 4, 14, 0.1};
   EXPECT_EQ(s.at(0), 0.25);                      // warm-up: (s + 1) / warmup
   EXPECT_EQ(s.at(3), 1.0);                       // last warm-up step reaches base_lr
@@ -292,7 +292,7 @@ TEST_P(Checkpoint, FreshStateLoadsIntoFreshOptimizer) {
   EXPECT_TRUE(same_bits(a[0].value, b[0].value));
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, Checkpoint,
+INSTANTIATE_TEST_SUITE_P(optimizers, Checkpoint,
                          ::testing::Combine(::testing::Range(0,
                                                              static_cast<int>(std::size(kMakers))),
                                             ::testing::Values(DType::f32, DType::f64)),
@@ -314,7 +314,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, Checkpoint,
     }                                                                                         \
   } while (0)
 
-TEST(OptimErrors, LoadStateDictLeavesOptimizerUnchanged) {
+TEST(optimErrors, LoadStateDictLeavesOptimizerUnchanged) {
   for (const Maker& mk : kMakers) {
     if (std::string(mk.name) == "sgd_plain") continue;  // no per-parameter state
     auto opt = mk.make();
@@ -358,7 +358,7 @@ TEST(OptimErrors, LoadStateDictLeavesOptimizerUnchanged) {
   }
 }
 
-TEST(OptimErrors, Step) {
+TEST(optimErrors, Step) {
   auto opt = make_adam(AdamOptions{});
   std::vector<Parameter> p = fresh_params(DType::f32);
   EXPECT_ERROR(opt->step(p, -1.0), "adam: lr is -1, expected a finite value >= 0");
@@ -390,7 +390,7 @@ TEST(OptimErrors, Step) {
   EXPECT_EQ(opt->steps(), 1);
 }
 
-TEST(OptimErrors, Options) {
+TEST(optimErrors, Options) {
   EXPECT_ERROR(make_adam(AdamOptions{1.0, 0.999, 1e-8, 0, false}),
                "adam: beta1 is 1, expected 0 <= beta1 < 1");
   EXPECT_ERROR(make_adam(AdamOptions{0.9, -0.1, 1e-8, 0, true}), "adamw: beta2 is -0.1");

@@ -29,13 +29,14 @@ LinearGrads linear_backward(const Tensor& x, const Tensor& w, bool bias, const T
 // Returns ids.shape + (E). An id out of range is an error naming the id and its position.
 Tensor embedding_forward(const Tensor& ids, const Tensor& table);
 // d(loss)/d(table) (V, E) from dy (ids.shape + (E)): row ids[p] receives dy[p]; repeated ids
-// add up, in increasing position order (deterministic).
+// add up, in increasing position order (deterministic). num_embeddings >= 1.
 Tensor embedding_backward(const Tensor& ids, const Tensor& dy, int64_t num_embeddings);
 
 // F.cross_entropy(logits, targets) with reduction 'mean': logits (M, V), targets (M,) i64 in
 // [0, V). loss = mean over m of -log_softmax(logits[m])[targets[m]], computed stably (max
 // subtracted, sums in double). With want_grad, dlogits = (softmax(logits) - onehot) / M,
-// shape (M, V), the dtype of logits.
+// shape (M, V), the dtype of logits. M >= 1 and V >= 1; no ignore_index (a target of -100
+// is out of range here, unlike PyTorch's default ignore_index).
 struct CrossEntropy {
   double loss = 0;
   Tensor dlogits;

@@ -24,6 +24,8 @@ struct Parameter {
 // torch.nn.utils.clip_grad_norm_(params, max_norm): the L2 norm of all gradients together
 // (accumulated in double); when it exceeds max_norm, every gradient is multiplied by
 // max_norm / (norm + 1e-6). Returns the norm before clipping. max_norm must be > 0.
+// Precisely as torch: gradients are scaled whenever coef = max_norm / (norm + 1e-6) < 1 (so
+// also for norm in (max_norm - 1e-6, max_norm]); a NaN norm makes the gradients NaN.
 double clip_grad_norm(std::vector<Parameter>& params, double max_norm);
 
 // An optimizer updates parameters in place from their gradients at a given learning rate
@@ -37,6 +39,11 @@ class Optimizer {
   // State for checkpoints: tensors keyed "<param name>.<slot>" (e.g. "fc.weight.exp_avg")
   // plus "step" (i64 scalar, shape (1,)). load_state_dict checks every key, shape and dtype
   // against `params` and throws grux::Error naming the first mismatch (nothing changes then).
+  // Slots: Adam/AdamW "exp_avg", "exp_avg_sq"; SGD "momentum_buffer" (only with momentum).
+  // Before the first step the state is {"step": 0} alone, and loading that is accepted (a
+  // fresh optimizer); otherwise every slot of every parameter is required and keys for
+  // other parameters are rejected. The first step (or a load) fixes the parameter set: later
+  // steps must pass parameters with the same names, shapes and dtypes (else grux::Error).
   virtual std::map<std::string, Tensor> state_dict() const = 0;
   virtual void load_state_dict(const std::map<std::string, Tensor>& state,
                                const std::vector<Parameter>& params) = 0;
@@ -63,6 +70,8 @@ std::unique_ptr<Optimizer> make_sgd(const SgdOptions& options);
 // then cosine decay from base_lr to min_lr over the remaining steps up to total_steps:
 //   p = (s - warmup) / max(1, total - warmup), lr = min_lr + (base_lr - min_lr) * (1 + cos(pi p)) / 2
 // and min_lr once s >= total_steps. total_steps <= 0 means no decay (constant after warm-up).
+// The warm-up takes precedence (s < warmup_steps) even when warmup_steps >= total_steps.
+// A negative step or warmup_steps throws grux::Error.
 struct LrSchedule {
   double base_lr = 1e-3;
   int64_t warmup_steps = 0;
