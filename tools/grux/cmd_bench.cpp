@@ -57,14 +57,6 @@ DType parse_dtype(const std::string& s) {
   throw Error(fmt::format("--dtype {} (expected f32 or f64)", s));
 }
 
-int set_threads(int k) {
-  if (k < 0) throw Error(fmt::format("--threads {} (expected >= 1)", k));
-  const int n = k == 0 ? omp_get_num_procs() : k;
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
-  return n;
-}
-
 Tensor uniform(const Shape& shape, DType dtype, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(-1, 1);
   Tensor t = Tensor::empty(shape, DType::f64);

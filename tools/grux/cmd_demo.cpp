@@ -23,11 +23,6 @@ struct DemoArgs {
   int reps = 20;
 };
 
-std::string default_data_dir() {
-  const char* env = std::getenv("GRUX_DATA_DIR");
-  return env ? env : GRUX_DATA_DIR;
-}
-
 void run_demo(const DemoArgs& a) {
   if (a.reps < 1) throw Error(fmt::format("--reps is {}, expected >= 1", a.reps));
   const std::string dir = a.data_dir + "/example";

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 #include "grux/error.h"
 
@@ -17,10 +18,27 @@ class ResultMismatch : public Error {
   using Error::Error;
 };
 
+// Stopped by Ctrl-C or SIGTERM after saving what was done: exit code 130.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
+// Sets OpenMP's and OpenBLAS's thread counts; 0 means all cores. Returns the count.
+int set_threads(int k);
+// The data folder: $GRUX_DATA_DIR, or the source tree's data/ this binary was built from.
+std::string default_data_dir();
+std::string default_data_path(const std::string& name);
+// A whole text file for `option` (named in errors); empty or oversized files are errors.
+std::string read_text_file(const std::string& path, const std::string& option);
+
 Action add_gru_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 Action add_conv2d_command(CLI::App& app);
 Action add_conv1d_command(CLI::App& app);
+Action add_train_command(CLI::App& app);
+Action add_generate_command(CLI::App& app);
+Action add_model_command(CLI::App& app);
 
 }  // namespace grux::cli

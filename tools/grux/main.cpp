@@ -9,7 +9,7 @@
 #include "grux/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"grux: fast, exact recurrent-sequence operators (GRU) on the CPU"};
+  CLI::App app{"grux: fast, exact recurrent-sequence operators (GRU) on the CPU, and a GRU language model trainer"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "grux 0.1.0");
   std::map<CLI::App*, grux::cli::Action> actions;
@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   add(grux::cli::add_bench_command);
   add(grux::cli::add_conv2d_command);
   add(grux::cli::add_conv1d_command);
+  add(grux::cli::add_train_command);
+  add(grux::cli::add_generate_command);
+  add(grux::cli::add_model_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -43,6 +46,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) action();
+  } catch (const grux::cli::Interrupted& e) {
+    std::fprintf(stderr, "grux: %s\n", e.what());
+    return 130;
   } catch (const grux::cli::ResultMismatch& e) {
     std::fprintf(stderr, "grux: error: %s\n", e.what());
     return 3;

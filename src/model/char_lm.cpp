@@ -1,0 +1,383 @@
+// The character-level language model: UTF-8 vocabulary, the model's forward and backward
+// (embedding -> GRU -> Linear -> cross-entropy), generation streams, and TBPTT batching.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "grux/lm.h"
+#include "grux/nn.h"
+
+namespace grux {
+
+// ---- UTF-8 ---------------------------------------------------------------------------
+
+std::vector<char32_t> utf8_decode(const std::string& text, const std::string& what) {
+  std::vector<char32_t> out;
+  out.reserve(text.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  auto bad = [&](size_t at) {
+    return Error(fmt::format("{} is not valid UTF-8: invalid byte sequence at byte offset {}",
+                             what, at));
+  };
+  for (size_t i = 0; i < n;) {
+    const unsigned char b = s[i];
+    if (b < 0x80) {
+      out.push_back(b);
+      ++i;
+      continue;
+    }
+    int len;
+    char32_t c, min;
+    if ((b & 0xE0) == 0xC0) {
+      len = 2, c = b & 0x1F, min = 0x80;
+    } else if ((b & 0xF0) == 0xE0) {
+      len = 3, c = b & 0x0F, min = 0x800;
+    } else if ((b & 0xF8) == 0xF0) {
+      len = 4, c = b & 0x07, min = 0x10000;
+    } else {
+      throw bad(i);
+    }
+    if (i + len > n) throw bad(i);
+    for (int k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) throw bad(i);
+      c = (c << 6) | (s[i + k] & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    if (c < min || (c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) throw bad(i);
+    out.push_back(c);
+    i += len;
+  }
+  return out;
+}
+
+std::string utf8_encode(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    s += static_cast<char>(0xE0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (c >> 18));
+    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+// ---- Vocabulary ----------------------------------------------------------------------
+
+Vocab::Vocab(std::vector<char32_t> chars) : chars_(std::move(chars)) {
+  if (chars_.empty()) throw Error("vocabulary is empty (expected at least one character)");
+  for (size_t i = 1; i < chars_.size(); ++i)
+    if (!(chars_[i - 1] < chars_[i]))
+      throw Error("vocabulary is not sorted and unique (expected distinct characters in order)");
+}
+
+Vocab Vocab::from_text(const std::string& text) {
+  if (text.empty()) throw Error("text is empty (expected at least one character)");
+  const std::vector<char32_t> cps = utf8_decode(text, "text");
+  std::set<char32_t> seen(cps.begin(), cps.end());
+  return Vocab(std::vector<char32_t>(seen.begin(), seen.end()));
+}
+
+std::vector<int64_t> Vocab::encode(const std::string& text, const std::string& what) const {
+  std::vector<int64_t> ids;
+  const std::vector<char32_t> cps = utf8_decode(text, what);
+  ids.reserve(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) {
+    auto it = std::lower_bound(chars_.begin(), chars_.end(), cps[i]);
+    if (it == chars_.end() || *it != cps[i])
+      throw Error(fmt::format("{}: character U+{:04X} at position {} is not in the model's "
+                              "vocabulary of {} characters",
+                              what, static_cast<uint32_t>(cps[i]), i, chars_.size()));
+    ids.push_back(it - chars_.begin());
+  }
+  return ids;
+}
+
+std::string Vocab::decode(int64_t id) const {
+  GRUX_ASSERT(id >= 0 && id < size());
+  return utf8_encode(chars_[id]);
+}
+
+std::string Vocab::to_utf8() const {
+  std::string s;
+  for (char32_t c : chars_) s += utf8_encode(c);
+  return s;
+}
+
+Vocab Vocab::from_utf8(const std::string& text) {
+  return Vocab(utf8_decode(text, "vocabulary"));
+}
+
+// ---- Configuration -------------------------------------------------------------------
+
+void CharLmConfig::validate() const {
+  auto positive = [](const char* name, int64_t v, int64_t max) {
+    if (v < 1 || v > max)
+      throw Error(fmt::format("model {} is {}, expected 1..{}", name, v, max));
+  };
+  positive("vocab", vocab, 1 << 21);
+  positive("embed", embed, 1 << 16);
+  positive("hidden", hidden, 1 << 16);
+  positive("layers", layers, 64);
+  if (!(dropout >= 0 && dropout < 1))
+    throw Error(fmt::format("model dropout is {}, expected 0 <= dropout < 1", dropout));
+  if (dtype != DType::f32 && dtype != DType::f64)
+    throw Error(fmt::format("model dtype is {}, expected f32 or f64", dtype_name(dtype)));
+}
+
+std::string CharLmConfig::to_json() const {
+  nlohmann::json j{{"vocab", vocab},     {"embed", embed},     {"hidden", hidden},
+                   {"layers", layers},   {"dropout", dropout}, {"dtype", dtype_name(dtype)}};
+  return j.dump();
+}
+
+CharLmConfig CharLmConfig::from_json(const std::string& text) {
+  CharLmConfig c;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    c.vocab = j.at("vocab").get<int64_t>();
+    c.embed = j.at("embed").get<int64_t>();
+    c.hidden = j.at("hidden").get<int64_t>();
+    c.layers = j.at("layers").get<int64_t>();
+    c.dropout = j.at("dropout").get<double>();
+    const std::string dt = j.at("dtype").get<std::string>();
+    if (dt == "f32")
+      c.dtype = DType::f32;
+    else if (dt == "f64")
+      c.dtype = DType::f64;
+    else
+      throw Error(fmt::format("model config: dtype '{}' (expected f32 or f64)", dt));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("model config is malformed: {}", e.what()));
+  }
+  c.validate();
+  return c;
+}
+
+// ---- The model -----------------------------------------------------------------------
+
+namespace {
+
+GruConfig gru_config(const CharLmConfig& c) {
+  GruConfig g;
+  g.input_size = c.embed;
+  g.hidden_size = c.hidden;
+  g.num_layers = c.layers;
+  g.dropout = c.dropout;
+  return g;
+}
+
+// Parameter names and shapes in order: embedding, GRU layers, fc.
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const CharLmConfig& c) {
+  std::vector<std::pair<std::string, Shape>> s;
+  const int64_t H = c.hidden;
+  s.push_back({"embedding.weight", {c.vocab, c.embed}});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const int64_t in = l == 0 ? c.embed : H;
+    s.push_back({"gru." + gru_key("weight_ih", l, 0), {3 * H, in}});
+    s.push_back({"gru." + gru_key("weight_hh", l, 0), {3 * H, H}});
+    s.push_back({"gru." + gru_key("bias_ih", l, 0), {3 * H}});
+    s.push_back({"gru." + gru_key("bias_hh", l, 0), {3 * H}});
+  }
+  s.push_back({"fc.weight", {c.vocab, H}});
+  s.push_back({"fc.bias", {c.vocab}});
+  return s;
+}
+
+}  // namespace
+
+CharLm::CharLm(const CharLmConfig& config, uint64_t seed) : config_(config) {
+  config_.validate();
+  std::mt19937_64 rng(seed);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden));
+  for (const auto& [name, shape] : parameter_shapes(config_)) {
+    Tensor t = Tensor::empty(shape, DType::f64);
+    double* p = t.data<double>();
+    if (name == "embedding.weight") {
+      std::normal_distribution<double> nd(0.0, 1.0);
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = nd(rng);
+    } else {
+      std::uniform_real_distribution<double> ud(-bound, bound);
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = ud(rng);
+    }
+    params_.push_back({name, t.to(config_.dtype), Tensor()});
+  }
+  bind();
+}
+
+CharLm::CharLm(const CharLmConfig& config, const std::map<std::string, Tensor>& state)
+    : config_(config) {
+  config_.validate();
+  const auto shapes = parameter_shapes(config_);
+  for (const auto& [name, shape] : shapes) {
+    auto it = state.find(name);
+    if (it == state.end()) throw Error(fmt::format("model: missing parameter '{}'", name));
+    const Tensor& t = it->second;
+    if (t.shape() != shape)
+      throw Error(fmt::format("model: parameter '{}' has shape {}, expected {}", name,
+                              shape_str(t.shape()), shape_str(shape)));
+    if (t.dtype() != config_.dtype)
+      throw Error(fmt::format("model: parameter '{}' has dtype {}, expected {}", name,
+                              dtype_name(t.dtype()), dtype_name(config_.dtype)));
+    if (t.device() != Device::cpu())
+      throw Error(fmt::format("model: parameter '{}' is on {}, expected cpu", name,
+                              t.device().str()));
+    params_.push_back({name, t.clone(), Tensor()});
+  }
+  if (state.size() != shapes.size())
+    for (const auto& [name, t] : state)
+      if (std::none_of(shapes.begin(), shapes.end(), [&](auto& s) { return s.first == name; }))
+        throw Error(fmt::format("model: unexpected parameter '{}'", name));
+  bind();
+}
+
+void CharLm::bind() {
+  // The GRU holds the same tensors (shared storage): optimizer updates are seen by it.
+  std::vector<GruLayerWeights> w(config_.layers);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const size_t k = 1 + 4 * l;
+    w[l] = {params_[k].value, params_[k + 1].value, params_[k + 2].value, params_[k + 3].value};
+  }
+  gru_ = std::make_unique<Gru>(gru_config(config_), std::move(w));
+}
+
+std::map<std::string, Tensor> CharLm::state_dict() const {
+  std::map<std::string, Tensor> s;
+  for (const Parameter& p : params_) s[p.name] = p.value;
+  return s;
+}
+
+int64_t CharLm::num_parameters() const {
+  int64_t n = 0;
+  for (const Parameter& p : params_) n += p.value.numel();
+  return n;
+}
+
+double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
+                                uint64_t dropout_seed) {
+  const char* op = "char_lm";
+  check_defined(op, "ids", ids);
+  check_defined(op, "targets", targets);
+  check_dtype(op, "ids", ids, DType::i64);
+  check_dtype(op, "targets", targets, DType::i64);
+  if (ids.dim() != 2)
+    throw Error(fmt::format("char_lm: ids have shape {}, expected (T, N)", shape_str(ids.shape())));
+  check_shape(op, "targets", targets, ids.shape());
+  const int64_t T = ids.size(0), N = ids.size(1), H = config_.hidden, V = config_.vocab;
+  if (h.defined()) check_shape(op, "h", h, {config_.layers, N, H});
+
+  const Tensor& emb_w = params_.front().value;
+  const Tensor& fc_w = params_[params_.size() - 2].value;
+  const Tensor& fc_b = params_.back().value;
+
+  // 1. Embedding lookup: (T, N) -> (T, N, E).
+  Tensor x = embedding_forward(ids, emb_w);
+  // 2. GRU over the window from the carried state.
+  GruTape tape;
+  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed) : gru_->forward(x, h);
+  h = y.h_n;
+  // 3. Logits and loss over all T * N positions.
+  Tensor y2 = y.output.reshape({T * N, H});
+  Tensor logits = linear_forward(y2, fc_w, fc_b);
+  CrossEntropy ce = cross_entropy(logits, targets.reshape({T * N}), train);
+  if (!train) return ce.loss;
+
+  // Backward in mirror order: fc, GRU (no gradient into the carried state), embedding.
+  LinearGrads fc = linear_backward(y2, fc_w, true, ce.dlogits);
+  GruGrads g = gru_->backward(tape, fc.dx.reshape({T, N, H}), {});
+  params_.front().grad = embedding_backward(ids, g.dinput, V);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const size_t k = 1 + 4 * l;
+    params_[k].grad = g.dweights[l].w_ih;
+    params_[k + 1].grad = g.dweights[l].w_hh;
+    params_[k + 2].grad = g.dweights[l].b_ih;
+    params_[k + 3].grad = g.dweights[l].b_hh;
+  }
+  params_[params_.size() - 2].grad = fc.dw;
+  params_.back().grad = fc.db;
+  return ce.loss;
+}
+
+// ---- Generation stream ---------------------------------------------------------------
+
+struct CharLm::Stream::Impl {
+  const CharLm& model;
+  int64_t B;
+  GruStream gru;
+  Impl(const CharLm& m, int64_t beams) : model(m), B(beams), gru(m.gru(), beams) {}
+};
+
+CharLm::Stream::Stream(const CharLm& model, int64_t beams) {
+  if (beams < 1) throw Error(fmt::format("beams is {}, expected >= 1", beams));
+  impl_ = std::make_unique<Impl>(model, beams);
+}
+
+CharLm::Stream::~Stream() = default;
+
+std::vector<double> CharLm::Stream::step(const std::vector<int64_t>& ids) {
+  const CharLm& m = impl_->model;
+  const int64_t B = impl_->B, V = m.config_.vocab;
+  GRUX_ASSERT(static_cast<int64_t>(ids.size()) == B);
+  Tensor id = Tensor::from_vector<int64_t>({B}, ids);
+  Tensor x = embedding_forward(id, m.params_.front().value);  // (B, E)
+  Tensor y = impl_->gru.step(x);                               // (B, H)
+  Tensor logits = linear_forward(y, m.params_[m.params_.size() - 2].value, m.params_.back().value)
+                      .to(DType::f64);
+  const double* p = logits.data<double>();
+  return std::vector<double>(p, p + B * V);
+}
+
+void CharLm::Stream::reorder(const std::vector<int64_t>& from) {
+  const int64_t B = impl_->B;
+  GRUX_ASSERT(static_cast<int64_t>(from.size()) == B);
+  Tensor s = impl_->gru.state();  // (L, B, H)
+  Tensor r = Tensor::empty(s.shape(), s.dtype());
+  for (int64_t b = 0; b < B; ++b) r.select(1, b).copy_from(s.select(1, from[b]));
+  impl_->gru.reset(r);
+}
+
+// ---- Batches for truncated BPTT ------------------------------------------------------
+
+TextBatches::TextBatches(std::vector<int64_t> ids, int64_t N, int64_t T)
+    : ids_(std::move(ids)), N_(N), T_(T) {
+  if (N < 1 || T < 1) throw Error(fmt::format("batch {} and window {}: expected >= 1", N, T));
+  stream_len_ = static_cast<int64_t>(ids_.size()) / N;
+  // Each window needs T inputs plus the next character as the last target.
+  windows_ = stream_len_ > 0 ? (stream_len_ - 1) / T : 0;
+  if (windows_ < 1)
+    throw Error(fmt::format(
+        "text of {} characters is too short for batch {} x window {} (needs at least {} "
+        "characters)",
+        ids_.size(), N, T, N * (T + 1)));
+}
+
+void TextBatches::window(int64_t w, Tensor& ids, Tensor& targets) const {
+  GRUX_ASSERT(w >= 0 && w < windows_);
+  if (!ids.defined() || ids.shape() != Shape{T_, N_}) ids = Tensor::empty({T_, N_}, DType::i64);
+  if (!targets.defined() || targets.shape() != Shape{T_, N_})
+    targets = Tensor::empty({T_, N_}, DType::i64);
+  int64_t* x = ids.data<int64_t>();
+  int64_t* y = targets.data<int64_t>();
+  for (int64_t n = 0; n < N_; ++n) {
+    const int64_t base = n * stream_len_ + w * T_;
+    for (int64_t t = 0; t < T_; ++t) {
+      x[t * N_ + n] = ids_[base + t];
+      y[t * N_ + n] = ids_[base + t + 1];
+    }
+  }
+}
+
+}  // namespace grux

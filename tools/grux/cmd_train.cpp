@@ -1,0 +1,239 @@
+// `grux train`: trains the character-level GRU language model with a progress line,
+// periodic validation, atomic checkpoints and a loss curve; Ctrl-C saves and stops cleanly.
+#include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "grux/io.h"
+#include "grux/train.h"
+
+namespace grux::cli {
+
+namespace {
+
+struct TrainArgs {
+  TrainOptions o;
+  std::string data, out = "out", resume, dtype = "f32";
+  double time_s = 0;
+  int threads = 0;
+  int64_t checkpoint_every = 500;
+  bool quiet = false;
+};
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop = true; }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string duration_str(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  const int64_t t = static_cast<int64_t>(std::llround(s));
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60)
+                   : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+// Saves the checkpoint, then the loss curve; each file is replaced atomically.
+void save_all(const Trainer& tr, const std::string& dir) {
+  tr.save_checkpoint(dir + "/checkpoint.safetensors");
+  write_file_atomic(dir + "/loss.csv", loss_curve_csv(tr.history()));
+  write_file_atomic(dir + "/loss.svg",
+                    loss_curve_svg(tr.history(), fmt::format("grux train: {} steps",
+                                                             tr.steps_done())));
+}
+
+void run_train(TrainArgs& a, CLI::App* sub) {
+  const int threads = set_threads(a.threads);
+  const std::string path = a.data.empty() ? default_data_path("tinyshakespeare.txt") : a.data;
+  const std::string text = read_text_file(path, "--data");
+  std::filesystem::create_directories(a.out);
+
+  std::unique_ptr<Trainer> tr;
+  if (!a.resume.empty()) {
+    // The run's settings come from the checkpoint; giving a different one is a mistake.
+    for (const char* opt : {"--layers", "--hidden", "--embed", "--batch", "--window", "--steps",
+                            "--lr", "--min-lr", "--warmup", "--dropout", "--seed", "--optimizer",
+                            "--weight-decay", "--momentum", "--clip", "--val-fraction",
+                            "--eval-every", "--dtype", "--time"})
+      if (sub->count(opt) > 0)
+        throw Error(fmt::format("{} cannot be combined with --resume (the run continues with "
+                                "the settings saved in the checkpoint)",
+                                opt));
+    tr = std::make_unique<Trainer>(Trainer::resume(a.resume, text));
+    if (tr->done())
+      throw Error(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
+                              tr->steps_done(), tr->options().steps));
+  } else {
+    a.o.model.dtype = a.dtype == "f64" ? DType::f64 : DType::f32;
+    tr = std::make_unique<Trainer>(a.o, text);
+  }
+  const TrainOptions& o = tr->options();
+  const CharLmConfig& m = o.model;
+  fmt::print(stderr,
+             "grux train: {} ({} characters, vocabulary {}; {} for training, {} for "
+             "validation)\nmodel: embedding {} -> GRU {} x {} -> linear {}; {} parameters ({})\n"
+             "{} steps of batch {} x window {}, {} lr {} (warm-up {}, cosine to {}), clip {}, "
+             "{} threads{}\n",
+             path, text.size(), tr->vocab().size(), tr->train_tokens(), tr->val_tokens(), m.embed,
+             m.layers, m.hidden, m.vocab, tr->model().num_parameters(), dtype_name(m.dtype),
+             a.time_s > 0 ? fmt::format("up to {:.0f} s:", a.time_s) : fmt::to_string(o.steps),
+             o.batch, o.window, o.optimizer, o.lr, o.warmup, o.min_lr, o.clip, threads,
+             a.resume.empty() ? "" : fmt::format("; resuming at step {}", tr->steps_done()));
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  const bool tty = isatty(fileno(stderr));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_print = t0;
+  auto last_save = t0;
+  const int64_t first = tr->steps_done();
+  int64_t tokens = 0;
+  double eval_s = 0;  // time spent evaluating, excluded from the training rate
+  bool planned = a.time_s <= 0;
+  double last_loss = 0;
+  auto evaluate = [&] {
+    const auto e0 = std::chrono::steady_clock::now();
+    const double v = tr->evaluate();
+    eval_s += seconds_since(e0);
+    fmt::print(stderr, "{}step {:>6}: validation loss {:.4f} nats/char (perplexity {:.2f})\n",
+               tty ? "\r\033[K" : "", tr->steps_done(), v, std::exp(v));
+    return v;
+  };
+  while (!tr->done() && !g_stop) {
+    const StepStats s = tr->step();
+    tokens += s.tokens;
+    last_loss = s.loss;
+    if (!std::isfinite(s.loss))
+      throw Error(fmt::format("training diverged at step {} (loss {}); try a lower --lr", s.step,
+                              s.loss));
+    const double elapsed = seconds_since(t0);
+    const double rate = tokens / std::max(1e-9, elapsed - eval_s);
+    if (!planned && tr->steps_done() >= std::min<int64_t>(o.warmup + 1, 10) + first) {
+      // Time budget: fix the number of steps now (the warm-up's learning rates do not depend
+      // on it), leaving room for the evaluations.
+      const double per_step = (elapsed - eval_s) / static_cast<double>(s.step - first);
+      const double per_eval = tr->val_tokens() > 0 ? per_step * 0.4 * tr->val_tokens() /
+                                                         static_cast<double>(s.tokens)
+                                                   : 0;
+      const double left = a.time_s - elapsed;
+      int64_t more = static_cast<int64_t>(left / per_step);
+      more = static_cast<int64_t>((left - per_eval * (1 + more / o.eval_every)) / per_step);
+      tr->plan_steps(std::max<int64_t>(tr->steps_done() + std::max<int64_t>(more, 0), 1));
+      planned = true;
+      fmt::print(stderr, "{}planned {} steps for the {:.0f} s budget ({:.1f} ms per step); "
+                 "--steps {} reproduces this run\n",
+                 tty ? "\r\033[K" : "", o.steps, a.time_s, per_step * 1e3, o.steps);
+    }
+    if (!a.quiet && (tty || seconds_since(last_print) >= 5 || tr->done())) {
+      const double eta = (o.steps - tr->steps_done()) * (elapsed - eval_s) /
+                         static_cast<double>(tr->steps_done() - first);
+      const int width = 24;
+      const int fill = static_cast<int>(width * tr->steps_done() / std::max<int64_t>(1, o.steps));
+      fmt::print(stderr, "{}[{}{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  lr {:.2e}  ETA {}{}",
+                 tty ? "\r\033[K" : "", std::string(fill, '#'), std::string(width - fill, '.'),
+                 tr->steps_done(), o.steps, s.loss, rate, s.lr, duration_str(eta),
+                 tty ? "" : "\n");
+      last_print = std::chrono::steady_clock::now();
+    }
+    if (tr->val_tokens() > 0 && tr->steps_done() % o.eval_every == 0 && !tr->done()) evaluate();
+    // Before a time budget is planned, the run's length is unknown: nothing to resume yet.
+    if (planned && a.checkpoint_every > 0 && tr->steps_done() % a.checkpoint_every == 0) {
+      save_all(*tr, a.out);
+      last_save = std::chrono::steady_clock::now();
+    }
+    if (a.time_s > 0 && seconds_since(t0) > a.time_s * 1.05 && !tr->done()) {
+      fmt::print(stderr, "{}time budget reached before the planned steps; stopping at step {}\n",
+                 tty ? "\r\033[K" : "", tr->steps_done());
+      break;
+    }
+  }
+  if (tty) fmt::print(stderr, "\n");
+  (void)last_save;
+  if (!planned) tr->plan_steps(tr->steps_done());  // stopped before the budget was planned
+  double val = NAN;
+  if (tr->val_tokens() > 0) val = evaluate();
+  save_all(*tr, a.out);
+  const double train_s = seconds_since(t0) - eval_s;
+  fmt::print(stderr,
+             "{} after {} steps ({} this run, {:.1f} s, {:.0f} tokens/s): training loss {:.4f}"
+             "{}\nwrote {}/checkpoint.safetensors, {}/loss.csv, {}/loss.svg\n",
+             g_stop ? "interrupted" : "done", tr->steps_done(), tr->steps_done() - first, train_s,
+             tokens / std::max(1e-9, train_s), last_loss,
+             std::isfinite(val) ? fmt::format(", validation loss {:.4f}", val) : "", a.out, a.out,
+             a.out);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (g_stop) throw Interrupted("interrupted; the checkpoint is saved (continue with --resume)");
+}
+
+}  // namespace
+
+Action add_train_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "train",
+      "Train a character-level GRU language model (embedding -> GRU -> linear -> softmax) on a "
+      "UTF-8 text; writes DIR/checkpoint.safetensors, DIR/loss.csv and DIR/loss.svg");
+  TrainOptions& o = a->o;
+  sub->add_option("--data", a->data,
+                  "UTF-8 text to train on (default: the embedded Shakespeare corpus)");
+  sub->add_option("--layers", o.model.layers, "GRU layers")->capture_default_str();
+  sub->add_option("--hidden", o.model.hidden, "GRU hidden size")->capture_default_str();
+  sub->add_option("--embed", o.model.embed, "embedding width")->capture_default_str();
+  sub->add_option("--dropout", o.model.dropout, "dropout between GRU layers")
+      ->capture_default_str();
+  sub->add_option("--batch", o.batch, "parallel text streams per step")->capture_default_str();
+  sub->add_option("--window", o.window, "time steps per window (truncated BPTT length)")
+      ->capture_default_str();
+  auto* steps = sub->add_option("--steps", o.steps, "optimizer steps (default: use --time)");
+  sub->add_option("--time", a->time_s,
+                  "train for about SECONDS (default 170 when --steps is not given): the number "
+                  "of steps is planned after the first steps are timed, and printed")
+      ->excludes(steps);
+  sub->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  sub->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")
+      ->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "linear warm-up steps")->capture_default_str();
+  sub->add_option("--optimizer", o.optimizer, "adam, adamw or sgd")->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay,
+                  "weight decay (L2 in adam and sgd, decoupled in adamw)")
+      ->capture_default_str();
+  sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  sub->add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")
+      ->capture_default_str();
+  sub->add_option("--val-fraction", o.val_fraction, "last part of the text held out")
+      ->capture_default_str();
+  sub->add_option("--eval-every", o.eval_every, "validate every K steps (and at the end)")
+      ->capture_default_str();
+  sub->add_option("--checkpoint-every", a->checkpoint_every,
+                  "save the checkpoint every K steps (and always at the end)")
+      ->capture_default_str();
+  sub->add_option("--dtype", a->dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}))
+      ->capture_default_str();
+  sub->add_option("--threads", a->threads, "threads (default: all cores)");
+  sub->add_option("--seed", o.seed, "seed of the initial weights and dropout")
+      ->capture_default_str();
+  sub->add_option("--out", a->out, "output directory")->capture_default_str();
+  sub->add_option("--resume", a->resume, "continue the run saved in this checkpoint");
+  sub->add_flag("--quiet", a->quiet, "no progress line");
+  return [a, sub] {
+    if (!sub->count("--steps") && !sub->count("--time") && a->resume.empty()) a->time_s = 170;
+    if (a->time_s < 0 || (sub->count("--time") && !(a->time_s > 0)))
+      throw Error(fmt::format("--time {} (expected > 0 seconds)", a->time_s));
+    if (a->checkpoint_every < 0)
+      throw Error(fmt::format("--checkpoint-every {} (expected >= 0)", a->checkpoint_every));
+    if (a->time_s > 0) a->o.steps = int64_t(1) << 40;  // planned after the first steps
+    run_train(*a, sub);
+  };
+}
+
+}  // namespace grux::cli

@@ -1,0 +1,44 @@
+// Helpers shared by the CLI's subcommands: thread settings, the data folder, text files.
+// Errors are grux::Error with one-line messages, like everywhere in the CLI.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cstdlib>
+
+#include "commands.h"
+#include "grux/io.h"
+
+namespace grux::cli {
+
+int set_threads(int k) {
+  if (k < 0) throw Error(fmt::format("--threads {} (expected >= 1)", k));
+  const int n = k == 0 ? omp_get_num_procs() : k;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+  return n;
+}
+
+std::string default_data_dir() {
+  const char* env = std::getenv("GRUX_DATA_DIR");
+  return env ? env : GRUX_DATA_DIR;
+}
+
+std::string default_data_path(const std::string& name) {
+  return default_data_dir() + "/" + name;
+}
+
+std::string read_text_file(const std::string& path, const std::string& option) {
+  // Characters become 8-byte ids in memory: cap the text at 256 MiB (2 GiB of ids).
+  constexpr size_t kMax = size_t(256) << 20;
+  std::string text;
+  try {
+    text = read_file(path, kMax);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} {}: {}", option, path, e.what()));
+  }
+  if (text.empty()) throw Error(fmt::format("{} {}: the file is empty", option, path));
+  return text;
+}
+
+}  // namespace grux::cli
