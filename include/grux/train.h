@@ -16,7 +16,7 @@ namespace grux {
 
 struct TrainOptions {
   CharLmConfig model;  // vocab is filled in from the data
-  int64_t batch = 64;  // N parallel streams
+  int64_t batch = 16;  // N parallel streams
   int64_t window = 64;  // T steps per window (truncated BPTT length)
   int64_t steps = 2000;  // total optimizer steps of the run (the schedule spans them)
   std::string optimizer = "adam";  // adam, adamw, sgd
@@ -25,7 +25,7 @@ struct TrainOptions {
   double weight_decay = 0.0, momentum = 0.9;  // momentum: SGD only
   double clip = 1.0;  // global gradient norm; 0 disables
   double val_fraction = 0.1;  // last part of the text held out for validation
-  int64_t eval_every = 200;  // validation every K steps (and at the end)
+  int64_t eval_every = 500;  // validation every K steps (and at the end)
   uint64_t seed = 1;  // weights and dropout masks
   void validate() const;
   std::string to_json() const;  // everything above except model (stored separately)
@@ -56,8 +56,8 @@ class Trainer {
   // taken so far had a learning rate that does not depend on the total (the warm-up), so that
   // a run planned from a time budget equals a run given that many steps from the start.
   void plan_steps(int64_t total);
-  // Mean cross-entropy (nats per character) over the whole validation part, from a zero
-  // state carried across its windows.
+  // Mean cross-entropy (nats per character) over the whole validation part, cut into up to
+  // 64 streams (as many as fit), from a zero state carried across its windows.
   double evaluate();
   // Writes model, optimizer state, vocabulary, options, step, carried state and history to
   // `path` atomically.

@@ -14,6 +14,7 @@ namespace grux {
 namespace {
 
 constexpr const char* kFormat = "grux-charlm-1";
+constexpr int64_t kValStreams = 64;
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o) {
   if (o.optimizer == "adam" || o.optimizer == "adamw") {
@@ -141,8 +142,9 @@ void Trainer::setup(const std::string& text) {
   ids.resize(n - n_val);
   train_ = std::make_unique<TextBatches>(std::move(ids), options_.batch, options_.window);
   if (n_val > 0) {
-    // The validation part is short: it gets as many streams as fit, up to the batch size.
-    const int64_t streams = std::min(options_.batch, n_val / (options_.window + 1));
+    // Validation is forward-only: it runs as many streams as fit, up to kValStreams (wider
+    // batches make it faster), independent of the training batch.
+    const int64_t streams = std::min(kValStreams, n_val / (options_.window + 1));
     if (streams < 1)
       throw Error(fmt::format(
           "the validation part ({} characters, --val-fraction {}) is shorter than one window "

@@ -46,7 +46,7 @@ def main():
         init = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
         opt = lm.make_optimizer(model, opt_name, weight_decay=wd, momentum=0.9)
         train = lm.Batches(train_ids, N, T)
-        val = lm.Batches(val_ids, min(N, len(val_ids) // (T + 1)), T)
+        val = lm.Batches(val_ids, min(lm.VAL_STREAMS, len(val_ids) // (T + 1)), T)
         h = torch.zeros(L, N, H, dtype=dtype)
         losses = []
         for s in range(steps):

@@ -12,6 +12,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+# Validation runs up to this many streams, whatever the training batch (grux's kValStreams).
+VAL_STREAMS = 64
+
 
 class CharLm(torch.nn.Module):
     def __init__(self, vocab, embed, hidden, layers, dropout=0.0):

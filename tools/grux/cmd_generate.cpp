@@ -42,20 +42,27 @@ std::vector<double> log_softmax(const double* z, int64_t V) {
 }
 
 // Draws the next id: greedy at temperature 0, else from softmax(z / temperature) restricted to
-// the top_k largest (all when top_k is 0).
+// the top_k largest (all when top_k is 0). `idx` and `w` are reused buffers: generation runs
+// one character at a time and this is on its critical path.
 int64_t sample(const double* z, int64_t V, double temperature, int64_t top_k,
-               std::mt19937_64& rng) {
+               std::mt19937_64& rng, std::vector<int64_t>& idx, std::vector<double>& w) {
   if (temperature == 0) return std::max_element(z, z + V) - z;
-  std::vector<int64_t> idx(V);
+  idx.resize(V);
   std::iota(idx.begin(), idx.end(), 0);
-  int64_t k = top_k > 0 ? std::min(top_k, V) : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-  const double m = z[idx[0]];
-  std::vector<double> w(k);
-  for (int64_t i = 0; i < k; ++i) w[i] = std::exp((z[idx[i]] - m) / temperature);
-  std::discrete_distribution<int64_t> d(w.begin(), w.end());
-  return idx[d(rng)];
+  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  if (k < V)
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+      return z[a] > z[b] || (z[a] == z[b] && a < b);
+    });
+  double m = z[idx[0]];
+  for (int64_t i = 1; i < k; ++i) m = std::max(m, z[idx[i]]);
+  // Inverse-CDF draw over the unnormalised weights.
+  w.resize(k);
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) w[i] = sum += std::exp((z[idx[i]] - m) / temperature);
+  const double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
+  const int64_t i = std::upper_bound(w.begin(), w.end(), u) - w.begin();
+  return idx[std::min(i, k - 1)];
 }
 
 void run_generate(const GenerateArgs& a) {
@@ -92,8 +99,10 @@ void run_generate(const GenerateArgs& a) {
 
   if (B == 1) {
     std::mt19937_64 rng(a.seed);
+    std::vector<int64_t> idx;
+    std::vector<double> w;
     for (int64_t i = 0; i < a.length; ++i) {
-      const int64_t id = sample(logits.data(), V, a.temperature, a.top_k, rng);
+      const int64_t id = sample(logits.data(), V, a.temperature, a.top_k, rng, idx, w);
       emit(vocab.decode(id));
       if (i + 1 < a.length) logits = stream.step({id});
     }
