@@ -15,8 +15,8 @@
 namespace grux {
 namespace {
 
-using ::testing::HasSubstr;
 using test::TempDir;
+using ::testing::HasSubstr;
 
 std::string corpus(size_t chars) {
   const std::string text = read_file(std::string(GRUX_DATA_DIR) + "/tinyshakespeare.txt");
@@ -268,9 +268,9 @@ TEST(LmText, Utf8RoundTripAndErrors) {
     std::string bytes;
     size_t offset;
   };
-  for (const Bad& b : {Bad{"ab\xff", 2}, Bad{"\xc0\xaf", 0}, Bad{"x\xed\xa0\x80", 1},
-                       Bad{"\xe2\x82", 0}, Bad{"a\xf4\x90\x80\x80", 1}, Bad{"ab\x80", 2},
-                       Bad{"\xe2(\xa1", 0}}) {
+  for (const Bad& b :
+       {Bad{"ab\xff", 2}, Bad{"\xc0\xaf", 0}, Bad{"x\xed\xa0\x80", 1}, Bad{"\xe2\x82", 0},
+        Bad{"a\xf4\x90\x80\x80", 1}, Bad{"ab\x80", 2}, Bad{"\xe2(\xa1", 0}}) {
     try {
       utf8_decode(b.bytes, "data.txt");
       FAIL() << "accepted invalid UTF-8";

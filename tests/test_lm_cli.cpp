@@ -21,8 +21,8 @@ namespace grux {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using test::TempDir;
+using ::testing::HasSubstr;
 
 struct CliRun {
   int code;
@@ -55,8 +55,8 @@ struct Fixture {
   std::string data, small;
   Fixture() {
     data = dir.path + "/text.txt";
-    write_file_atomic(data, read_file(std::string(GRUX_DATA_DIR) + "/tinyshakespeare.txt")
-                                .substr(0, 20000));
+    write_file_atomic(
+        data, read_file(std::string(GRUX_DATA_DIR) + "/tinyshakespeare.txt").substr(0, 20000));
     small = "--data " + data + " --hidden 16 --embed 8 --batch 4 --window 16 --threads 1";
   }
 };
@@ -72,8 +72,8 @@ TEST(LmCli, TrainThenShowThenGenerate) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 31) << csv;  // header + 30 steps
   EXPECT_THAT(slurp(out + "/loss.svg"), HasSubstr("<svg"));
 
-  r = grux_cli(f.dir.path, "model show " + out + "/checkpoint.safetensors --dot " + f.dir.path +
-                               "/m.dot");
+  r = grux_cli(f.dir.path,
+               "model show " + out + "/checkpoint.safetensors --dot " + f.dir.path + "/m.dot");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("step 30 of 30"));
   EXPECT_THAT(r.out, HasSubstr("gru.weight_hh_l0"));
@@ -113,8 +113,9 @@ TEST(LmCli, KilledRunResumesToTheSameLosses) {
   int kills = 0;
   for (int attempt = 0; attempt < 4; ++attempt) {
     std::string cmd = std::string(GRUX_CLI) + " " + args + " --out " + out;
-    if (fs::exists(ck)) cmd = std::string(GRUX_CLI) + " train --resume " + ck + " --data " +
-                              f.data + " --threads 1 --checkpoint-every 1 --out " + out;
+    if (fs::exists(ck))
+      cmd = std::string(GRUX_CLI) + " train --resume " + ck + " --data " + f.data +
+            " --threads 1 --checkpoint-every 1 --out " + out;
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -135,8 +136,8 @@ TEST(LmCli, KilledRunResumesToTheSameLosses) {
   }
   EXPECT_GT(kills, 0);
   if (!fs::exists(ck)) GTEST_SKIP() << "no checkpoint was written before the kills";
-  r = grux_cli(f.dir.path, "train --resume " + ck + " --data " + f.data +
-                               " --threads 1 --out " + out);
+  r = grux_cli(f.dir.path,
+               "train --resume " + ck + " --data " + f.data + " --threads 1 --out " + out);
   if (r.code == 2 && r.err.find("the run is complete") != std::string::npos) {
     // A kill landed after the last step: the run had finished.
   } else {
@@ -169,9 +170,9 @@ TEST(LmCli, BadInputIsOneLineExit2) {
   ASSERT_EQ(grux_cli(d, "train " + f.small + " --steps 3 --out " + d + "/run").code, 0);
   const std::string ck = d + "/run/checkpoint.safetensors";
   const std::string saved = slurp(ck);
-  expect_user_error(grux_cli(d, "train --resume " + ck + " --data " + f.data + " --out " + d +
-                                    "/run"),
-                    {"the run is complete"});
+  expect_user_error(
+      grux_cli(d, "train --resume " + ck + " --data " + f.data + " --out " + d + "/run"),
+      {"the run is complete"});
   expect_user_error(grux_cli(d, "train --resume " + ck + " --hidden 32 --data " + f.data),
                     {"--hidden cannot be combined with --resume"});
   expect_user_error(grux_cli(d, "train --resume " + ck + " --data " + d + "/latin1.txt"),

@@ -15,18 +15,18 @@
 namespace grux {
 
 struct TrainOptions {
-  CharLmConfig model;  // vocab is filled in from the data
-  int64_t batch = 16;  // N parallel streams
-  int64_t window = 64;  // T steps per window (truncated BPTT length)
-  int64_t steps = 2000;  // total optimizer steps of the run (the schedule spans them)
+  CharLmConfig model;              // vocab is filled in from the data
+  int64_t batch = 16;              // N parallel streams
+  int64_t window = 64;             // T steps per window (truncated BPTT length)
+  int64_t steps = 2000;            // total optimizer steps of the run (the schedule spans them)
   std::string optimizer = "adam";  // adam, adamw, sgd
   double lr = 3e-3, min_lr = 3e-4;
   int64_t warmup = 50;
   double weight_decay = 0.0, momentum = 0.9;  // momentum: SGD only
-  double clip = 1.0;  // global gradient norm; 0 disables
-  double val_fraction = 0.1;  // last part of the text held out for validation
-  int64_t eval_every = 500;  // validation every K steps (and at the end)
-  uint64_t seed = 1;  // weights and dropout masks
+  double clip = 1.0;                          // global gradient norm; 0 disables
+  double val_fraction = 0.1;                  // last part of the text held out for validation
+  int64_t eval_every = 500;                   // validation every K steps (and at the end)
+  uint64_t seed = 1;                          // weights and dropout masks
   void validate() const;
   std::string to_json() const;  // everything above except model (stored separately)
   static TrainOptions from_json(const std::string& json, const CharLmConfig& model);

@@ -21,8 +21,8 @@ std::vector<char32_t> utf8_decode(const std::string& text, const std::string& wh
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
   auto bad = [&](size_t at) {
-    return Error(fmt::format("{} is not valid UTF-8: invalid byte sequence at byte offset {}",
-                             what, at));
+    return Error(
+        fmt::format("{} is not valid UTF-8: invalid byte sequence at byte offset {}", what, at));
   };
   for (size_t i = 0; i < n;) {
     const unsigned char b = s[i];
@@ -98,9 +98,10 @@ std::vector<int64_t> Vocab::encode(const std::string& text, const std::string& w
   for (size_t i = 0; i < cps.size(); ++i) {
     auto it = std::lower_bound(chars_.begin(), chars_.end(), cps[i]);
     if (it == chars_.end() || *it != cps[i])
-      throw Error(fmt::format("{}: character U+{:04X} at position {} is not in the model's "
-                              "vocabulary of {} characters",
-                              what, static_cast<uint32_t>(cps[i]), i, chars_.size()));
+      throw Error(
+          fmt::format("{}: character U+{:04X} at position {} is not in the model's "
+                      "vocabulary of {} characters",
+                      what, static_cast<uint32_t>(cps[i]), i, chars_.size()));
     ids.push_back(it - chars_.begin());
   }
   return ids;
@@ -125,8 +126,7 @@ Vocab Vocab::from_utf8(const std::string& text) {
 
 void CharLmConfig::validate() const {
   auto positive = [](const char* name, int64_t v, int64_t max) {
-    if (v < 1 || v > max)
-      throw Error(fmt::format("model {} is {}, expected 1..{}", name, v, max));
+    if (v < 1 || v > max) throw Error(fmt::format("model {} is {}, expected 1..{}", name, v, max));
   };
   positive("vocab", vocab, 1 << 21);
   positive("embed", embed, 1 << 16);
@@ -139,8 +139,8 @@ void CharLmConfig::validate() const {
 }
 
 std::string CharLmConfig::to_json() const {
-  nlohmann::json j{{"vocab", vocab},     {"embed", embed},     {"hidden", hidden},
-                   {"layers", layers},   {"dropout", dropout}, {"dtype", dtype_name(dtype)}};
+  nlohmann::json j{{"vocab", vocab},   {"embed", embed},     {"hidden", hidden},
+                   {"layers", layers}, {"dropout", dropout}, {"dtype", dtype_name(dtype)}};
   return j.dump();
 }
 
@@ -233,8 +233,8 @@ CharLm::CharLm(const CharLmConfig& config, const std::map<std::string, Tensor>& 
       throw Error(fmt::format("model: parameter '{}' has dtype {}, expected {}", name,
                               dtype_name(t.dtype()), dtype_name(config_.dtype)));
     if (t.device() != Device::cpu())
-      throw Error(fmt::format("model: parameter '{}' is on {}, expected cpu", name,
-                              t.device().str()));
+      throw Error(
+          fmt::format("model: parameter '{}' is on {}, expected cpu", name, t.device().str()));
     params_.push_back({name, t.clone(), Tensor()});
   }
   if (state.size() != shapes.size())
@@ -333,7 +333,7 @@ std::vector<double> CharLm::Stream::step(const std::vector<int64_t>& ids) {
   GRUX_ASSERT(static_cast<int64_t>(ids.size()) == B);
   Tensor id = Tensor::from_vector<int64_t>({B}, ids);
   Tensor x = embedding_forward(id, m.params_.front().value);  // (B, E)
-  Tensor y = impl_->gru.step(x);                               // (B, H)
+  Tensor y = impl_->gru.step(x);                              // (B, H)
   Tensor logits = linear_forward(y, m.params_[m.params_.size() - 2].value, m.params_.back().value)
                       .to(DType::f64);
   const double* p = logits.data<double>();

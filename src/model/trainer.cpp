@@ -47,11 +47,20 @@ std::string xml_escape(const std::string& s) {
   std::string r;
   for (char c : s) {
     switch (c) {
-      case '<': r += "&lt;"; break;
-      case '>': r += "&gt;"; break;
-      case '&': r += "&amp;"; break;
-      case '"': r += "&quot;"; break;
-      default: r += c;
+      case '<':
+        r += "&lt;";
+        break;
+      case '>':
+        r += "&gt;";
+        break;
+      case '&':
+        r += "&amp;";
+        break;
+      case '"':
+        r += "&quot;";
+        break;
+      default:
+        r += c;
     }
   }
   return r;
@@ -72,8 +81,7 @@ uint64_t text_hash(const std::string& text) {
 
 void TrainOptions::validate() const {
   auto range = [](const char* name, int64_t v, int64_t lo, int64_t hi) {
-    if (v < lo || v > hi)
-      throw Error(fmt::format("--{} is {}, expected {}..{}", name, v, lo, hi));
+    if (v < lo || v > hi) throw Error(fmt::format("--{} is {}, expected {}..{}", name, v, lo, hi));
   };
   range("batch", batch, 1, 1 << 16);
   range("window", window, 1, 1 << 16);
@@ -97,12 +105,18 @@ void TrainOptions::validate() const {
 }
 
 std::string TrainOptions::to_json() const {
-  nlohmann::json j{{"batch", batch},     {"window", window},
-                   {"steps", steps},     {"optimizer", optimizer},
-                   {"lr", lr},           {"min_lr", min_lr},
-                   {"warmup", warmup},   {"weight_decay", weight_decay},
-                   {"momentum", momentum}, {"clip", clip},
-                   {"val_fraction", val_fraction}, {"eval_every", eval_every},
+  nlohmann::json j{{"batch", batch},
+                   {"window", window},
+                   {"steps", steps},
+                   {"optimizer", optimizer},
+                   {"lr", lr},
+                   {"min_lr", min_lr},
+                   {"warmup", warmup},
+                   {"weight_decay", weight_decay},
+                   {"momentum", momentum},
+                   {"clip", clip},
+                   {"val_fraction", val_fraction},
+                   {"eval_every", eval_every},
                    {"seed", seed}};
   return j.dump();
 }
@@ -192,7 +206,8 @@ StepStats Trainer::step() {
 void Trainer::plan_steps(int64_t total) {
   GRUX_ASSERT(step_ <= options_.warmup + 1);
   if (total < std::max<int64_t>(step_, 1))
-    throw Error(fmt::format("planned steps {} (expected >= {})", total, std::max<int64_t>(step_, 1)));
+    throw Error(
+        fmt::format("planned steps {} (expected >= {})", total, std::max<int64_t>(step_, 1)));
   options_.steps = total;
   schedule_ = make_schedule(options_);
 }
@@ -220,9 +235,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
   for (const auto& [name, v] : model_->state_dict()) t["model." + name] = v;
   for (const auto& [name, v] : optimizer_->state_dict()) t["optim." + name] = v;
   t["state.h"] = h_;
-  t["history.train_loss"] =
-      Tensor::from_vector<double>({static_cast<int64_t>(history_.train_loss.size())},
-                                  history_.train_loss);
+  t["history.train_loss"] = Tensor::from_vector<double>(
+      {static_cast<int64_t>(history_.train_loss.size())}, history_.train_loss);
   t["history.val_step"] = Tensor::from_vector<int64_t>(
       {static_cast<int64_t>(history_.val_step.size())}, history_.val_step);
   t["history.val_loss"] = Tensor::from_vector<double>(
@@ -246,9 +260,10 @@ const std::string& checkpoint_meta(const SafeTensors& ck, const std::string& pat
                                    const char* key) {
   auto it = ck.metadata.find(key);
   if (it == ck.metadata.end())
-    throw Error(fmt::format("checkpoint {}: missing metadata '{}' (not a grux training "
-                            "checkpoint?)",
-                            path, key));
+    throw Error(
+        fmt::format("checkpoint {}: missing metadata '{}' (not a grux training "
+                    "checkpoint?)",
+                    path, key));
   return it->second;
 }
 
@@ -310,9 +325,10 @@ Trainer Trainer::resume(const std::string& path, const std::string& text) {
                               tr.vocab_.size(), model.vocab));
     const std::string hash = fmt::format("{:016x}", text_hash(text));
     if (hash != meta("text_hash"))
-      throw Error(fmt::format("it was trained on other data (text hash {} vs {} of the given "
-                              "text)",
-                              meta("text_hash"), hash));
+      throw Error(
+          fmt::format("it was trained on other data (text hash {} vs {} of the given "
+                      "text)",
+                      meta("text_hash"), hash));
     tr.text_hash_ = text_hash(text);
     tr.setup(text);
     tr.model_ = std::make_unique<CharLm>(model, with_prefix(ck, "model."));

@@ -44,16 +44,15 @@ std::vector<double> log_softmax(const double* z, int64_t V) {
 // Draws the next id: greedy at temperature 0, else from softmax(z / temperature) restricted to
 // the top_k largest (all when top_k is 0). `idx` and `w` are reused buffers: generation runs
 // one character at a time and this is on its critical path.
-int64_t sample(const double* z, int64_t V, double temperature, int64_t top_k,
-               std::mt19937_64& rng, std::vector<int64_t>& idx, std::vector<double>& w) {
+int64_t sample(const double* z, int64_t V, double temperature, int64_t top_k, std::mt19937_64& rng,
+               std::vector<int64_t>& idx, std::vector<double>& w) {
   if (temperature == 0) return std::max_element(z, z + V) - z;
   idx.resize(V);
   std::iota(idx.begin(), idx.end(), 0);
   const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
   if (k < V)
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-      return z[a] > z[b] || (z[a] == z[b] && a < b);
-    });
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
   double m = z[idx[0]];
   for (int64_t i = 1; i < k; ++i) m = std::max(m, z[idx[i]]);
   // Inverse-CDF draw over the unnormalised weights.
@@ -88,8 +87,7 @@ void run_generate(const GenerateArgs& a) {
   // Printed on stderr (stdout is the text alone): characters per second of the whole loop.
   auto report = [&] {
     if (!a.stats) return;
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "generated %lld characters in %.3f s (%.0f characters/s)\n",
                  static_cast<long long>(a.length), s, a.length / std::max(s, 1e-9));
   };
@@ -127,8 +125,8 @@ void run_generate(const GenerateArgs& a) {
     }
     const int64_t keep = std::min<int64_t>(B, static_cast<int64_t>(cands.size()));
     std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](auto& x, auto& y) {
-      return x.score > y.score || (x.score == y.score && (x.beam < y.beam ||
-                                                          (x.beam == y.beam && x.id < y.id)));
+      return x.score > y.score ||
+             (x.score == y.score && (x.beam < y.beam || (x.beam == y.beam && x.id < y.id)));
     });
     std::vector<int64_t> from(B), ids(B);
     std::vector<std::vector<int64_t>> next(B);
@@ -165,8 +163,7 @@ Action add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand(
       "generate", "Generate text from a checkpoint of `grux train`, streaming each character");
-  sub->add_option("--checkpoint", a->checkpoint, "checkpoint written by grux train")
-      ->required();
+  sub->add_option("--checkpoint", a->checkpoint, "checkpoint written by grux train")->required();
   sub->add_option("--prompt", a->prompt, "text to start from (default: a line break)");
   sub->add_option("--length", a->length, "characters to generate")->capture_default_str();
   sub->add_option("--temperature", a->temperature,

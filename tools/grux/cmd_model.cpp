@@ -29,7 +29,8 @@ std::string with_commas(int64_t v) {
 std::string dot_graph(const TrainedModel& tm) {
   const CharLmConfig& c = tm.model->config();
   const TrainOptions& o = tm.options;
-  std::string g = "digraph grux_char_lm {\n  rankdir=TB;\n  node [shape=box, fontname=\"sans-serif\"];\n";
+  std::string g =
+      "digraph grux_char_lm {\n  rankdir=TB;\n  node [shape=box, fontname=\"sans-serif\"];\n";
   g += fmt::format("  ids [label=\"characters\\n(T={}, N={})\", shape=ellipse];\n", o.window,
                    o.batch);
   g += fmt::format("  embedding [label=\"Embedding\\n{} x {}\"];\n", c.vocab, c.embed);
@@ -111,8 +112,9 @@ Action add_model_command(CLI::App& app) {
   CLI::App* show = sub->add_subcommand(
       "show", "Print a checkpoint's architecture, parameter counts and training-step cost");
   show->add_option("checkpoint", a->checkpoint, "checkpoint written by grux train")->required();
-  show->add_option("--dot", a->dot, "also write the network as a Graphviz graph to FILE (- for "
-                                    "standard output)");
+  show->add_option("--dot", a->dot,
+                   "also write the network as a Graphviz graph to FILE (- for "
+                   "standard output)");
   return [a] { run_show(*a); };
 }
 

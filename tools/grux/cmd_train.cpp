@@ -29,7 +29,9 @@ struct TrainArgs {
 };
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop = true; }
+extern "C" void on_signal(int) {
+  g_stop = true;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -46,9 +48,9 @@ std::string duration_str(double s) {
 void save_all(const Trainer& tr, const std::string& dir) {
   tr.save_checkpoint(dir + "/checkpoint.safetensors");
   write_file_atomic(dir + "/loss.csv", loss_curve_csv(tr.history()));
-  write_file_atomic(dir + "/loss.svg",
-                    loss_curve_svg(tr.history(), fmt::format("grux train: {} steps",
-                                                             tr.steps_done())));
+  write_file_atomic(
+      dir + "/loss.svg",
+      loss_curve_svg(tr.history(), fmt::format("grux train: {} steps", tr.steps_done())));
 }
 
 void run_train(TrainArgs& a, CLI::App* sub) {
@@ -60,14 +62,15 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   std::unique_ptr<Trainer> tr;
   if (!a.resume.empty()) {
     // The run's settings come from the checkpoint; giving a different one is a mistake.
-    for (const char* opt : {"--layers", "--hidden", "--embed", "--batch", "--window", "--steps",
-                            "--lr", "--min-lr", "--warmup", "--dropout", "--seed", "--optimizer",
-                            "--weight-decay", "--momentum", "--clip", "--val-fraction",
-                            "--eval-every", "--dtype", "--time"})
+    for (const char* opt :
+         {"--layers", "--hidden", "--embed", "--batch", "--window", "--steps", "--lr", "--min-lr",
+          "--warmup", "--dropout", "--seed", "--optimizer", "--weight-decay", "--momentum",
+          "--clip", "--val-fraction", "--eval-every", "--dtype", "--time"})
       if (sub->count(opt) > 0)
-        throw Error(fmt::format("{} cannot be combined with --resume (the run continues with "
-                                "the settings saved in the checkpoint)",
-                                opt));
+        throw Error(
+            fmt::format("{} cannot be combined with --resume (the run continues with "
+                        "the settings saved in the checkpoint)",
+                        opt));
     tr = std::make_unique<Trainer>(Trainer::resume(a.resume, text));
     if (tr->done())
       throw Error(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
@@ -113,23 +116,24 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     tokens += s.tokens;
     last_loss = s.loss;
     if (!std::isfinite(s.loss))
-      throw Error(fmt::format("training diverged at step {} (loss {}); try a lower --lr", s.step,
-                              s.loss));
+      throw Error(
+          fmt::format("training diverged at step {} (loss {}); try a lower --lr", s.step, s.loss));
     const double elapsed = seconds_since(t0);
     const double rate = tokens / std::max(1e-9, elapsed - eval_s);
     if (!planned && tr->steps_done() >= std::min<int64_t>(o.warmup + 1, 10) + first) {
       // Time budget: fix the number of steps now (the warm-up's learning rates do not depend
       // on it), leaving room for the evaluations.
       const double per_step = (elapsed - eval_s) / static_cast<double>(s.step - first);
-      const double per_eval = tr->val_tokens() > 0 ? per_step * 0.4 * tr->val_tokens() /
-                                                         static_cast<double>(s.tokens)
-                                                   : 0;
+      const double per_eval =
+          tr->val_tokens() > 0 ? per_step * 0.4 * tr->val_tokens() / static_cast<double>(s.tokens)
+                               : 0;
       const double left = a.time_s - elapsed;
       int64_t more = static_cast<int64_t>(left / per_step);
       more = static_cast<int64_t>((left - per_eval * (1 + more / o.eval_every)) / per_step);
       tr->plan_steps(std::max<int64_t>(tr->steps_done() + std::max<int64_t>(more, 0), 1));
       planned = true;
-      fmt::print(stderr, "{}planned {} steps for the {:.0f} s budget ({:.1f} ms per step); "
+      fmt::print(stderr,
+                 "{}planned {} steps for the {:.0f} s budget ({:.1f} ms per step); "
                  "--steps {} reproduces this run\n",
                  tty ? "\r\033[K" : "", o.steps, a.time_s, per_step * 1e3, o.steps);
     }
@@ -140,8 +144,7 @@ void run_train(TrainArgs& a, CLI::App* sub) {
       const int fill = static_cast<int>(width * tr->steps_done() / std::max<int64_t>(1, o.steps));
       fmt::print(stderr, "{}[{}{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  lr {:.2e}  ETA {}{}",
                  tty ? "\r\033[K" : "", std::string(fill, '#'), std::string(width - fill, '.'),
-                 tr->steps_done(), o.steps, s.loss, rate, s.lr, duration_str(eta),
-                 tty ? "" : "\n");
+                 tr->steps_done(), o.steps, s.loss, rate, s.lr, duration_str(eta), tty ? "" : "\n");
       last_print = std::chrono::steady_clock::now();
     }
     if (tr->val_tokens() > 0 && tr->steps_done() % o.eval_every == 0 && !tr->done()) evaluate();
@@ -217,7 +220,8 @@ Action add_train_command(CLI::App& app) {
   sub->add_option("--checkpoint-every", a->checkpoint_every,
                   "save the checkpoint every K steps (and always at the end)")
       ->capture_default_str();
-  sub->add_option("--dtype", a->dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}))
+  sub->add_option("--dtype", a->dtype, "f32 or f64")
+      ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)");
   sub->add_option("--seed", o.seed, "seed of the initial weights and dropout")
