@@ -21,7 +21,7 @@ struct GenerateArgs {
   int64_t length = 500, top_k = 0, beam = 1;
   double temperature = 0.8;
   uint64_t seed = 1;
-  int threads = 1;
+  int threads = 0;
   bool stats = false;
 };
 
@@ -175,7 +175,7 @@ Action add_generate_command(CLI::App& app) {
                   "beam search with B beams for the likeliest text (ignores temperature/top-k)")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
-  sub->add_option("--threads", a->threads, "threads (1 is fastest for one stream)")
+  sub->add_option("--threads", a->threads, "threads (default: all cores)")
       ->capture_default_str();
   sub->add_flag("--stats", a->stats, "print the generation speed on stderr");
   return [a] { run_generate(*a); };
