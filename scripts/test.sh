@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test from a fresh machine: install what is missing, build (Release), run the whole
-# suite with CTest and the main job (about 3 minutes of training); then build with AddressSanitizer + UndefinedBehaviorSanitizer and run the
-# whole suite again. Exits non-zero if anything fails.
+# suite with CTest and the main job (about 3 minutes of training); then build with
+# AddressSanitizer + UndefinedBehaviorSanitizer and run the whole suite again. Exits non-zero
+# if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
