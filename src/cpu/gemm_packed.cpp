@@ -210,16 +210,51 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
             const int64_t* k_map, const int64_t* n_map, T* dst) {
   GRUX_ASSERT(panel > 0 && panel % kUnit<T> == 0 && panel <= 3 * kUnit<T>);
   const int64_t panels = (N + panel - 1) / panel;
+  // Training packs the weights (and their transposes) every step: this is on the hot path.
 #pragma omp parallel for schedule(static) if (K * N > (1 << 16))
-  for (int64_t p = 0; p < panels; ++p)
-    for (int64_t k = 0; k < K; ++k) {
-      const T* row = src + (k_map ? k_map[k] : k) * stride_k;
-      T* out = dst + (p * K + k) * panel;
-      for (int64_t j = 0; j < panel; ++j) {
-        const int64_t n = p * panel + j;
-        out[j] = n < N ? row[(n_map ? n_map[n] : n) * stride_n] : T(0);
+  for (int64_t p = 0; p < panels; ++p) {
+    // Source offset of each column of the panel (-1 past N), once per panel.
+    int64_t col[3 * kUnit<T>];
+    for (int64_t j = 0; j < panel; ++j) {
+      const int64_t n = p * panel + j;
+      col[j] = n < N ? (n_map ? n_map[n] : n) * stride_n : -1;
+    }
+    T* out = dst + p * K * panel;
+    if (stride_k == 1 && !k_map) {
+      // Each source column is contiguous along k (a weight matrix read transposed): walk it
+      // in blocks of k whose destination (kBlock x panel) stays in L1.
+      constexpr int64_t kBlock = 64;
+      for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
+        const int64_t kn = std::min(kBlock, K - k0);
+        T* o = out + k0 * panel;
+        for (int64_t j = 0; j < panel; ++j) {
+          if (col[j] < 0) {
+            for (int64_t k = 0; k < kn; ++k) o[k * panel + j] = T(0);
+          } else {
+            const T* s = src + col[j] + k0;
+            for (int64_t k = 0; k < kn; ++k) o[k * panel + j] = s[k];
+          }
+        }
+      }
+    } else {
+      // Rows of the source; within each unit of the panel the columns are usually consecutive
+      // (gate-interleaved weights keep units whole; activations are not permuted): copy those
+      // units whole.
+      constexpr int64_t U = kUnit<T>;
+      bool whole_units = true;
+      for (int64_t j = 0; j < panel && whole_units; ++j)
+        whole_units = col[j] >= 0 && col[j] == col[j - j % U] + j % U;
+      for (int64_t k = 0; k < K; ++k) {
+        const T* row = src + (k_map ? k_map[k] : k) * stride_k;
+        T* o = out + k * panel;
+        if (whole_units) {
+          for (int64_t u = 0; u < panel; u += U) std::memcpy(o + u, row + col[u], U * sizeof(T));
+        } else {
+          for (int64_t j = 0; j < panel; ++j) o[j] = col[j] < 0 ? T(0) : row[col[j]];
+        }
       }
     }
+  }
 }
 template void pack_b<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
                             const int64_t*, const int64_t*, float*);

@@ -10,6 +10,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <type_traits>
 
 #include "ops/gru_layer.h"
 
@@ -105,6 +106,21 @@ struct GruTapeData {
   // Per layer * D + direction, packed buffers. states: the initial state (N rows, sorted
   // order) followed by every step's state (rows).
   std::vector<Tensor> states, g, aux;
+  // Per layer * D + direction, the weights as forward_train packed them, with the transposed
+  // operands backward needs: packed once per training step instead of twice.
+  std::vector<ops::PackedLayer<float>> packed_f32;
+  std::vector<ops::PackedLayer<double>> packed_f64;
+  template <typename T>
+  std::vector<ops::PackedLayer<T>>& packed() {
+    if constexpr (std::is_same_v<T, float>)
+      return packed_f32;
+    else
+      return packed_f64;
+  }
+  template <typename T>
+  const std::vector<ops::PackedLayer<T>>& packed() const {
+    return const_cast<GruTapeData*>(this)->packed<T>();
+  }
 };
 
 namespace {
@@ -307,7 +323,7 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       std::memset(h0s, 0, N * H * sizeof(T));
       if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s);
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
-      const ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, false);
+      ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr);
       ops::gru_layer_forward<T>(k, P, lay, xp.data<T>(), h0s, g.data<T>(), aux.data<T>(), hs,
                                 gh.data<T>());
       scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
@@ -318,6 +334,7 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         tape->states[ld] = states;
         tape->g[ld] = g;
         tape->aux[ld] = aux;
+        tape->packed<T>()[ld] = std::move(P);
       }
     }
     if (tape) tape->layer_inputs[l] = layer_in;
@@ -374,7 +391,7 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         dw.b_ih = Tensor::empty({3 * H}, dt);
         dw.b_hh = Tensor::empty({3 * H}, dt);
       }
-      const ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, true);
+      const ops::PackedLayer<T>& P = tape.packed<T>()[ld];
       ops::gru_layer_backward<T>(k, P, lay, xp.data<T>(), tape.states[ld].data<T>(),
                                  tape.g[ld].data<T>(), tape.aux[ld].data<T>(), dy, dxp.data<T>(),
                                  dw, dh0s.data<T>());
@@ -549,6 +566,8 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   data->states.resize(LD);
   data->g.resize(LD);
   data->aux.resize(LD);
+  data->packed_f32.resize(dtype_ == DType::f32 ? LD : 0);
+  data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
   GruOutput r = dtype_ == DType::f32
                     ? forward_impl<float>(config_, weights_, p, true, dropout_seed, data.get())
                     : forward_impl<double>(config_, weights_, p, true, dropout_seed, data.get());
