@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--embed", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--grux", default=os.path.join(ROOT, "build", "grux"))
     ap.add_argument("--python", default="/usr/bin/python3")

@@ -30,7 +30,7 @@ def main():
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--embed", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--length", type=int, default=2000)
