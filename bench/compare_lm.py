@@ -1,7 +1,7 @@
 """Training and generation speed of the character-level GRU language model: grux vs PyTorch.
 
 Usage (from the repository root, after building):
-  env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/compare_lm.py [--rounds 3] [--steps 40]
+  env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/compare_lm.py [--rounds 3] [--steps 150]
       [--layers L --hidden H --embed E --batch N --window T] [--grux build/grux]
 
 Runs, in one session and one process at a time, `grux train` (tokens per second, evaluation
@@ -34,7 +34,7 @@ def run(cmd):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--length", type=int, default=3000)
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=512)
@@ -61,7 +61,7 @@ def main():
             res.setdefault(("grux", "generate", threads), []).append(float(m.group(1)))
             for mode, key in (("train", "tokens_per_s"), ("generate", "chars_per_s")):
                 p = run([a.python, os.path.join(HERE, "pytorch_lm.py"), mode, "--threads",
-                         str(threads), "--steps", str(max(5, a.steps // 2)),
+                         str(threads), "--steps", str(max(5, a.steps // 3)),
                          "--length", str(a.length), *shape])
                 res.setdefault(("pytorch", mode, threads), []).append(json.loads(p.stdout)[key])
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
