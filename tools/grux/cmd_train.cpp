@@ -218,7 +218,7 @@ Action add_train_command(CLI::App& app) {
   sub->add_option("--eval-every", o.eval_every, "validate every K steps (and at the end)")
       ->capture_default_str();
   sub->add_option("--checkpoint-every", a->checkpoint_every,
-                  "save the checkpoint every K steps (and always at the end)")
+                  "save the checkpoint every K steps (0: only at the end)")
       ->capture_default_str();
   sub->add_option("--dtype", a->dtype, "f32 or f64")
       ->check(CLI::IsMember({"f32", "f64"}))
