@@ -146,6 +146,39 @@ TEST(LmCli, KilledRunResumesToTheSameLosses) {
   EXPECT_EQ(slurp(out + "/loss.csv"), full_csv);
 }
 
+// Ctrl-C (SIGINT) saves and exits with 130; resuming ends with the uninterrupted history.
+TEST(LmCli, InterruptSavesAndResumes) {
+  Fixture f;
+  const std::string args =
+      "train " + f.small + " --steps 3000 --eval-every 500 --checkpoint-every 100";
+  CliRun r = grux_cli(f.dir.path, args + " --out " + f.dir.path + "/full");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string out = f.dir.path + "/int";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c",
+          ("exec " + std::string(GRUX_CLI) + " " + args + " --out " + out + " >/dev/null 2>&1")
+              .c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Interrupt mid-run: once the first checkpoint (step 100) is on disk.
+  for (int i = 0; i < 500 && !fs::exists(out + "/checkpoint.safetensors"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  // Before its handler is installed (start-up), SIGINT ends the process as usual.
+  if (WIFSIGNALED(st)) GTEST_SKIP() << "interrupted during start-up";
+  if (WEXITSTATUS(st) == 0) GTEST_SKIP() << "the run finished before the interrupt";
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  r = grux_cli(f.dir.path, "train --resume " + out + "/checkpoint.safetensors --data " + f.data +
+                               " --threads 1 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(out + "/loss.csv"), slurp(f.dir.path + "/full/loss.csv"));
+}
+
 TEST(LmCli, BadInputIsOneLineExit2) {
   Fixture f;
   const std::string d = f.dir.path;

@@ -163,7 +163,9 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   (void)last_save;
   if (!planned) tr->plan_steps(tr->steps_done());  // stopped before the budget was planned
   double val = NAN;
-  if (tr->val_tokens() > 0) val = evaluate();
+  // An interrupted run is evaluated where the uninterrupted run would be, not here: its loss
+  // history then stays identical to the uninterrupted run's after --resume.
+  if (tr->val_tokens() > 0 && !g_stop) val = evaluate();
   save_all(*tr, a.out);
   const double train_s = seconds_since(t0) - eval_s;
   fmt::print(stderr,
