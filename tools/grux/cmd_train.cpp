@@ -161,7 +161,12 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   }
   if (tty) fmt::print(stderr, "\n");
   (void)last_save;
-  if (!planned) tr->plan_steps(tr->steps_done());  // stopped before the budget was planned
+  if (!planned) {
+    // Stopped before the time budget was planned: the run ends where it stopped.
+    if (tr->steps_done() == 0)
+      throw Interrupted("interrupted before the first step; nothing saved");
+    tr->plan_steps(tr->steps_done());
+  }
   double val = NAN;
   // An interrupted run is evaluated where the uninterrupted run would be, not here: its loss
   // history then stays identical to the uninterrupted run's after --resume.
