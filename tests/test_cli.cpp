@@ -17,35 +17,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int code;  // exit code, or 128 + signal
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-CliRun grux_cli(const std::string& dir, const std::string& args) {
-  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int st = std::system(
-      (std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
-  CliRun r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
-
-// Expects exit code 2 and exactly one stderr line containing every piece.
-void expect_user_error(const CliRun& r, std::initializer_list<const char*> pieces) {
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const char* p : pieces) EXPECT_THAT(r.err, HasSubstr(p));
-}
+using test::CliRun;
+using test::expect_user_error;
+using test::grux_cli;
+using test::slurp;
 
 SafeTensors golden(const std::string& name) {
   return read_safetensors(std::string(GRUX_GOLDEN_DIR) + "/" + name + ".safetensors");
@@ -245,15 +220,17 @@ TEST_F(CliBadInput, OutputDirectoryIsAFile) {
   expect_user_error(grux_cli(tmp.path, args), {"out", "directory"});
 }
 
-
 TEST(CliBench, GruPrintsOneCheckedJsonLine) {
   test::TempDir tmp;
-  for (const char* extra : {"", " --train", " --reset-before --dtype f64", " --lengths uniform:2:7:3"}) {
-    CliRun r = grux_cli(tmp.path, std::string("bench gru l2d2t7n5i3h17 --threads 1 --reps 2") + extra);
+  for (const char* extra :
+       {"", " --train", " --reset-before --dtype f64", " --lengths uniform:2:7:3"}) {
+    CliRun r =
+        grux_cli(tmp.path, std::string("bench gru l2d2t7n5i3h17 --threads 1 --reps 2") + extra);
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
-    for (const char* field : {"\"op\":\"gru\"", "\"problem\":\"l2d2t7n5i3h17", "\"median_ms\":",
-                              "\"min_ms\":", "\"gflops\":", "\"pct_of_gemm_peak\":", "\"checked\":true"})
+    for (const char* field :
+         {"\"op\":\"gru\"", "\"problem\":\"l2d2t7n5i3h17", "\"median_ms\":", "\"min_ms\":",
+          "\"gflops\":", "\"pct_of_gemm_peak\":", "\"checked\":true"})
       EXPECT_THAT(r.out, HasSubstr(field)) << extra;
   }
   CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");

@@ -18,35 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int code;  // exit code, or 128 + signal
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-CliRun grux_cli(const std::string& dir, const std::string& args) {
-  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int st = std::system(
-      (std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
-  CliRun r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
-
-// Expects exit code `code` and exactly one stderr line containing every piece.
-void expect_error(const CliRun& r, std::initializer_list<const char*> pieces, int code = 2) {
-  EXPECT_EQ(r.code, code) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const char* p : pieces) EXPECT_THAT(r.err, HasSubstr(p));
-}
+using test::CliRun;
+using test::expect_user_error;
+using test::grux_cli;
+using test::slurp;
 
 std::string golden(const std::string& c, const char* what) {
   return std::string(GRUX_GOLDEN_DIR) + "/conv/" + c + "/" + what + ".npy";
@@ -156,45 +131,45 @@ TEST_F(ConvCliBad, ValidBaselineSucceeds) {
 
 TEST_F(ConvCliBad, Files) {
   x = tmp.path + "/missing.npy";
-  expect_error(grux_cli(tmp.path, args()), {"missing.npy"});
+  expect_user_error(grux_cli(tmp.path, args()), {"missing.npy"});
   x = tmp.path + "/trunc.npy";
   std::ofstream(x, std::ios::binary) << slurp(golden(c, "input")).substr(0, 100);
-  expect_error(grux_cli(tmp.path, args()), {"trunc.npy"});
+  expect_user_error(grux_cli(tmp.path, args()), {"trunc.npy"});
 }
 
 TEST_F(ConvCliBad, DtypesAndShapes) {
   w = put("w64.npy", read_npy(w).to(DType::f64));
-  expect_error(grux_cli(tmp.path, args()), {"w64.npy", "f64", "f32"});
+  expect_user_error(grux_cli(tmp.path, args()), {"w64.npy", "f64", "f32"});
   w = put("w_bad.npy", Tensor::zeros({4, 2, 3, 3}, DType::f32));
-  expect_error(grux_cli(tmp.path, args()), {"weight", "(4, 2, 3, 3)", "C/groups = 3"});
+  expect_user_error(grux_cli(tmp.path, args()), {"weight", "(4, 2, 3, 3)", "C/groups = 3"});
   w = golden(c, "weight");
   b = put("b_bad.npy", Tensor::zeros({3}, DType::f32));
-  expect_error(grux_cli(tmp.path, args()), {"bias", "(3,)", "(4,)"});
+  expect_user_error(grux_cli(tmp.path, args()), {"bias", "(3,)", "(4,)"});
   b = golden(c, "bias");
   dy = put("dy_bad.npy", Tensor::zeros({2, 4, 5, 4}, DType::f32));
-  expect_error(grux_cli(tmp.path, args()), {"grad_output", "(2, 4, 5, 4)", "(2, 4, 5, 3)"});
+  expect_user_error(grux_cli(tmp.path, args()), {"grad_output", "(2, 4, 5, 4)", "(2, 4, 5, 3)"});
   dy = golden(c, "grad_output");
   x = put("x_i64.npy", Tensor::zeros({2, 3, 7, 5}, DType::i64));
-  expect_error(grux_cli(tmp.path, args()), {"x_i64.npy", "i64", "f32 or f64"});
+  expect_user_error(grux_cli(tmp.path, args()), {"x_i64.npy", "i64", "f32 or f64"});
   x = put("x_rank2.npy", Tensor::zeros({7, 5}, DType::f32));
-  expect_error(grux_cli(tmp.path, args()), {"input", "(7, 5)", "(N, C, H, W)"});
+  expect_user_error(grux_cli(tmp.path, args()), {"input", "(7, 5)", "(N, C, H, W)"});
 }
 
 TEST_F(ConvCliBad, Options) {
-  expect_error(grux_cli(tmp.path, args("--stride 2x1")), {"--stride '2x1'", "H,W"});
-  expect_error(grux_cli(tmp.path, args("--padding 1,2,3")), {"--padding '1,2,3'"});
-  expect_error(grux_cli(tmp.path, args("--stride 0")), {"stride is (0, 0)", ">= 1"});
-  expect_error(grux_cli(tmp.path, args("--dilation 1,0")), {"dilation is (1, 0)"});
-  expect_error(grux_cli(tmp.path, args("--padding -1")), {"padding is (-1, -1)", ">= 0"});
-  expect_error(grux_cli(tmp.path, args("--groups 2")), {"C = 3", "groups = 2"});
-  expect_error(grux_cli(tmp.path, args("--groups x")), {"--groups"});
-  expect_error(grux_cli(tmp.path, args("--algo fft")), {"'fft'", "loops, im2col or toeplitz"});
-  expect_error(grux_cli(tmp.path, args("--dilation 4")), {"larger than the padded input"});
-  expect_error(grux_cli(tmp.path, args("--bogus")), {"--bogus"});
-  expect_error(grux_cli(tmp.path, "conv2d --input " + x), {"--weight"});
-  expect_error(grux_cli(tmp.path, "conv1d --input " + x + " --weight " + w +
-                                      " --stride 1,2 --out " + tmp.path),
-               {"--stride '1,2'", "an integer"});
+  expect_user_error(grux_cli(tmp.path, args("--stride 2x1")), {"--stride '2x1'", "H,W"});
+  expect_user_error(grux_cli(tmp.path, args("--padding 1,2,3")), {"--padding '1,2,3'"});
+  expect_user_error(grux_cli(tmp.path, args("--stride 0")), {"stride is (0, 0)", ">= 1"});
+  expect_user_error(grux_cli(tmp.path, args("--dilation 1,0")), {"dilation is (1, 0)"});
+  expect_user_error(grux_cli(tmp.path, args("--padding -1")), {"padding is (-1, -1)", ">= 0"});
+  expect_user_error(grux_cli(tmp.path, args("--groups 2")), {"C = 3", "groups = 2"});
+  expect_user_error(grux_cli(tmp.path, args("--groups x")), {"--groups"});
+  expect_user_error(grux_cli(tmp.path, args("--algo fft")), {"'fft'", "loops, im2col or toeplitz"});
+  expect_user_error(grux_cli(tmp.path, args("--dilation 4")), {"larger than the padded input"});
+  expect_user_error(grux_cli(tmp.path, args("--bogus")), {"--bogus"});
+  expect_user_error(grux_cli(tmp.path, "conv2d --input " + x), {"--weight"});
+  expect_user_error(grux_cli(tmp.path, "conv1d --input " + x + " --weight " + w +
+                                           " --stride 1,2 --out " + tmp.path),
+                    {"--stride '1,2'", "an integer"});
 }
 
 TEST_F(ConvCliBad, ToeplitzTooLarge) {
@@ -202,7 +177,7 @@ TEST_F(ConvCliBad, ToeplitzTooLarge) {
   w = put("big_w.npy", Tensor::zeros({64, 64, 3, 3}, DType::f32));
   const CliRun r = grux_cli(tmp.path, "conv2d --input " + x + " --weight " + w +
                                           " --padding 1 --algo toeplitz --out " + tmp.path);
-  expect_error(r, {"toeplitz", "MiB", "256 MiB limit"});
+  expect_user_error(r, {"toeplitz", "MiB", "256 MiB limit"});
 }
 
 // ---- grux bench conv2d ---------------------------------------------------------------------
@@ -246,16 +221,16 @@ TEST(ConvBench, LargeProblemsAreCheckedOnOneImage) {
 TEST(ConvBench, WrongResultsAndBadArguments) {
   test::TempDir tmp;
   CliRun r = grux_cli(tmp.path, "bench conv2d n2c3h8w8d4k3 --inject-mismatch --reps 1");
-  expect_error(r, {"differs from the reference", "no time reported"}, 3);
+  expect_user_error(r, {"differs from the reference", "no time reported"}, 3);
   EXPECT_EQ(r.out, "");
   r = grux_cli(tmp.path,
                "bench conv2d n4c3h10w10d4k3 --train --inject-mismatch --full-check-flops 1000");
-  expect_error(r, {"image 0", "differs"}, 3);
-  expect_error(grux_cli(tmp.path, "bench conv2d n2c3h8w8k3"), {"'n2c3h8w8k3'", "malformed"});
-  expect_error(grux_cli(tmp.path, "bench conv2d n2c3h8w8d4k3g2"), {"multiples of g2"});
-  expect_error(grux_cli(tmp.path, "bench conv2d n2c3h8w8d4k3 --algo fast"), {"'fast'"});
-  expect_error(grux_cli(tmp.path, "bench conv2d n1c64h56w56d64k3p1 --algo toeplitz"),
-               {"toeplitz", "256 MiB limit"});
+  expect_user_error(r, {"image 0", "differs"}, 3);
+  expect_user_error(grux_cli(tmp.path, "bench conv2d n2c3h8w8k3"), {"'n2c3h8w8k3'", "malformed"});
+  expect_user_error(grux_cli(tmp.path, "bench conv2d n2c3h8w8d4k3g2"), {"multiples of g2"});
+  expect_user_error(grux_cli(tmp.path, "bench conv2d n2c3h8w8d4k3 --algo fast"), {"'fast'"});
+  expect_user_error(grux_cli(tmp.path, "bench conv2d n1c64h56w56d64k3p1 --algo toeplitz"),
+                    {"toeplitz", "256 MiB limit"});
 }
 
 }  // namespace

@@ -24,29 +24,21 @@ namespace fs = std::filesystem;
 using test::TempDir;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int code;
-  std::string out, err;
-};
+using test::CliRun;
+using test::expect_user_error;
+using test::grux_cli;
+using test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-CliRun grux_cli(const std::string& dir, const std::string& args) {
-  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int st = std::system(
-      (std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(o), slurp(e)};
-}
-
-void expect_user_error(const CliRun& r, std::initializer_list<const char*> pieces) {
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const char* p : pieces) EXPECT_THAT(r.err, HasSubstr(p));
+// Starts `cmd` (a shell command line, output discarded) in the background; returns its pid
+// (the shell execs the command, so signals reach it directly), or -1.
+pid_t spawn(const std::string& cmd) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " >/dev/null 2>&1").c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
 }
 
 // A small text and a model small enough that a step takes about a millisecond.
@@ -116,13 +108,8 @@ TEST(LmCli, KilledRunResumesToTheSameLosses) {
     if (fs::exists(ck))
       cmd = std::string(GRUX_CLI) + " train --resume " + ck + " --data " + f.data +
             " --threads 1 --checkpoint-every 1 --out " + out;
-    const pid_t pid = fork();
+    const pid_t pid = spawn(cmd);
     ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " >/dev/null 2>&1").c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 60));
     kill(pid, SIGKILL);
     int st = 0;
@@ -154,15 +141,8 @@ TEST(LmCli, InterruptSavesAndResumes) {
   CliRun r = grux_cli(f.dir.path, args + " --out " + f.dir.path + "/full");
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string out = f.dir.path + "/int";
-  const pid_t pid = fork();
+  const pid_t pid = spawn(std::string(GRUX_CLI) + " " + args + " --out " + out);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c",
-          ("exec " + std::string(GRUX_CLI) + " " + args + " --out " + out + " >/dev/null 2>&1")
-              .c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Interrupt mid-run: once the first checkpoint (step 100) is on disk.
   for (int i = 0; i < 500 && !fs::exists(out + "/checkpoint.safetensors"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -18,14 +18,7 @@ namespace {
 const std::string kDir = std::string(GRUX_GOLDEN_DIR) + "/nn";
 
 std::vector<std::string> golden_files(const std::vector<std::string>& prefixes) {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(kDir)) {
-    const std::string f = e.path().filename().string();
-    for (const auto& p : prefixes)
-      if (f.rfind(p, 0) == 0 && e.path().extension() == ".safetensors") files.push_back(f);
-  }
-  std::sort(files.begin(), files.end());
-  return files;
+  return test::golden_files(kDir, prefixes);
 }
 
 // Runs with the reference-kernel switch set as asked, restoring it afterwards.

@@ -19,18 +19,7 @@ namespace {
 const std::string kDir = std::string(GRUX_GOLDEN_DIR) + "/nn";
 
 std::vector<std::string> golden_files(const std::vector<std::string>& prefixes) {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(kDir)) {
-    const std::string f = e.path().filename().string();
-    for (const auto& p : prefixes)
-      if (f.rfind(p, 0) == 0 && e.path().extension() == ".safetensors") files.push_back(f);
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-std::string file_case_name(const ::testing::TestParamInfo<std::string>& info) {
-  return info.param.substr(0, info.param.size() - std::string(".safetensors").size());
+  return test::golden_files(kDir, prefixes);
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -99,7 +88,8 @@ TEST_P(OptimGolden, MatchesTorchOptim) {
 }
 
 INSTANTIATE_TEST_SUITE_P(optimPyTorch, OptimGolden,
-                         ::testing::ValuesIn(golden_files({"adam", "sgd"})), file_case_name);
+                         ::testing::ValuesIn(golden_files({"adam", "sgd"})),
+                         test::golden_case_name);
 
 // ---- Clipping --------------------------------------------------------------------------------
 
@@ -125,7 +115,7 @@ TEST_P(ClipGolden, MatchesClipGradNorm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(optimPyTorch, ClipGolden, ::testing::ValuesIn(golden_files({"clip_"})),
-                         file_case_name);
+                         test::golden_case_name);
 
 TEST(optimClip, HandComputed) {
   // Gradients (3, 4) and (12): norm sqrt(9 + 16 + 144) = 13.

@@ -1,10 +1,23 @@
 // Shared test helpers (non-inline parts).
 #include "test_util.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
 namespace grux::test {
+
+std::vector<std::string> golden_files(const std::string& dir,
+                                      const std::vector<std::string>& prefixes) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string f = e.path().filename().string();
+    for (const auto& p : prefixes)
+      if (f.rfind(p, 0) == 0 && e.path().extension() == ".safetensors") files.push_back(f);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
 
 TempDir::TempDir() {
   std::random_device rd;

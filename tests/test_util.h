@@ -2,11 +2,19 @@
 // golden-file loading, seeded random tensors.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
 #include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "grux/io.h"
 #include "grux/tensor.h"
@@ -56,6 +64,43 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937_64& rn
   Tensor t = Tensor::empty(shape, DType::f64);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = nd(rng);
   return t.to(dtype);
+}
+
+// The whole content of a file ("" if it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// One run of the grux CLI (GRUX_CLI): exit code (or 128 + signal), stdout and stderr. The
+// output goes through files in `dir`.
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+inline CliRun grux_cli(const std::string& dir, const std::string& args) {
+  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
+  const int st = std::system(
+      (std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(o), slurp(e)};
+}
+
+// Expects exit code `code` and exactly one stderr line containing every piece.
+inline void expect_user_error(const CliRun& r, std::initializer_list<const char*> pieces,
+                              int code = 2) {
+  EXPECT_EQ(r.code, code) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* p : pieces) EXPECT_THAT(r.err, ::testing::HasSubstr(p));
+}
+
+// Golden files (*.safetensors) in `dir` whose names start with one of `prefixes`, sorted; and
+// the test-case name of one (the file name without its extension).
+std::vector<std::string> golden_files(const std::string& dir,
+                                      const std::vector<std::string>& prefixes);
+inline std::string golden_case_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param.substr(0, info.param.size() - std::string(".safetensors").size());
 }
 
 // A temporary directory removed at scope exit.

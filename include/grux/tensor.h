@@ -47,6 +47,8 @@ struct Device {
 
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "(2, 3, 4)"
+// Row-major strides (in elements) of a contiguous tensor of this shape.
+Shape contiguous_strides(const Shape& shape);
 
 // A block of bytes shared by a tensor and all of its views. 64-byte aligned.
 class Storage {

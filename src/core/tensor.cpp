@@ -48,6 +48,16 @@ std::string shape_str(const Shape& s) {
   return out + ")";
 }
 
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(shape[i], 1);
+  }
+  return st;
+}
+
 namespace {
 // Large blocks are kept after use and handed out again for the same (rounded) size: fresh
 // large allocations come from mmap as untouched pages, and faulting them in on every call
@@ -121,16 +131,6 @@ int64_t checked_numel(const Shape& shape, DType dtype) {
   if (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(dtype)), &bytes))
     throw Error(fmt::format("shape {} is too large", shape_str(shape)));
   return n;
-}
-
-Shape contiguous_strides(const Shape& shape) {
-  Shape st(shape.size());
-  int64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    st[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
-  }
-  return st;
 }
 
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* what) {

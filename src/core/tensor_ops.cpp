@@ -120,16 +120,6 @@ Layout coalesce(const Shape& shape, const std::vector<Shape>& strides) {
   return out;
 }
 
-Shape contiguous_strides_of(const Shape& shape) {
-  Shape st(shape.size());
-  int64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    st[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
-  }
-  return st;
-}
-
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = cpu::binary_op_name(op);
   check_pair(name, a, b);
@@ -451,7 +441,7 @@ ReducePlan plan_reduction(const char* op, const Tensor& t, const std::vector<int
   p.keep_shape = t.shape();
   for (int64_t d = 0; d < t.dim(); ++d)
     if (p.reduced[d]) p.count *= t.shape()[d], p.keep_shape[d] = 1;
-  p.out_strides = contiguous_strides_of(p.keep_shape);
+  p.out_strides = contiguous_strides(p.keep_shape);
   for (int64_t d = 0; d < t.dim(); ++d)
     if (p.reduced[d]) p.out_strides[d] = 0;
   return p;

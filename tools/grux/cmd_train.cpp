@@ -97,7 +97,6 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
   auto last_print = t0;
-  auto last_save = t0;
   const int64_t first = tr->steps_done();
   int64_t tokens = 0;
   double eval_s = 0;  // time spent evaluating, excluded from the training rate
@@ -151,7 +150,6 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     // Before a time budget is planned, the run's length is unknown: nothing to resume yet.
     if (planned && a.checkpoint_every > 0 && tr->steps_done() % a.checkpoint_every == 0) {
       save_all(*tr, a.out);
-      last_save = std::chrono::steady_clock::now();
     }
     if (a.time_s > 0 && seconds_since(t0) > a.time_s * 1.05 && !tr->done()) {
       fmt::print(stderr, "{}time budget reached before the planned steps; stopping at step {}\n",
@@ -160,7 +158,6 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     }
   }
   if (tty) fmt::print(stderr, "\n");
-  (void)last_save;
   if (!planned) {
     // Stopped before the time budget was planned: the run ends where it stopped.
     if (tr->steps_done() == 0)
