@@ -93,4 +93,18 @@ struct ConvProblem {
   double flops() const;
 };
 
+// One conv1d problem: what the cost model and the CLI read; the 1-d twin of ConvProblem
+// (kernel K along the length, dilation 1, with bias).
+// Descriptor: n{N}c{C}l{L}d{D}k{K}[s{S}][p{P}][g{G}], e.g. "n8c16l128d32k3".
+struct Conv1dProblem {
+  int64_t N = 0, C = 0, L = 0, D = 0, K = 0, stride = 1, padding = 0, groups = 1;
+  DType dtype = DType::f32;
+
+  // Throws grux::Error naming the descriptor and what was expected.
+  static Conv1dProblem parse(const std::string& descriptor);
+  std::string descriptor() const;
+  Conv1dOptions options(ConvAlgo algo) const;
+  int64_t OL() const;
+};
+
 }  // namespace grux

@@ -61,6 +61,24 @@ struct GruProblem {
   // GEMM flops of one forward pass: 2 * rows * 3H * (in + H) per layer and direction, with
   // in = I for layer 0 and D*H above (../shared/WORKLOADS.md). Training is 3x this.
   double gemm_flops() const;
+  // Sets `lengths` from a specification: "uniform:LO:HI:SEED" (std::mt19937_64(SEED), N
+  // integers uniform in [LO, HI], 1 <= LO <= HI <= T) or the path of an int64 .npy file of
+  // shape (N,). Throws grux::Error naming the specification. Returns the suffix that problem
+  // names carry ("_len10-100s1", "_lenfile"); "" for an empty specification.
+  std::string set_lengths(const std::string& spec);
+};
+
+// One GRUCell problem (one step of one layer, nn.GRUCell): what the cost model and the CLI
+// read. Descriptor string: n{N}i{I}h{H}, e.g. "n1i256h256"; all three required.
+struct GruCellProblem {
+  int64_t N = 0, I = 0, H = 0;
+  bool bias = true;
+  GruForm form = GruForm::linear_before_reset;
+  DType dtype = DType::f32;
+
+  // Throws grux::Error naming the descriptor and what was expected.
+  static GruCellProblem parse(const std::string& descriptor);
+  std::string descriptor() const;
 };
 
 // Weights of one layer and direction. w_ih (3H, in), w_hh (3H, H), b_ih (3H), b_hh (3H);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "grux/tensor.h"
 
@@ -24,6 +25,18 @@ struct LinearGrads {
 // db = column sums of dy. `bias` says whether linear_forward had a bias.
 LinearGrads linear_backward(const Tensor& x, const Tensor& w, bool bias, const Tensor& dy,
                             bool want_dx = true);
+
+// One Linear problem: what the cost model and the CLI read. Descriptor string: b{B}i{I}o{O}
+// (B rows, I input features, O output features), e.g. "b32i256o512"; all three required.
+struct LinearProblem {
+  int64_t B = 0, I = 0, O = 0;
+  bool bias = true;
+  DType dtype = DType::f32;
+
+  // Throws grux::Error naming the descriptor and what was expected.
+  static LinearProblem parse(const std::string& descriptor);
+  std::string descriptor() const;
+};
 
 // nn.Embedding: rows of `table` (V, E) picked by `ids` (any shape, i64, each in [0, V)).
 // Returns ids.shape + (E). An id out of range is an error naming the id and its position.

@@ -6,12 +6,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <regex>
 #include <set>
 #include <type_traits>
 
+#include "grux/io.h"
 #include "ops/gru_layer.h"
 
 namespace grux {
@@ -85,6 +87,56 @@ double GruProblem::gemm_flops() const {
   for (int64_t l = 0; l < L; ++l)
     f += D * 2.0 * static_cast<double>(rows()) * 3 * H * ((l == 0 ? I : D * H) + H);
   return f;
+}
+
+std::string GruProblem::set_lengths(const std::string& spec) {
+  if (spec.empty()) {
+    lengths.clear();
+    return "";
+  }
+  if (spec.rfind("uniform:", 0) == 0) {
+    long long lo, hi, seed;
+    char tail;
+    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld:%lld%c", &lo, &hi, &seed, &tail) != 3)
+      throw Error(fmt::format("--lengths '{}' is malformed (expected uniform:LO:HI:SEED)", spec));
+    if (lo < 1 || hi < lo || hi > T)
+      throw Error(fmt::format("--lengths '{}': expected 1 <= LO <= HI <= T = {}", spec, T));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::uniform_int_distribution<int64_t> u(lo, hi);
+    lengths.resize(N);
+    for (auto& v : lengths) v = u(rng);
+    return fmt::format("_len{}-{}s{}", lo, hi, seed);
+  }
+  Tensor t = read_npy(spec);
+  if (t.dtype() != DType::i64 || t.dim() != 1 || t.size(0) != N)
+    throw Error(fmt::format("{}: expected int64 lengths of shape ({},)", spec, N));
+  for (int64_t n = 0; n < N; ++n)
+    if (t.data<int64_t>()[n] < 1 || t.data<int64_t>()[n] > T)
+      throw Error(fmt::format("{}: length {} of sequence {} is outside [1, T = {}]", spec,
+                              t.data<int64_t>()[n], n, T));
+  lengths.assign(t.data<int64_t>(), t.data<int64_t>() + N);
+  return "_lenfile";
+}
+
+GruCellProblem GruCellProblem::parse(const std::string& text) {
+  static const std::regex re(R"(n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw Error(fmt::format(
+        "GRUCell problem descriptor '{}' is malformed (expected n{{N}}i{{I}}h{{H}}, e.g. "
+        "n1i256h256)",
+        text));
+  GruCellProblem p;
+  p.N = std::stoll(m[1].str()), p.I = std::stoll(m[2].str()), p.H = std::stoll(m[3].str());
+  for (auto [name, v] : {std::pair{"n", p.N}, {"i", p.I}, {"h", p.H}})
+    if (v < 1)
+      throw Error(
+          fmt::format("GRUCell problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  return p;
+}
+
+std::string GruCellProblem::descriptor() const {
+  return fmt::format("n{}i{}h{}", N, I, H);
 }
 
 GruTape::GruTape() = default;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <regex>
+
 #include "cpu/ref/nn_ref.h"
 #include "grux/nn.h"
 #include "grux/runtime.h"
@@ -77,6 +79,27 @@ LinearGrads linear_backward(const Tensor& x, const Tensor& w, bool bias, const T
   check_shape(op, "dy", dy, {x.size(0), w.size(0)});
   return x.dtype() == DType::f32 ? backward<float>(x, w, bias, dy, want_dx)
                                  : backward<double>(x, w, bias, dy, want_dx);
+}
+
+LinearProblem LinearProblem::parse(const std::string& text) {
+  static const std::regex re(R"(b(\d{1,9})i(\d{1,9})o(\d{1,9}))");
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw Error(fmt::format(
+        "Linear problem descriptor '{}' is malformed (expected b{{B}}i{{I}}o{{O}}, e.g. "
+        "b32i256o512)",
+        text));
+  LinearProblem p;
+  p.B = std::stoll(m[1].str()), p.I = std::stoll(m[2].str()), p.O = std::stoll(m[3].str());
+  for (auto [name, v] : {std::pair{"b", p.B}, {"i", p.I}, {"o", p.O}})
+    if (v < 1)
+      throw Error(
+          fmt::format("Linear problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  return p;
+}
+
+std::string LinearProblem::descriptor() const {
+  return fmt::format("b{}i{}o{}", B, I, O);
 }
 
 }  // namespace grux

@@ -155,30 +155,6 @@ Bound problem_bound(const GruProblem& p, const std::string& mode, int threads, d
   return b;
 }
 
-// Lengths from "uniform:LO:HI:SEED" (std::mt19937_64(SEED), uniform integers in [LO, HI]) or
-// an .npy file of int64 (N,). Returns the problem-name suffix.
-std::string load_lengths(const std::string& spec, GruProblem& p) {
-  if (spec.empty()) return "";
-  if (spec.rfind("uniform:", 0) == 0) {
-    long long lo, hi, seed;
-    char tail;
-    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld:%lld%c", &lo, &hi, &seed, &tail) != 3)
-      throw Error(fmt::format("--lengths '{}' is malformed (expected uniform:LO:HI:SEED)", spec));
-    if (lo < 1 || hi < lo || hi > p.T)
-      throw Error(fmt::format("--lengths '{}': expected 1 <= LO <= HI <= T = {}", spec, p.T));
-    std::mt19937_64 rng(static_cast<uint64_t>(seed));
-    std::uniform_int_distribution<int64_t> u(lo, hi);
-    p.lengths.resize(p.N);
-    for (auto& v : p.lengths) v = u(rng);
-    return fmt::format("_len{}-{}s{}", lo, hi, seed);
-  }
-  Tensor t = read_npy(spec);
-  if (t.dtype() != DType::i64 || t.dim() != 1 || t.size(0) != p.N)
-    throw Error(fmt::format("{}: expected int64 lengths of shape ({},)", spec, p.N));
-  p.lengths.assign(t.data<int64_t>(), t.data<int64_t>() + p.N);
-  return "_lenfile";
-}
-
 // Checks every tensor of `got` against `want` with the engine's tolerance, scaled by each
 // tensor's magnitude (gradients summed over many steps grow with the problem).
 void check_against_reference(const std::string& what, const std::vector<Tensor>& got,
@@ -236,7 +212,7 @@ void run_bench_gru(const BenchArgs& a) {
   p.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
   if (a.train && a.cell) throw Error("--train and --cell cannot be combined");
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
-  std::string name = p.descriptor() + load_lengths(a.lengths, p);
+  std::string name = p.descriptor() + p.set_lengths(a.lengths);
   if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
   if (a.cell && p.D != 1) throw Error("--cell needs a unidirectional problem (d1)");
   if (a.reset_before) name += "_rb";

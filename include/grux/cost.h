@@ -1,0 +1,294 @@
+// The analytic cost model: exact operation counts in three conventions, memory (parameters,
+// activations, bytes moved under two cache models), and a calibrated roofline prediction.
+//
+// Every function reads the problem description its operator uses (GruProblem, GruCellProblem,
+// LinearProblem, ConvProblem, Conv1dProblem). Counts are exact integers; a count that does not
+// fit in 63 bits is an error, never a silent wrap. docs/cost_model.md derives every formula.
+//
+// Adding an operator (the scans, minGRU): write one function `CostReport xxx_cost(const
+// XxxProblem&)` below and list it in cost_ops() (src/cost/registry.cpp); the CLI, the sweep
+// and the HTML report pick it up from there.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "grux/conv.h"
+#include "grux/gru.h"
+#include "grux/nn.h"
+#include "grux/tensor.h"
+
+namespace grux {
+
+// ---- Counting conventions ----------------------------------------------------------------
+
+// seed: every scalar +, -, x, / and exp is 1 op (the GRUCell page's convention): a length-K
+//       dot product is K multiplies and K-1 adds, a bias add 1 per output, sigmoid 3
+//       (exp, +, /), tanh 7 (four exps, -, +, /), ReLU 1; negation is free. Unit "ops".
+// gemm: GEMM flops only, 2 per multiply-accumulate (PyTorch's FlopCounterMode, DeepSpeed).
+//       Unit "FLOP".
+// mac:  multiply-accumulates only (thop, ptflops). Unit "MAC".
+enum class CountMode { seed = 0, gemm = 1, mac = 2 };
+constexpr int kCountModes = 3;
+const char* count_mode_name(CountMode m);  // "seed", "gemm", "mac"
+const char* count_unit(CountMode m);       // "ops", "FLOP", "MAC"
+// Throws grux::Error naming `text` and the accepted names.
+CountMode parse_count_mode(const std::string& text);
+
+// One count, split by where the work comes from; every part in the unit of its mode.
+struct OpCount {
+  int64_t matmul = 0;       // dot products (matrix products, convolutions)
+  int64_t bias = 0;         // bias adds and bias-gradient sums (seed only)
+  int64_t elementwise = 0;  // +, -, x between tensors: gate arithmetic, gradient sums (seed)
+  int64_t activation = 0;   // sigmoid, tanh, ReLU and their derivatives (seed only)
+  int64_t total() const;
+};
+
+// ---- Memory and traffic (bytes) ----------------------------------------------------------
+
+struct MemoryCost {
+  int64_t parameters = 0;       // number of scalars
+  int64_t parameter_bytes = 0;  // at the problem's dtype
+  int64_t gradient_bytes = 0;   // parameter gradients a training step writes
+  // Activations live at the peak of an inference forward: input, output, states, and (for
+  // stacks) the layer output being consumed by the next layer. Weights not included.
+  int64_t inference_bytes = 0;
+  // Activations a training forward keeps for backward (the tape), plus input and output.
+  int64_t training_bytes = 0;
+};
+
+struct Traffic {
+  int64_t read = 0, written = 0;
+  int64_t total() const { return read + written; }
+};
+
+// Bytes one call moves between memory and the cores, under two cache models:
+//   reread: every weight a step uses is fetched again at every step (no reuse across steps;
+//           for the GRU the recurrent weights every step, the input projection one GEMM);
+//   cached: weights are fetched once per call and then stay in cache.
+// Activations (inputs, outputs, states, the tape) are moved once in both.
+struct TrafficCost {
+  Traffic reread, cached;
+};
+
+// ---- Roofline inputs ---------------------------------------------------------------------
+
+// One phase of a run as the roofline sees it: work at GEMM speed, a weight set read
+// `weight_passes` times (split across up to `split` threads), and bytes moved once.
+struct Phase {
+  std::string name;          // "layer 0 direction 1 forward", ...
+  double gemm_flops = 0;     // FLOP at the GEMM rate
+  double weight_bytes = 0;   // the weights one pass reads
+  double weight_passes = 0;  // passes over them (time steps; 1 for one GEMM)
+  int64_t split = 1;         // at most this many threads share the weights
+  double stream_bytes = 0;   // activations read + written once, at memory bandwidth
+  double steps = 0;          // sequential steps (each pays the step overhead)
+};
+
+// ---- The report --------------------------------------------------------------------------
+
+// Everything the model says about one problem. Counts are indexed by CountMode.
+struct CostReport {
+  std::string op;       // name in cost_ops(): "gru", "gru_cell", "linear", ...
+  std::string problem;  // the descriptor
+  std::string variant;  // options not in the descriptor: "bias, linear_before_reset"
+  DType dtype = DType::f32;
+  std::array<OpCount, kCountModes> forward{}, backward{};
+  MemoryCost memory;
+  TrafficCost inference_traffic, training_traffic;
+  // Roofline phases of an inference forward and of a training step (forward + backward).
+  std::vector<Phase> inference_phases, training_phases;
+
+  const OpCount& fwd(CountMode m) const { return forward[static_cast<int>(m)]; }
+  const OpCount& bwd(CountMode m) const { return backward[static_cast<int>(m)]; }
+  int64_t training_total(CountMode m) const;  // forward + backward, overflow-checked
+};
+
+// Shape contracts: every size >= 1 (the problems' parse() guarantee it); lengths, when given,
+// in [1, T]. Counts cover one call: the whole stack over all steps for the GRU.
+//
+// GRU stack (L layers, D directions, T steps, N sequences, I inputs, H hidden, either form,
+// bias or not). Variable lengths: every count uses rows = sum of lengths in place of N*T.
+CostReport gru_cost(const GruProblem& p);
+// The GRU stack driven one frame at a time through the streaming API (GruStream): the same
+// counts as gru_cost (unidirectional only), but every step re-reads all its weights, and the
+// roofline sees T steps of single-frame calls. Throws for D = 2 or variable lengths.
+CostReport gru_stream_cost(const GruProblem& p);
+// nn.GRUCell, one step: N rows, I inputs, H hidden.
+CostReport gru_cell_cost(const GruCellProblem& p);
+// nn.Linear: B rows, I in, O out.
+CostReport linear_cost(const LinearProblem& p);
+// conv2d / conv1d with bias (the problems' convention), padding counted as zeros that are
+// multiplied like any other input (as FLOP counters do).
+CostReport conv2d_cost(const ConvProblem& p);
+CostReport conv1d_cost(const Conv1dProblem& p);
+
+// An elementwise activation over `n` elements. Descriptor: n{COUNT}, e.g. "n65536".
+enum class Activation { sigmoid, tanh, relu };
+const char* activation_name(Activation a);
+struct ActivationProblem {
+  Activation kind = Activation::sigmoid;
+  int64_t n = 0;
+  DType dtype = DType::f32;
+  static ActivationProblem parse(Activation kind, const std::string& descriptor);
+  std::string descriptor() const;
+};
+CostReport activation_cost(const ActivationProblem& p);
+
+// ---- Operators by name (the CLI and the sweep) -------------------------------------------
+
+// Options that are not part of a descriptor string.
+struct CostOptions {
+  bool bias = true;
+  GruForm form = GruForm::linear_before_reset;
+  DType dtype = DType::f32;
+  std::string lengths;  // GRU only: GruProblem::set_lengths specification, "" for all T
+};
+
+struct CostOp {
+  std::string name;      // "gru"
+  std::string what;      // one line for help texts
+  std::string syntax;    // "l{L}d{D}t{T}n{N}i{I}h{H}"
+  std::string example;   // the default problem of a sweep
+  std::string letters;   // the descriptor's letters in order: "ldtnih"
+  std::string optional;  // letters that may be omitted: "ld"
+  bool has_bias, has_form, has_lengths;
+  CostReport (*compute)(const std::string& descriptor, const CostOptions& options);
+};
+const std::vector<CostOp>& cost_ops();
+// Throws grux::Error naming `name` and the known operators.
+const CostOp& find_cost_op(const std::string& name);
+// Parses `descriptor` for `op`, applies `options` and computes the report. Options the
+// operator does not have (e.g. lengths for linear) are errors naming the option.
+CostReport cost_of(const std::string& op, const std::string& descriptor,
+                   const CostOptions& options);
+
+// ---- Machine profile and roofline --------------------------------------------------------
+
+// Rates measured on one machine at one thread count.
+struct ThreadProfile {
+  double sgemm_gflops = 0, dgemm_gflops = 0;  // best large square GEMM (BLAS or grux's own)
+  double blas_sgemm_gflops = 0, blas_dgemm_gflops = 0;
+  double memcpy_gbps = 0;  // large copy: (bytes read + bytes written) per second
+  // Read bandwidth (GB/s, all threads together) with each thread re-reading its own buffer
+  // of the given size: the rate of the cache level (or memory) that holds such a buffer.
+  std::vector<std::pair<double, double>> read_gbps;  // (bytes per thread, GB/s), by size
+  // Fixed cost of one sequential step of a GRU (microseconds): a tiny problem whose compute
+  // and traffic are negligible, timed per step. `step_us` for whole-sequence runs,
+  // `stream_step_us` for one frame through the streaming API.
+  double step_us = 0, stream_step_us = 0;
+};
+
+struct MachineProfile {
+  std::string source;   // the file it was read from, or "preset"
+  std::string machine;  // CPU model name
+  std::string created;  // ISO date of the calibration
+  std::map<int, ThreadProfile> threads;
+
+  // The entry for `threads`; throws grux::Error naming the thread counts it has.
+  const ThreadProfile& at(int threads) const;
+  std::string to_json() const;
+  // Throws grux::Error naming `what` and the problem.
+  static MachineProfile from_json(const std::string& text, const std::string& what);
+  // A conservative stand-in for an uncalibrated machine (documented in docs/cost_model.md).
+  static MachineProfile preset(int max_threads);
+};
+
+// Where profiles live: $GRUX_PROFILE if set, else $XDG_CONFIG_HOME/grux/profile.json, else
+// $HOME/.config/grux/profile.json.
+std::string default_profile_path();
+// Reads `path` ("" means default_profile_path()); when the default file does not exist,
+// returns the preset (source "preset"). A given path that does not exist is an error.
+MachineProfile load_profile(const std::string& path);
+
+// Overrides given on the command line (0 = keep the profile's value).
+struct ProfileOverrides {
+  double peak_gflops = 0;  // GEMM peak for the problem's dtype
+  double mem_gbps = 0;     // memory bandwidth (copy rate and the largest buffers)
+  double cache_gbps = 0;   // a flat cache-resident read bandwidth for every buffer size
+  double step_us = 0;      // per-step overhead (both kinds)
+};
+void apply_overrides(MachineProfile& profile, const ProfileOverrides& o, DType dtype);
+
+// Read bandwidth (GB/s) for buffers of `bytes_per_thread` with `threads` threads:
+// interpolated in log(size) between measured sizes, clamped at the ends.
+double read_bandwidth_at(const ThreadProfile& t, double bytes_per_thread);
+
+struct Prediction {
+  int threads = 1;
+  double compute_ms = 0;   // GEMM flops at the GEMM peak
+  double traffic_ms = 0;   // weight passes at the bandwidth of their cache level + streams
+  double roofline_ms = 0;  // max(compute_ms, traffic_ms)
+  double overhead_ms = 0;  // sequential steps x the profile's per-step cost
+  double ms = 0;           // roofline_ms + overhead_ms: the predicted time
+  std::string bound;       // "compute" or "traffic": the larger side of the roofline
+};
+// Predicts the time of `phases` with `threads` threads; `stream` selects the per-step cost of
+// the streaming API.
+Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineProfile& profile,
+                   int threads, bool stream = false);
+
+// Measures this machine at each thread count (calibrate). `quick` shortens every
+// measurement (for tests; noisier numbers).
+MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false);
+
+// ---- Sweeps ------------------------------------------------------------------------------
+
+// One varied parameter: a descriptor letter and its values. Range syntax:
+//   "n=1..256:x2" (geometric, integer factor >= 2), "h=64..512:+64" (arithmetic),
+//   "t=10..13" (step 1), "n=1,3,7" (a list).
+struct SweepAxis {
+  std::string letter;
+  std::vector<int64_t> values;
+  // Throws grux::Error naming the text and what was expected.
+  static SweepAxis parse(const std::string& text);
+};
+
+struct SweepSpec {
+  std::string op;
+  std::string fixed;  // descriptor the axes modify; "" means the operator's example
+  std::vector<SweepAxis> axes;
+  CostOptions options;
+  CountMode mode = CountMode::seed;
+  bool train = false;
+};
+
+// A metric of a sweep point: key, human label and unit.
+struct SweepMetric {
+  std::string key, label, unit;
+};
+
+struct SweepResult {
+  SweepSpec spec;
+  std::string fixed;  // resolved fixed descriptor
+  std::vector<SweepMetric> metrics;
+  std::vector<std::vector<int64_t>> points;  // per point: the axes' values
+  std::vector<std::string> descriptors;      // per point
+  std::vector<std::vector<double>> values;   // per point: one value per metric
+  MachineProfile profile;
+  int threads = 1;
+};
+
+// Computes every point of the grid (at most 20000 points, up to 3 axes). Letters must be
+// letters of the operator's descriptor; the resulting descriptors are parsed by the
+// operator's own parser, so an invalid combination is an error naming the descriptor.
+SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int threads);
+
+// Renderers (the CLI writes the strings atomically).
+std::string sweep_csv(const SweepResult& r);
+std::string sweep_json(const SweepResult& r);
+// Measured points for the roofline chart: JSON lines printed by `grux bench gru|conv2d`.
+struct MeasuredPoint {
+  std::string label;     // "l1d1t100n64i256h512 inference 2t"
+  double intensity = 0;  // FLOP per byte (cached model)
+  double gflops = 0;     // measured
+};
+std::vector<MeasuredPoint> measured_points(const std::string& bench_jsonl, const std::string& what);
+// The self-contained HTML report; `plotly_js` is the plotting library's source, inlined.
+std::string sweep_html(const SweepResult& r, const std::vector<MeasuredPoint>& measured,
+                       const std::string& plotly_js);
+
+}  // namespace grux

@@ -1,0 +1,79 @@
+// Helpers shared by the cost model's files: exact wide-integer counting that refuses to
+// overflow, and the per-mode count builders.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "grux/cost.h"
+#include "grux/error.h"
+
+namespace grux::cost_detail {
+
+// Counts are formed in 128-bit integers (no product of a few 63-bit sizes can wrap) and
+// narrowed once at the end, where a result beyond int64 is reported instead of wrapped.
+using wide = __int128;
+
+inline int64_t narrow(wide v, const std::string& what) {
+  if (v < 0 || v > static_cast<wide>(std::numeric_limits<int64_t>::max()))
+    throw Error(fmt::format("{}: the count does not fit in 64 bits (problem too large)", what));
+  return static_cast<int64_t>(v);
+}
+
+// An OpCount being built, in wide integers.
+struct WideCount {
+  wide matmul = 0, bias = 0, elementwise = 0, activation = 0;
+  WideCount& operator+=(const WideCount& o) {
+    matmul += o.matmul, bias += o.bias, elementwise += o.elementwise, activation += o.activation;
+    return *this;
+  }
+  OpCount narrow(const std::string& what) const {
+    OpCount c;
+    c.matmul = cost_detail::narrow(matmul, what);
+    c.bias = cost_detail::narrow(bias, what);
+    c.elementwise = cost_detail::narrow(elementwise, what);
+    c.activation = cost_detail::narrow(activation, what);
+    (void)c.total();  // throws if the sum overflows
+    return c;
+  }
+};
+
+// Counts of one op in every mode, being built.
+struct WideCounts {
+  WideCount fwd[kCountModes], bwd[kCountModes];
+  WideCounts& operator+=(const WideCounts& o) {
+    for (int m = 0; m < kCountModes; ++m) fwd[m] += o.fwd[m], bwd[m] += o.bwd[m];
+    return *this;
+  }
+  void store(CostReport& r) const {
+    for (int m = 0; m < kCountModes; ++m) {
+      r.forward[m] = fwd[m].narrow(r.op + " " + r.problem);
+      r.backward[m] = bwd[m].narrow(r.op + " " + r.problem);
+    }
+  }
+};
+
+constexpr int kSeed = static_cast<int>(CountMode::seed);
+constexpr int kGemm = static_cast<int>(CountMode::gemm);
+constexpr int kMac = static_cast<int>(CountMode::mac);
+
+// `dots` dot products of length `k` in every mode: seed k multiplies + (k - 1) adds, gemm 2k,
+// mac k. Adds the result to the matmul part of `c[0..2]`.
+inline void add_dots(WideCount* c, wide dots, wide k) {
+  c[kSeed].matmul += dots * (2 * k - 1);
+  c[kGemm].matmul += dots * 2 * k;
+  c[kMac].matmul += dots * k;
+}
+
+// Seed-mode ops per element of the activations and their derivatives (dy * f'(x)).
+constexpr int kSigmoidOps = 3;      // exp, +, /
+constexpr int kTanhOps = 7;         // four exps, -, +, /
+constexpr int kReluOps = 1;         // max
+constexpr int kSigmoidGradOps = 3;  // dy * s * (1 - s): -, x, x
+constexpr int kTanhGradOps = 3;     // dy * (1 - t * t): x, -, x
+constexpr int kReluGradOps = 1;     // select dy where x > 0
+
+}  // namespace grux::cost_detail

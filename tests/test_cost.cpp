@@ -1,0 +1,565 @@
+// The cost model against hand-computed closed forms, and against operation counts taken by
+// running the equations on a scalar type that counts every +, -, x, / and exp it performs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "grux/cost.h"
+#include "grux/error.h"
+
+namespace grux {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr CountMode kSeed = CountMode::seed, kGemm = CountMode::gemm, kMac = CountMode::mac;
+
+// ---- A scalar that counts its operations (the seed convention, performed literally) -------
+
+int64_t g_ops = 0;
+struct Num {
+  double v = 0;
+};
+Num operator+(Num a, Num b) {
+  return ++g_ops, Num{a.v + b.v};
+}
+Num operator-(Num a, Num b) {
+  return ++g_ops, Num{a.v - b.v};
+}
+Num operator*(Num a, Num b) {
+  return ++g_ops, Num{a.v * b.v};
+}
+Num operator/(Num a, Num b) {
+  return ++g_ops, Num{a.v / b.v};
+}
+Num operator-(Num a) {
+  return Num{-a.v};
+}  // negation is free
+Num exp_(Num a) {
+  return ++g_ops, Num{std::exp(a.v)};
+}
+const Num kOne{1};
+Num sigmoid_(Num a) {
+  return kOne / (kOne + exp_(-a));
+}
+Num tanh_(Num a) {
+  return (exp_(a) - exp_(-a)) / (exp_(a) + exp_(-a));
+}
+// A dot product as the seed writes it: K multiplies and K - 1 adds.
+template <typename F>
+Num dot(int64_t K, F term) {
+  Num s = term(0);
+  for (int64_t k = 1; k < K; ++k) s = s + term(k);
+  return s;
+}
+// `v` filled with distinct small values (the values do not matter; the counts do).
+std::vector<Num> filled(int64_t n, double seed) {
+  std::vector<Num> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i].v = std::sin(seed + 0.37 * double(i));
+  return v;
+}
+
+struct CellCounts {
+  int64_t forward, backward;
+};
+
+// One GRUCell step, forward then backward, written from the equations in gru.h with the
+// counted scalar. Gate order r, z, n. Backward from saved r, z, n, hn = W_hn h + b_hn.
+CellCounts count_gru_cell(int64_t N, int64_t I, int64_t H, bool bias, GruForm form) {
+  const auto wih = filled(3 * H * I, 1), whh = filled(3 * H * H, 2), bih = filled(3 * H, 3),
+             bhh = filled(3 * H, 4), x = filled(N * I, 5), h = filled(N * H, 6);
+  auto Wih = [&](int64_t g, int64_t i) { return wih[g * I + i]; };
+  auto Whh = [&](int64_t g, int64_t j) { return whh[g * H + j]; };
+  std::vector<Num> r(N * H), z(N * H), n(N * H), hn(N * H), rh(N * H), hnew(N * H);
+  g_ops = 0;
+  // The input and hidden halves of gate g for row b, with their biases.
+  auto half_i = [&](int64_t b, int64_t g) {
+    Num s = dot(I, [&](int64_t i) { return Wih(g, i) * x[b * I + i]; });
+    return bias ? s + bih[g] : s;
+  };
+  auto half_h = [&](int64_t b, int64_t g, const std::vector<Num>& state) {
+    Num s = dot(H, [&](int64_t j) { return Whh(g, j) * state[b * H + j]; });
+    return bias ? s + bhh[g] : s;
+  };
+  if (form == GruForm::reset_before) {
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t u = 0; u < H; ++u) r[b * H + u] = sigmoid_(half_i(b, u) + half_h(b, u, h));
+    for (int64_t i = 0; i < N * H; ++i) rh[i] = r[i] * h[i];
+  }
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t u = 0; u < H; ++u) {
+      const int64_t k = b * H + u;
+      if (form == GruForm::linear_before_reset) r[k] = sigmoid_(half_i(b, u) + half_h(b, u, h));
+      z[k] = sigmoid_(half_i(b, H + u) + half_h(b, H + u, h));
+      if (form == GruForm::linear_before_reset) {
+        hn[k] = half_h(b, 2 * H + u, h);
+        n[k] = tanh_(half_i(b, 2 * H + u) + r[k] * hn[k]);
+      } else {
+        n[k] = tanh_(half_i(b, 2 * H + u) + half_h(b, 2 * H + u, rh));
+      }
+      hnew[k] = (kOne - z[k]) * n[k] + z[k] * h[k];
+    }
+  const int64_t forward = g_ops;
+
+  g_ops = 0;
+  const auto dhnew = filled(N * H, 7);
+  // Gate gradients: dgi for the input side (r, z, n), dgh for the hidden side.
+  std::vector<Num> dgi(N * 3 * H), dgh(N * 3 * H), skip(N * H), drh(N * H);
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t u = 0; u < H; ++u) {
+      const int64_t k = b * H + u;
+      const Num g = dhnew[k];
+      const Num dz = g * (h[k] - n[k]);
+      const Num dn = g * (kOne - z[k]);
+      skip[k] = g * z[k];
+      const Num dan = dn * (kOne - n[k] * n[k]);
+      const Num daz = dz * (z[k] * (kOne - z[k]));
+      dgi[b * 3 * H + H + u] = dgh[b * 3 * H + H + u] = daz;
+      dgi[b * 3 * H + 2 * H + u] = dan;
+      if (form == GruForm::linear_before_reset) {
+        dgh[b * 3 * H + 2 * H + u] = dan * r[k];
+        const Num dar = (dan * hn[k]) * (r[k] * (kOne - r[k]));
+        dgi[b * 3 * H + u] = dgh[b * 3 * H + u] = dar;
+      } else {
+        dgh[b * 3 * H + 2 * H + u] = dan;
+      }
+    }
+  std::vector<Num> dh(N * H);
+  if (form == GruForm::reset_before) {
+    // d(r*h) through W_hn, then r's gradient and the state gradient's extra term.
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t j = 0; j < H; ++j)
+        drh[b * H + j] =
+            dot(H, [&](int64_t u) { return dgh[b * 3 * H + 2 * H + u] * Whh(2 * H + u, j); });
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t u = 0; u < H; ++u) {
+        const int64_t k = b * H + u;
+        const Num dr = drh[k] * h[k];
+        dgi[b * 3 * H + u] = dgh[b * 3 * H + u] = dr * (r[k] * (kOne - r[k]));
+      }
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t j = 0; j < H; ++j) {
+        const int64_t k = b * H + j;
+        const Num rz = dot(2 * H, [&](int64_t g) { return dgh[b * 3 * H + g] * Whh(g, j); });
+        dh[k] = skip[k] + drh[k] * r[k] + rz;
+      }
+  } else {
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t j = 0; j < H; ++j)
+        dh[b * H + j] =
+            skip[b * H + j] + dot(3 * H, [&](int64_t g) { return dgh[b * 3 * H + g] * Whh(g, j); });
+  }
+  for (int64_t b = 0; b < N; ++b)  // dx
+    for (int64_t i = 0; i < I; ++i)
+      dot(3 * H, [&](int64_t g) { return dgi[b * 3 * H + g] * Wih(g, i); });
+  for (int64_t g = 0; g < 3 * H; ++g) {  // dW_ih, dW_hh (r*h in place of h for n, reset-before)
+    for (int64_t i = 0; i < I; ++i)
+      dot(N, [&](int64_t b) { return dgi[b * 3 * H + g] * x[b * I + i]; });
+    const auto& st = form == GruForm::reset_before && g >= 2 * H ? rh : h;
+    for (int64_t j = 0; j < H; ++j)
+      dot(N, [&](int64_t b) { return dgh[b * 3 * H + g] * st[b * H + j]; });
+  }
+  if (bias)
+    for (int64_t g = 0; g < 3 * H; ++g) {
+      dot(N, [&](int64_t b) { return dgi[b * 3 * H + g]; });
+      dot(N, [&](int64_t b) { return dgh[b * 3 * H + g]; });
+    }
+  return {forward, g_ops};
+}
+
+// The dot helper counts K - 1 adds for a plain sum of K terms; a sum over terms that are not
+// products must not count multiplies. (Checked once, so the bias sums above are right.)
+TEST(CostCountingScalar, SumsCountOnlyTheirAdds) {
+  const auto v = filled(5, 0);
+  g_ops = 0;
+  dot(5, [&](int64_t i) { return v[i]; });
+  EXPECT_EQ(g_ops, 4);
+  g_ops = 0;
+  sigmoid_(v[0]);
+  EXPECT_EQ(g_ops, 3);
+  g_ops = 0;
+  tanh_(v[0]);
+  EXPECT_EQ(g_ops, 7);
+}
+
+// ---- GRUCell ------------------------------------------------------------------------------
+
+GruCellProblem cell(int64_t N, int64_t I, int64_t H, bool bias = true,
+                    GruForm form = GruForm::linear_before_reset) {
+  GruCellProblem p;
+  p.N = N, p.I = I, p.H = H, p.bias = bias, p.form = form;
+  return p;
+}
+
+TEST(CostGruCell, SeedExampleFromTheIssue) {
+  // 6 * N * H * (I + H + 3.5) with N = 1, I = H = 256: 6 * 256 * 515.5.
+  EXPECT_EQ(gru_cell_cost(cell(1, 256, 256)).fwd(kSeed).total(), 791808);
+  // Without bias: 6 * 256 * 514.5.
+  EXPECT_EQ(gru_cell_cost(cell(1, 256, 256, false)).fwd(kSeed).total(), 790272);
+}
+
+TEST(CostGruCell, SeedClosedFormsBothFormsAnySize) {
+  for (auto [N, I, H] : {std::tuple{1, 1, 1}, {3, 5, 7}, {2, 64, 17}, {7, 13, 128}})
+    for (GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
+      // 6NH(I + H + 3.5) = NH(6I + 6H + 21); without bias NH(6I + 6H + 15).
+      EXPECT_EQ(gru_cell_cost(cell(N, I, H, true, form)).fwd(kSeed).total(),
+                int64_t(N) * H * (6 * I + 6 * H + 21));
+      EXPECT_EQ(gru_cell_cost(cell(N, I, H, false, form)).fwd(kSeed).total(),
+                int64_t(N) * H * (6 * I + 6 * H + 15));
+    }
+}
+
+TEST(CostGruCell, GemmAndMacModes) {
+  const CostReport r = gru_cell_cost(cell(1, 256, 256));
+  EXPECT_EQ(r.fwd(kGemm).total(), 2 * 3 * 256 * 512);  // 786,432 FLOP
+  EXPECT_EQ(r.fwd(kMac).total(), 3 * 256 * 512);       // 393,216 MAC
+  EXPECT_EQ(r.fwd(kGemm).bias + r.fwd(kGemm).elementwise + r.fwd(kGemm).activation, 0);
+  // Bias and no bias differ only in the seed mode.
+  const CostReport nb = gru_cell_cost(cell(1, 256, 256, false));
+  EXPECT_EQ(nb.fwd(kGemm).total(), r.fwd(kGemm).total());
+  EXPECT_EQ(nb.fwd(kMac).total(), r.fwd(kMac).total());
+  // Reconciliation: seed = gemm - (one add per dot product) + bias adds + gate arithmetic
+  // + activations; 2 * 3H dots per row.
+  EXPECT_EQ(r.fwd(kSeed).total(), r.fwd(kGemm).total() - 6 * 256 + 6 * 256 + 8 * 256 + 13 * 256);
+}
+
+TEST(CostGruCell, ForwardAndBackwardMatchTheCountedEquations) {
+  for (auto [N, I, H] : {std::tuple{1, 1, 1}, {2, 3, 4}, {3, 5, 2}, {4, 2, 6}})
+    for (bool bias : {true, false})
+      for (GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
+        const CellCounts counted = count_gru_cell(N, I, H, bias, form);
+        const CostReport r = gru_cell_cost(cell(N, I, H, bias, form));
+        SCOPED_TRACE(testing::Message() << "N=" << N << " I=" << I << " H=" << H << " bias=" << bias
+                                        << " " << gru_form_name(form));
+        EXPECT_EQ(r.fwd(kSeed).total(), counted.forward);
+        EXPECT_EQ(r.bwd(kSeed).total(), counted.backward);
+      }
+}
+
+TEST(CostGruCell, BackwardByHand) {
+  // N = 2, I = 3, H = 4, bias, linear-before-reset (R = N = 2 rows):
+  //   state gradient: R*H dots of 3H = 8 * 23; input gradient: R*I dots of 3H = 6 * 23;
+  //   dW_ih, dW_hh: 3H*I + 3H*H entries, dots of R: (36 + 48) * 3; bias sums 2 * 3H * (R-1) = 24;
+  //   pointwise 8 * R*H = 64; activation derivatives 9 * R*H = 72.
+  const OpCount b = gru_cell_cost(cell(2, 3, 4)).bwd(kSeed);
+  EXPECT_EQ(b.matmul, 8 * 23 + 6 * 23 + (36 + 48) * 3);
+  EXPECT_EQ(b.bias, 24);
+  EXPECT_EQ(b.elementwise, 64);
+  EXPECT_EQ(b.activation, 72);
+  EXPECT_EQ(b.total(), 734);
+  // GEMM mode: the backward's four products are twice the forward's two.
+  const CostReport r = gru_cell_cost(cell(2, 3, 4));
+  EXPECT_EQ(r.bwd(kGemm).total(), 2 * r.fwd(kGemm).total());
+  EXPECT_EQ(r.bwd(kMac).total(), 2 * r.fwd(kMac).total());
+  EXPECT_EQ(r.training_total(kGemm), 3 * r.fwd(kGemm).total());
+}
+
+// ---- GRU stack ------------------------------------------------------------------------------
+
+GruProblem gru(const std::string& d, bool bias = true) {
+  GruProblem p = GruProblem::parse(d);
+  p.bias = bias;
+  return p;
+}
+
+TEST(CostGru, OneLayerIsTheCellOverAllRows) {
+  // A layer over T steps of N rows counts like one cell of N*T rows; the backward adds the
+  // output gradient to the carried one (one add per row and unit).
+  for (bool bias : {true, false}) {
+    const CostReport g = gru_cost(gru("t7n3i5h4", bias));
+    const CostReport c = gru_cell_cost(cell(21, 5, 4, bias));
+    for (CountMode m : {kSeed, kGemm, kMac}) EXPECT_EQ(g.fwd(m).total(), c.fwd(m).total());
+    EXPECT_EQ(g.bwd(kSeed).total(), c.bwd(kSeed).total() + 21 * 4);
+    EXPECT_EQ(g.bwd(kGemm).total(), c.bwd(kGemm).total());
+  }
+}
+
+TEST(CostGru, StackClosedForm) {
+  // l2d2t200n32i128h256: rows R = 6400; layer 0 in = 128, layer 1 in = 2H = 512.
+  const CostReport r = gru_cost(gru("l2d2t200n32i128h256"));
+  const int64_t R = 6400, H = 256;
+  EXPECT_EQ(r.fwd(kSeed).total(),
+            2 * R * H * (6 * 128 + 6 * H + 21) + 2 * R * H * (6 * 512 + 6 * H + 21));
+  EXPECT_EQ(r.fwd(kGemm).total(), 2 * 2 * R * 3 * H * (128 + H) + 2 * 2 * R * 3 * H * (512 + H));
+  EXPECT_EQ(double(r.fwd(kGemm).total()), GruProblem::parse("l2d2t200n32i128h256").gemm_flops());
+  EXPECT_EQ(r.fwd(kMac).total() * 2, r.fwd(kGemm).total());
+  EXPECT_EQ(r.training_total(kGemm), 3 * r.fwd(kGemm).total());  // WORKLOADS.md's 3x
+  // Backward seed: per layer-direction as a cell of R rows plus the carry add, plus the sum of
+  // the two directions' input gradients (R * in per layer).
+  int64_t bwd = 0;
+  for (int64_t in : {128, 512})
+    bwd += 2 * (gru_cell_cost(cell(R, in, H)).bwd(kSeed).total() + R * H) + R * in;
+  EXPECT_EQ(r.bwd(kSeed).total(), bwd);
+}
+
+TEST(CostGru, VariableLengthsCountTheSumOfLengths) {
+  GruProblem p = gru("l1d2t10n3i5h7");
+  p.lengths = {10, 4, 1};
+  const CostReport r = gru_cost(p);
+  GruProblem full = gru("l1d2t5n3i5h7");  // 15 rows, same as the lengths' sum
+  const CostReport f = gru_cost(full);
+  for (CountMode m : {kSeed, kGemm, kMac}) {
+    EXPECT_EQ(r.fwd(m).total(), f.fwd(m).total());
+    EXPECT_EQ(r.bwd(m).total(), f.bwd(m).total());
+  }
+  EXPECT_EQ(double(r.fwd(kGemm).total()), p.gemm_flops());
+  // uniform:10:100:1 lengths (W6): the count follows rows().
+  GruProblem w6 = gru("l1d1t100n64i128h256");
+  w6.set_lengths("uniform:10:100:1");
+  EXPECT_EQ(gru_cost(w6).fwd(kMac).total(), w6.rows() * 3 * 256 * (128 + 256));
+  EXPECT_LT(w6.rows(), 64 * 100);
+}
+
+TEST(CostGru, BothFormsCountAlike) {
+  GruProblem a = gru("l2d1t9n2i3h5"), b = a;
+  b.form = GruForm::reset_before;
+  for (CountMode m : {kSeed, kGemm, kMac}) {
+    EXPECT_EQ(gru_cost(a).fwd(m).total(), gru_cost(b).fwd(m).total());
+    EXPECT_EQ(gru_cost(a).bwd(m).total(), gru_cost(b).bwd(m).total());
+  }
+}
+
+TEST(CostGru, ParameterAndActivationBytes) {
+  // nn.GRU(128, 256, num_layers=2, bidirectional=True): per direction, layer 0
+  // 3*256*128 + 3*256*256 + 6*256 = 296,448; layer 1 (in 512) 591,360.
+  const CostReport r = gru_cost(gru("l2d2t200n32i128h256"));
+  EXPECT_EQ(r.memory.parameters, 2 * (296448 + 591360));
+  EXPECT_EQ(r.memory.parameter_bytes, 4 * 2 * (296448 + 591360));
+  GruProblem p64 = gru("l2d2t200n32i128h256");
+  p64.dtype = DType::f64;
+  EXPECT_EQ(gru_cost(p64).memory.parameter_bytes, 8 * 2 * (296448 + 591360));
+  EXPECT_EQ(gru_cost(gru("l2d2t200n32i128h256", false)).memory.parameters,
+            2 * (296448 + 591360) - 4 * 6 * 256);
+  // Inference peak: layer 1's input and output (T*N*2H each) + the final states (L*D*N*H).
+  const int64_t TN = 6400;
+  EXPECT_EQ(r.memory.inference_bytes, 4 * (TN * 512 + TN * 512 + 4 * 32 * 256));
+  // Training: input, both layers' outputs, the tape (4H per row + R + N states per
+  // layer-direction), final states.
+  EXPECT_EQ(r.memory.training_bytes,
+            4 * (TN * 128 + 2 * TN * 512 + 4 * (TN * 4 * 256 + (TN + 32) * 256) + 4 * 32 * 256));
+}
+
+TEST(CostGru, TrafficUnderBothCacheModels) {
+  // l1d1t100n64i256h512: the reread model fetches W_hh + b_hh at each of the 100 steps.
+  const CostReport r = gru_cost(gru("l1d1t100n64i256h512"));
+  const int64_t whh = (3 * 512 * 512 + 3 * 512) * 4;
+  EXPECT_EQ(r.inference_traffic.reread.read - r.inference_traffic.cached.read, 99 * whh);
+  EXPECT_EQ(r.inference_traffic.reread.written, r.inference_traffic.cached.written);
+  // Cached forward: weights + x + h0 in, y + h_n out.
+  const int64_t w = (3 * 512 * 256 + 3 * 512 * 512 + 6 * 512) * 4;
+  EXPECT_EQ(r.inference_traffic.cached.read, w + 4 * (6400 * 256 + 64 * 512));
+  EXPECT_EQ(r.inference_traffic.cached.written, 4 * (6400 * 512 + 64 * 512));
+  // Training moves more than inference in both models.
+  EXPECT_GT(r.training_traffic.cached.total(), 2 * r.inference_traffic.cached.total());
+  EXPECT_GT(r.training_traffic.reread.read, r.training_traffic.cached.read);
+  // The streaming API re-reads the input weights too, every frame.
+  const CostReport s = gru_stream_cost(gru("l1d1t100n64i256h512"));
+  EXPECT_EQ(s.fwd(kSeed).total(), r.fwd(kSeed).total());
+  EXPECT_EQ(s.inference_traffic.reread.read, 100 * w + 4 * (6400 * 256 + 64 * 512));
+}
+
+TEST(CostGru, TooLargeToCountIsAnError) {
+  const GruProblem p = GruProblem::parse("l9d2t999999999n999999999i999999999h999999999");
+  try {
+    gru_cost(p);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not fit in 64 bits"));
+  }
+}
+
+// ---- Linear -------------------------------------------------------------------------------
+
+LinearProblem lin(int64_t B, int64_t I, int64_t O, bool bias = true) {
+  LinearProblem p;
+  p.B = B, p.I = I, p.O = O, p.bias = bias;
+  return p;
+}
+
+TEST(CostLinear, ClosedForms) {
+  // b32i256o512: with bias 2*B*O*I; without B*O*(2I - 1).
+  EXPECT_EQ(linear_cost(lin(32, 256, 512)).fwd(kSeed).total(), 2LL * 32 * 512 * 256);
+  EXPECT_EQ(linear_cost(lin(32, 256, 512, false)).fwd(kSeed).total(), 32LL * 512 * (2 * 256 - 1));
+  EXPECT_EQ(linear_cost(lin(32, 256, 512)).fwd(kGemm).total(), 2LL * 32 * 512 * 256);
+  EXPECT_EQ(linear_cost(lin(32, 256, 512, false)).fwd(kGemm).total(), 2LL * 32 * 512 * 256);
+  EXPECT_EQ(linear_cost(lin(32, 256, 512)).fwd(kMac).total(), 32LL * 512 * 256);
+  // Backward: dx B*I dots of O, dW O*I dots of B, db O*(B - 1).
+  const CostReport r = linear_cost(lin(3, 5, 7));
+  EXPECT_EQ(r.bwd(kSeed).total(), 3 * 5 * 13 + 7 * 5 * 5 + 7 * 2);
+  EXPECT_EQ(linear_cost(lin(3, 5, 7, false)).bwd(kSeed).total(), 3 * 5 * 13 + 7 * 5 * 5);
+  EXPECT_EQ(r.bwd(kGemm).total(), 4 * 3 * 5 * 7);
+  EXPECT_EQ(r.bwd(kMac).total(), 2 * 3 * 5 * 7);
+  EXPECT_EQ(r.memory.parameters, 7 * 5 + 7);
+  EXPECT_EQ(r.memory.parameter_bytes, 4 * (7 * 5 + 7));
+  EXPECT_EQ(r.inference_traffic.cached.read, 4 * (35 + 7 + 15));
+  EXPECT_EQ(r.inference_traffic.cached.written, 4 * 21);
+}
+
+TEST(CostLinear, MatchesTheCountedEquations) {
+  for (auto [B, I, O] : {std::tuple{1, 1, 1}, {3, 5, 7}, {4, 1, 3}})
+    for (bool bias : {true, false}) {
+      const auto w = filled(O * I, 1), b = filled(O, 2), x = filled(B * I, 3),
+                 dy = filled(B * O, 4);
+      g_ops = 0;
+      for (int64_t r = 0; r < B; ++r)
+        for (int64_t o = 0; o < O; ++o) {
+          Num s = dot(I, [&](int64_t i) { return w[o * I + i] * x[r * I + i]; });
+          if (bias) s = s + b[o];
+        }
+      const int64_t fwd = g_ops;
+      g_ops = 0;
+      for (int64_t r = 0; r < B; ++r)
+        for (int64_t i = 0; i < I; ++i)
+          dot(O, [&](int64_t o) { return dy[r * O + o] * w[o * I + i]; });
+      for (int64_t o = 0; o < O; ++o) {
+        for (int64_t i = 0; i < I; ++i)
+          dot(B, [&](int64_t r) { return dy[r * O + o] * x[r * I + i]; });
+        if (bias) dot(B, [&](int64_t r) { return dy[r * O + o]; });
+      }
+      const CostReport rep = linear_cost(lin(B, I, O, bias));
+      EXPECT_EQ(rep.fwd(kSeed).total(), fwd) << B << " " << I << " " << O << " " << bias;
+      EXPECT_EQ(rep.bwd(kSeed).total(), g_ops) << B << " " << I << " " << O << " " << bias;
+    }
+}
+
+// ---- Convolution ----------------------------------------------------------------------------
+
+// conv2d forward and backward with the counted scalar, padding materialized as zeros.
+CellCounts count_conv2d(const ConvProblem& p) {
+  const int64_t N = p.N, C = p.C, D = p.D, K = p.K, S = p.stride, P = p.padding, G = p.groups;
+  const int64_t HP = p.H + 2 * P, WP = p.W + 2 * P, OH = p.OH(), OW = p.OW(), CG = C / G,
+                DG = D / G;
+  const auto xp = filled(N * C * HP * WP, 1), w = filled(D * CG * K * K, 2), b = filled(D, 3),
+             dy = filled(N * D * OH * OW, 4);
+  auto X = [&](int64_t n, int64_t c, int64_t y, int64_t x) {
+    return xp[((n * C + c) * HP + y) * WP + x];
+  };
+  auto Wt = [&](int64_t d, int64_t c, int64_t i, int64_t j) {
+    return w[((d * CG + c) * K + i) * K + j];
+  };
+  auto DY = [&](int64_t n, int64_t d, int64_t y, int64_t x) {
+    return dy[((n * D + d) * OH + y) * OW + x];
+  };
+  g_ops = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox) {
+          const int64_t g = d / DG;
+          Num s = dot(CG * K * K, [&](int64_t t) {
+            const int64_t c = t / (K * K), i = t / K % K, j = t % K;
+            return Wt(d, c, i, j) * X(n, g * CG + c, oy * S + i, ox * S + j);
+          });
+          s = s + b[d];
+        }
+  const int64_t fwd = g_ops;
+  g_ops = 0;
+  for (int64_t d = 0; d < D; ++d) {
+    const int64_t g = d / DG;
+    for (int64_t t = 0; t < CG * K * K; ++t) {
+      const int64_t c = t / (K * K), i = t / K % K, j = t % K;
+      dot(N * OH * OW, [&](int64_t q) {
+        const int64_t n = q / (OH * OW), oy = q / OW % OH, ox = q % OW;
+        return DY(n, d, oy, ox) * X(n, g * CG + c, oy * S + i, ox * S + j);
+      });
+    }
+    dot(N * OH * OW, [&](int64_t q) { return DY(q / (OH * OW), d, q / OW % OH, q % OW); });
+  }
+  // grad_input in the padded frame: the first product at a position is stored, later ones
+  // added.
+  std::vector<Num> dx(N * C * HP * WP);
+  std::vector<bool> touched(dx.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox)
+          for (int64_t t = 0; t < CG * K * K; ++t) {
+            const int64_t c = d / DG * CG + t / (K * K), i = t / K % K, j = t % K;
+            const int64_t at = ((n * C + c) * HP + oy * S + i) * WP + ox * S + j;
+            const Num prod = DY(n, d, oy, ox) * Wt(d, t / (K * K), i, j);
+            dx[at] = touched[at] ? dx[at] + prod : prod;
+            touched[at] = true;
+          }
+  return {fwd, g_ops};
+}
+
+TEST(CostConv, Conv2dMatchesTheCountedLoops) {
+  for (const char* d : {"n1c1h3w3d1k3", "n2c4h5w6d6k3p1", "n1c2h7w7d2k2s3", "n2c4h6w5d4k3s2p1g2",
+                        "n1c3h4w4d3k1", "n1c2h5w5d2k3s1p2"}) {
+    const ConvProblem p = ConvProblem::parse(d);
+    const CellCounts counted = count_conv2d(p);
+    const CostReport r = conv2d_cost(p);
+    EXPECT_EQ(r.fwd(kSeed).total(), counted.forward) << d;
+    EXPECT_EQ(r.bwd(kSeed).total(), counted.backward) << d;
+    EXPECT_EQ(double(r.fwd(kGemm).total()), p.flops()) << d;
+    EXPECT_EQ(r.bwd(kGemm).total(), 2 * r.fwd(kGemm).total()) << d;
+    EXPECT_EQ(2 * r.fwd(kMac).total(), r.fwd(kGemm).total()) << d;
+  }
+}
+
+TEST(CostConv, ClosedFormsAndBytes) {
+  // n8c16h64w64d32k3: 62x62 outputs, 144 taps: 2 * 8 * 32 * 3844 * 144 FLOP; seed with bias
+  // counts the same (2K - 1 per dot + 1 bias).
+  const CostReport r = conv2d_cost(ConvProblem::parse("n8c16h64w64d32k3"));
+  EXPECT_EQ(r.fwd(kGemm).total(), 2LL * 8 * 32 * 3844 * 144);
+  EXPECT_EQ(r.fwd(kSeed).total(), 2LL * 8 * 32 * 3844 * 144);
+  EXPECT_EQ(r.memory.parameters, 32 * 144 + 32);
+  EXPECT_EQ(r.memory.inference_bytes, 4 * (8 * 16 * 64 * 64 + 8 * 32 * 3844));
+  // conv1d n2c4l9d6k3s2p1g2: OL = (9 + 2 - 3) / 2 + 1 = 5 outputs of (4/2) * 3 = 6 taps.
+  const CostReport c1 = conv1d_cost(Conv1dProblem::parse("n2c4l9d6k3s2p1g2"));
+  EXPECT_EQ(c1.memory.parameters, 6 * 2 * 3 + 6);
+  EXPECT_EQ(c1.fwd(kMac).total(), 2 * 6 * 5 * 2 * 3);
+}
+
+// ---- Activations, modes, registry ----------------------------------------------------------
+
+TEST(CostActivation, SeedOpsPerElement) {
+  for (auto [a, f, b] : {std::tuple{Activation::sigmoid, 3, 3},
+                         {Activation::tanh, 7, 3},
+                         {Activation::relu, 1, 1}}) {
+    ActivationProblem p = ActivationProblem::parse(a, "n1000");
+    const CostReport r = activation_cost(p);
+    EXPECT_EQ(r.fwd(kSeed).total(), 1000 * f);
+    EXPECT_EQ(r.bwd(kSeed).total(), 1000 * b);
+    EXPECT_EQ(r.fwd(kGemm).total(), 0);
+    EXPECT_EQ(r.fwd(kMac).total(), 0);
+    EXPECT_EQ(r.inference_traffic.cached.total(), 8000);
+  }
+}
+
+TEST(CostRegistry, NamesModesAndErrors) {
+  EXPECT_EQ(parse_count_mode("mac"), kMac);
+  EXPECT_STREQ(count_unit(kSeed), "ops");
+  EXPECT_STREQ(count_unit(kGemm), "FLOP");
+  EXPECT_STREQ(count_unit(kMac), "MAC");
+  EXPECT_THROW(parse_count_mode("flops"), Error);
+  EXPECT_EQ(cost_of("gru_cell", "n1i256h256", {}).fwd(kSeed).total(), 791808);
+  CostOptions nb;
+  nb.bias = false;
+  EXPECT_EQ(cost_of("linear", "b32i256o512", nb).fwd(kSeed).total(), 32LL * 512 * 511);
+  for (const CostOp& op : cost_ops()) {  // every operator computes its own example
+    const CostReport r = cost_of(op.name, op.example, {});
+    EXPECT_EQ(r.op, op.name);
+    EXPECT_EQ(r.problem, op.example);
+  }
+  try {
+    cost_of("lstm", "n1", {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown operator 'lstm'"));
+    EXPECT_THAT(e.what(), HasSubstr("gru_cell"));
+  }
+  EXPECT_THROW(cost_of("gru", "l1d3t1n1i1h1", {}), Error);
+  EXPECT_THROW(cost_of("gru_cell", "n0i1h1", {}), Error);
+  EXPECT_THROW(cost_of("linear", "b1i1", {}), Error);
+  EXPECT_THROW(cost_of("conv2d", "n1c3h4w4d2k3g2", {}), Error);
+  CostOptions lengths;
+  lengths.lengths = "uniform:1:5:1";
+  EXPECT_THROW(cost_of("linear", "b1i1o1", lengths), Error);
+  EXPECT_THROW(cost_of("gru_stream", "l1d2t4n1i1h1", {}), Error);
+}
+
+}  // namespace
+}  // namespace grux
