@@ -166,6 +166,33 @@ const CostOp& find_cost_op(const std::string& name);
 CostReport cost_of(const std::string& op, const std::string& descriptor,
                    const CostOptions& options);
 
+// ---- Rendering one report ----------------------------------------------------------------
+
+struct Prediction;
+
+// What to show of a report.
+struct CostView {
+  std::vector<CountMode> modes{CountMode::seed};  // several: the reconciliation table
+  bool train = false;                             // backward and training totals too
+  const Prediction* inference = nullptr;          // roofline predictions, when available
+  const Prediction* training = nullptr;
+  std::string profile;  // where the predictions' rates came from
+};
+
+enum class CostFormat { table, csv, json, md };
+// Throws grux::Error naming `text` and the accepted names.
+CostFormat parse_cost_format(const std::string& text);
+std::string format_cost(const CostReport& r, const CostView& view, CostFormat format);
+
+// One number of a report with its unit, as the CSV columns and the sweep's metrics carry it.
+// `key` ends with the unit ("forward_total_ops", "parameter_bytes", "predicted_ms").
+struct CostField {
+  std::string key, label, unit;
+  double value = 0;
+};
+// The fields of one report in one mode (the first of view.modes).
+std::vector<CostField> cost_fields(const CostReport& r, const CostView& view);
+
 // ---- Machine profile and roofline --------------------------------------------------------
 
 // Rates measured on one machine at one thread count.

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(grux::cli::add_train_command);
   add(grux::cli::add_generate_command);
   add(grux::cli::add_model_command);
+  add(grux::cli::add_cost_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -1,0 +1,140 @@
+// `grux cost` end to end: every output format carries the same numbers with their units, and
+// every bad argument is one line on stderr with exit code 2.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace grux {
+namespace {
+
+using test::CliRun;
+using test::expect_user_error;
+using test::grux_cli;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, sep);) out.push_back(x);
+  return out;
+}
+
+TEST(CostCli, TableShowsTheSeedExample) {
+  test::TempDir tmp;
+  const CliRun r = grux_cli(tmp.path, "cost gru_cell n1i256h256");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, HasSubstr("forward (ops)"));
+  EXPECT_THAT(r.out, HasSubstr("791,808"));
+  EXPECT_THAT(r.out, HasSubstr("parameter bytes, f32"));
+  EXPECT_THAT(r.out, HasSubstr("weights re-read every step"));
+  EXPECT_THAT(r.out, HasSubstr("intensity, inference (ops/byte)"));
+}
+
+TEST(CostCli, JsonCarriesUnitsAndTrainingCounts) {
+  test::TempDir tmp;
+  const CliRun r =
+      grux_cli(tmp.path, "cost gru l1d1t100n64i256h512 --train --mode gemm --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["op"], "gru");
+  EXPECT_EQ(j["problem"], "l1d1t100n64i256h512");
+  EXPECT_EQ(j["counts"]["gemm"]["unit"], "FLOP");
+  const int64_t fwd = j["counts"]["gemm"]["forward"]["total"];
+  EXPECT_EQ(fwd, 2LL * 6400 * 3 * 512 * (256 + 512));
+  EXPECT_EQ(j["counts"]["gemm"]["training_total"].get<int64_t>(), 3 * fwd);
+  EXPECT_EQ(j["memory"]["unit"], "bytes");
+  EXPECT_EQ(j["memory"]["parameter_bytes"]["f64"].get<int64_t>(),
+            2 * j["memory"]["parameter_bytes"]["f32"].get<int64_t>());
+  EXPECT_TRUE(j["traffic"]["training"]["cached"].contains("written"));
+  EXPECT_EQ(j["intensity"]["gemm"]["unit"], "FLOP/byte");
+}
+
+TEST(CostCli, CsvHasUnitsInEveryNumericColumn) {
+  test::TempDir tmp;
+  const CliRun r = grux_cli(tmp.path, "cost linear b32i256o512 --no-bias --format csv");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ls = lines(r.out);
+  ASSERT_EQ(ls.size(), 2u);
+  const auto head = split(ls[0], ','), row = split(ls[1], ',');
+  ASSERT_EQ(head.size(), row.size());
+  for (size_t i = 5; i < head.size(); ++i)  // after op, problem, variant, dtype, mode
+    EXPECT_TRUE(head[i].ends_with("_ops") || head[i].ends_with("_bytes") ||
+                head[i].ends_with("_scalars") || head[i].ends_with("_per_byte") ||
+                head[i].ends_with("_ms") || head[i].ends_with("_bound"))
+        << head[i];
+  const auto at = std::find(head.begin(), head.end(), "forward_total_ops") - head.begin();
+  EXPECT_EQ(row[at], std::to_string(32LL * 512 * (2 * 256 - 1)));
+}
+
+TEST(CostCli, MarkdownReconciliationTable) {
+  test::TempDir tmp;
+  const CliRun r = grux_cli(tmp.path, "cost gru_cell n1i256h256 --mode all --format md");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("| forward counts, every mode | seed (ops) | gemm (FLOP) | mac (MAC) |"));
+  EXPECT_THAT(r.out, HasSubstr("| total | 791,808 | 786,432 | 393,216 |"));
+  EXPECT_THAT(r.out, Not(HasSubstr("backward")));
+}
+
+TEST(CostCli, OptionsReachTheModel) {
+  test::TempDir tmp;
+  auto total = [&](const std::string& args) {
+    const CliRun r = grux_cli(tmp.path, "cost " + args + " --format json");
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    return nlohmann::json::parse(r.out)["counts"]["seed"]["forward"]["total"].get<int64_t>();
+  };
+  EXPECT_EQ(total("gru_cell n1i256h256 --no-bias"), 790272);
+  EXPECT_EQ(total("gru_cell n1i256h256 --reset-before"), 791808);
+  // Lengths: 64 sequences of 10..100 steps count fewer rows than 64 x 100.
+  EXPECT_LT(total("gru l1d1t100n64i128h256 --lengths uniform:10:100:1"),
+            total("gru l1d1t100n64i128h256"));
+  EXPECT_EQ(total("gru l1d1t100n64i128h256 --lengths uniform:100:100:1"),
+            total("gru l1d1t100n64i128h256"));
+  const CliRun f64 = grux_cli(tmp.path, "cost linear b2i3o4 --dtype f64 --format json");
+  ASSERT_EQ(f64.code, 0) << f64.err;
+  EXPECT_EQ(nlohmann::json::parse(f64.out)["dtype"], "f64");
+}
+
+TEST(CostCli, BadArgumentsAreOneLineErrors) {
+  test::TempDir tmp;
+  expect_user_error(grux_cli(tmp.path, "cost lstm n1i2h3"),
+                    {"unknown operator 'lstm'", "gru_cell"});
+  expect_user_error(grux_cli(tmp.path, "cost gru l1d1t100n64i256"),
+                    {"malformed", "l1d1t100n64i256"});
+  expect_user_error(grux_cli(tmp.path, "cost gru l1d1t0n64i256h512"), {"t0", "expected >= 1"});
+  expect_user_error(grux_cli(tmp.path, "cost gru_cell n1i0h4"), {"i0", "expected >= 1"});
+  expect_user_error(grux_cli(tmp.path, "cost linear b0i1o1"), {"b0"});
+  expect_user_error(grux_cli(tmp.path, "cost conv2d n1c3h4w4d2k3g2"), {"multiples of g2"});
+  expect_user_error(grux_cli(tmp.path, "cost conv1d n1c1l2d1k5"), {"longer than the padded"});
+  expect_user_error(grux_cli(tmp.path, "cost gru_cell n1i2h3 --mode flops"), {"--mode flops"});
+  expect_user_error(grux_cli(tmp.path, "cost gru_cell n1i2h3 --format xml"), {"--format xml"});
+  expect_user_error(grux_cli(tmp.path, "cost gru_cell n1i2h3 --dtype f16"), {"--dtype f16"});
+  expect_user_error(grux_cli(tmp.path, "cost linear b1i2o3 --lengths uniform:1:2:3"),
+                    {"linear takes no --lengths"});
+  expect_user_error(grux_cli(tmp.path, "cost conv2d n1c1h4w4d1k3 --no-bias"), {"--no-bias"});
+  expect_user_error(grux_cli(tmp.path, "cost gru t10n2i3h4 --lengths uniform:5:11:1"),
+                    {"--lengths 'uniform:5:11:1'", "T = 10"});
+  expect_user_error(grux_cli(tmp.path, "cost gru t10n2i3h4 --lengths uniform:5"), {"malformed"});
+  expect_user_error(grux_cli(tmp.path, "cost gru_stream l1d2t10n2i3h4"), {"unidirectional"});
+  expect_user_error(grux_cli(tmp.path, "cost gru_cell"), {"expected OP DESCRIPTOR"});
+  expect_user_error(grux_cli(tmp.path, "cost"), {"expected OP DESCRIPTOR"});
+  expect_user_error(grux_cli(tmp.path, "cost gru l9d2t999999999n999999999i999999999h999999999"),
+                    {"does not fit in 64 bits"});
+}
+
+}  // namespace
+}  // namespace grux

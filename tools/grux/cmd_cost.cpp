@@ -1,0 +1,85 @@
+// `grux cost`: the analytic cost of one problem (counts, memory, traffic, roofline
+// prediction) as a table, CSV, JSON or Markdown; `grux cost sweep` over a grid of problems.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "commands.h"
+#include "grux/cost.h"
+
+namespace grux::cli {
+
+namespace {
+
+struct CostArgs {
+  std::string op, descriptor, mode = "seed", dtype = "f32", format = "table", lengths;
+  bool train = false, no_bias = false, reset_before = false;
+};
+
+DType parse_cost_dtype(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "f64") return DType::f64;
+  throw Error(fmt::format("--dtype {} (expected f32 or f64)", s));
+}
+
+std::vector<CountMode> parse_modes(const std::string& s) {
+  if (s == "all") return {CountMode::seed, CountMode::gemm, CountMode::mac};
+  try {
+    return {parse_count_mode(s)};
+  } catch (const Error&) {
+    throw Error(fmt::format("--mode {} (expected seed, gemm, mac or all)", s));
+  }
+}
+
+CostOptions options_of(const CostArgs& a) {
+  CostOptions o;
+  o.bias = !a.no_bias;
+  o.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
+  o.dtype = parse_cost_dtype(a.dtype);
+  o.lengths = a.lengths;
+  return o;
+}
+
+void run_cost(const CostArgs& a) {
+  if (a.op.empty() || a.descriptor.empty())
+    throw Error("grux cost: expected OP DESCRIPTOR (e.g. grux cost gru l1d1t100n64i256h512)");
+  CostView view;
+  view.modes = parse_modes(a.mode);
+  view.train = a.train;
+  const CostFormat format = parse_cost_format(a.format);
+  const CostReport r = cost_of(a.op, a.descriptor, options_of(a));
+  fmt::print("{}", format_cost(r, view, format));
+}
+
+std::string op_list() {
+  std::string s;
+  for (const CostOp& op : cost_ops())
+    s += fmt::format("\n  {:<11} {:<44} {}", op.name, op.syntax, op.what);
+  return s;
+}
+
+}  // namespace
+
+Action add_cost_command(CLI::App& app) {
+  auto a = std::make_shared<CostArgs>();
+  CLI::App* c = app.add_subcommand(
+      "cost",
+      "Analytic cost of a problem: exact operation counts (modes: seed = every scalar op as "
+      "the GRUCell page counts them, gemm = GEMM FLOP, mac = multiply-accumulates), memory, "
+      "bytes moved under two cache models, arithmetic intensity. Operators and descriptors:" +
+          op_list());
+  c->add_option("OP", a->op, "operator (see above)");
+  c->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. l1d1t100n64i256h512");
+  c->add_option("--mode", a->mode, "seed, gemm, mac, or all (the reconciliation table)")
+      ->capture_default_str();
+  c->add_flag("--train", a->train, "also the backward pass and the training totals");
+  c->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  c->add_option("--format", a->format, "table, csv, json or md")->capture_default_str();
+  c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear: without bias");
+  c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
+  c->add_option("--lengths", a->lengths,
+                "gru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
+  return [a] { run_cost(*a); };
+}
+
+}  // namespace grux::cli
