@@ -563,3 +563,148 @@ TEST(CostRegistry, NamesModesAndErrors) {
 
 }  // namespace
 }  // namespace grux
+
+namespace grux {
+namespace {
+
+// ---- Roofline -----------------------------------------------------------------------------
+
+// A profile with round numbers: 100 GFLOP/s per thread, 1 TB/s up to 64 kB per thread, then
+// 100 GB/s from 1 MB, memcpy 10 GB/s, 1 us per step (2 us streaming).
+MachineProfile round_profile() {
+  MachineProfile p;
+  p.source = "test";
+  for (int k : {1, 4}) {
+    ThreadProfile t;
+    t.sgemm_gflops = 100.0 * k;
+    t.dgemm_gflops = 50.0 * k;
+    t.memcpy_gbps = 10;
+    t.read_gbps = {{64e3, 1000.0 * k}, {1e6, 100.0 * k}};
+    t.step_us = 1;
+    t.stream_step_us = 2;
+    p.threads[k] = t;
+  }
+  return p;
+}
+
+TEST(CostRoofline, ComputeOrTrafficWhicheverIsLarger) {
+  const MachineProfile prof = round_profile();
+  Phase compute;
+  compute.gemm_flops = 1e9;  // 10 ms at 100 GFLOP/s
+  compute.weight_bytes = 1e6;
+  compute.weight_passes = 1;  // 0.01 ms at 100 GB/s
+  Prediction p = predict({compute}, DType::f32, prof, 1);
+  EXPECT_NEAR(p.compute_ms, 10, 1e-9);
+  EXPECT_NEAR(p.traffic_ms, 0.01, 1e-9);
+  EXPECT_EQ(p.bound, "compute");
+  EXPECT_NEAR(p.ms, 10, 1e-9);
+  EXPECT_NEAR(predict({compute}, DType::f64, prof, 1).compute_ms, 20, 1e-9);
+
+  Phase traffic;
+  traffic.gemm_flops = 1e6;     // 0.01 ms
+  traffic.weight_bytes = 64e3;  // from the 1 TB/s level: 64 ns per pass
+  traffic.weight_passes = 1000;
+  traffic.stream_bytes = 1e6;  // 0.1 ms at 10 GB/s
+  traffic.steps = 1000;        // 1 ms of step overhead
+  p = predict({traffic}, DType::f32, prof, 1);
+  EXPECT_NEAR(p.traffic_ms, 0.064 + 0.1, 1e-9);
+  EXPECT_EQ(p.bound, "traffic");
+  EXPECT_NEAR(p.overhead_ms, 1, 1e-9);
+  EXPECT_NEAR(p.ms, 0.164 + 1, 1e-9);
+  EXPECT_NEAR(predict({traffic}, DType::f32, prof, 1, /*stream=*/true).overhead_ms, 2, 1e-9);
+  // Phases add up on each side before the max.
+  p = predict({compute, traffic}, DType::f32, prof, 1);
+  EXPECT_NEAR(p.compute_ms, 10.01, 1e-9);
+  EXPECT_NEAR(p.traffic_ms, 0.01 + 0.164, 1e-9);
+}
+
+TEST(CostRoofline, ThreadsSplitTheWeightsAndInterpolate) {
+  const MachineProfile prof = round_profile();
+  // Between measured sizes the bandwidth is interpolated in log(size); outside, clamped.
+  const ThreadProfile one = prof.at(1);
+  EXPECT_DOUBLE_EQ(read_bandwidth_at(one, 1e3), 1000);
+  EXPECT_DOUBLE_EQ(read_bandwidth_at(one, 1e9), 100);
+  EXPECT_NEAR(read_bandwidth_at(one, std::sqrt(64e3 * 1e6)), 550, 1e-9);
+  // Thread counts between measured ones: linear in the count.
+  EXPECT_DOUBLE_EQ(prof.at(2).sgemm_gflops, 200);
+  EXPECT_DOUBLE_EQ(prof.at(8).sgemm_gflops, 400);  // clamped to the largest measured
+  // A 1 MB weight set split 4 ways is 250 kB per thread.
+  Phase ph;
+  ph.weight_bytes = 1e6;
+  ph.weight_passes = 1;
+  ph.split = 100;
+  const double bw4 = read_bandwidth_at(prof.at(4), 250e3);
+  EXPECT_NEAR(predict({ph}, DType::f32, prof, 4).traffic_ms, 1e6 / (bw4 * 1e9) * 1e3, 1e-12);
+  ph.split = 1;  // cannot split: one thread at its own rates
+  EXPECT_NEAR(predict({ph}, DType::f32, prof, 4).traffic_ms, 1e6 / (100e9) * 1e3, 1e-12);
+}
+
+TEST(CostRoofline, ProfileJsonRoundTripAndErrors) {
+  const MachineProfile prof = round_profile();
+  const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");
+  ASSERT_EQ(back.threads.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.at(4).sgemm_gflops, 400);
+  EXPECT_EQ(back.at(1).read_gbps, prof.at(1).read_gbps);
+  for (const char* bad :
+       {"", "[]", "{\"format\": \"other\"}", "{\"format\": \"grux-profile-1\", \"threads\": {}}",
+        "{\"format\": \"grux-profile-1\", \"threads\": {\"x\": {}}}",
+        "{\"format\": \"grux-profile-1\", \"threads\": {\"1\": {\"sgemm_gflops\": 1}}}"}) {
+    EXPECT_THROW(MachineProfile::from_json(bad, "bad.json"), Error) << bad;
+  }
+  std::string neg = prof.to_json();
+  neg.replace(neg.find("\"memcpy_gbps\": 10"), 17, "\"memcpy_gbps\": -1");
+  EXPECT_THROW(MachineProfile::from_json(neg, "neg.json"), Error);
+}
+
+TEST(CostRoofline, OverridesAndPreset) {
+  MachineProfile prof = round_profile();
+  ProfileOverrides o;
+  o.peak_gflops = 7;
+  o.cache_gbps = 3;
+  o.mem_gbps = 2;
+  apply_overrides(prof, o, DType::f32);
+  EXPECT_DOUBLE_EQ(prof.at(1).sgemm_gflops, 7);
+  EXPECT_DOUBLE_EQ(prof.at(1).dgemm_gflops, 50);
+  EXPECT_DOUBLE_EQ(prof.at(1).read_gbps.front().second, 3);
+  EXPECT_DOUBLE_EQ(prof.at(1).read_gbps.back().second, 2);
+  EXPECT_DOUBLE_EQ(prof.at(4).memcpy_gbps, 2);
+  EXPECT_THAT(prof.source, HasSubstr("overrides"));
+  o = {};
+  o.mem_gbps = -1;
+  EXPECT_THROW(apply_overrides(prof, o, DType::f32), Error);
+  const MachineProfile preset = MachineProfile::preset(2);
+  EXPECT_EQ(preset.source, "preset");
+  EXPECT_GT(predict(gru_cost(GruProblem::parse("t100n64i256h512")).inference_phases, DType::f32,
+                    preset, 2)
+                .ms,
+            0);
+}
+
+TEST(CostRoofline, GruPhasesFollowTheWorkloads) {
+  // W3 is compute-bound and W2 traffic-bound under any sensible profile.
+  const MachineProfile prof = round_profile();
+  const Prediction w3 = predict(gru_cost(GruProblem::parse("l1d1t100n64i256h512")).inference_phases,
+                                DType::f32, prof, 1);
+  EXPECT_EQ(w3.bound, "compute");
+  EXPECT_NEAR(w3.compute_ms, GruProblem::parse("l1d1t100n64i256h512").gemm_flops() / 1e8, 1e-6);
+  // W2 with its weights streaming from cache at 100 GB/s: 1000 steps x 787 kB = 7.9 ms of
+  // traffic against 5.9 ms of compute.
+  MachineProfile l2 = prof;
+  ProfileOverrides o;
+  o.cache_gbps = 100;
+  apply_overrides(l2, o, DType::f32);
+  const Prediction w2 = predict(gru_cost(GruProblem::parse("l1d1t1000n1i128h256")).inference_phases,
+                                DType::f32, l2, 1);
+  EXPECT_NEAR(w2.traffic_ms,
+              (3 * 256 * 256 + 3 * 256) * 4 * 1000 / 100e9 * 1e3 +
+                  (1000 * 128 + 256 + 1000 * 256 + 256 + 3 * 256 * 128 + 3 * 256) * 4 / 10e9 * 1e3,
+              1e-9);
+  EXPECT_EQ(w2.bound, "traffic");
+  EXPECT_NEAR(w2.overhead_ms, 1000 * 1e-3, 1e-9);  // 1000 steps of 1 us
+  // Training: forward + backward phases, the backward at twice the forward's flops.
+  const CostReport w4 = gru_cost(GruProblem::parse("l1d1t100n64i256h512"));
+  EXPECT_NEAR(predict(w4.training_phases, DType::f32, prof, 1).compute_ms, 3 * w3.compute_ms, 1e-6);
+}
+
+}  // namespace
+}  // namespace grux

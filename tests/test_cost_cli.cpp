@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -15,6 +16,13 @@ namespace {
 using test::CliRun;
 using test::expect_user_error;
 using test::grux_cli;
+
+// Every run here sees no calibrated profile unless a test passes --profile: the numbers do not
+// depend on the machine's ~/.config.
+const bool kHermetic = [] {
+  setenv("GRUX_PROFILE", "/nonexistent/grux-test/profile.json", 1);
+  return true;
+}();
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -134,6 +142,85 @@ TEST(CostCli, BadArgumentsAreOneLineErrors) {
   expect_user_error(grux_cli(tmp.path, "cost"), {"expected OP DESCRIPTOR"});
   expect_user_error(grux_cli(tmp.path, "cost gru l9d2t999999999n999999999i999999999h999999999"),
                     {"does not fit in 64 bits"});
+}
+
+TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
+  test::TempDir tmp;
+  CliRun r = grux_cli(tmp.path, "cost gru l1d1t100n64i256h512 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("the preset (no profile at /nonexistent/grux-test/profile.json; "
+                               "run grux calibrate)"));
+  EXPECT_THAT(r.out, HasSubstr("predicted (ms)"));
+  // A quick calibration at one thread, then predictions from it.
+  const std::string prof = tmp.path + "/sub/profile.json";
+  r = grux_cli(tmp.path, "calibrate --quick --threads 1 --out " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("1 thread: sgemm"));
+  EXPECT_THAT(r.out, HasSubstr("wrote " + prof));
+  const auto pj = nlohmann::json::parse(test::slurp(prof));
+  EXPECT_EQ(pj["format"], "grux-profile-1");
+  EXPECT_GT(pj["threads"]["1"]["sgemm_gflops"].get<double>(), 0);
+  EXPECT_GT(pj["threads"]["1"]["read_gbps"].size(), 1u);
+  r = grux_cli(tmp.path,
+               "cost gru l1d1t100n64i256h512 --train --threads 1 --format json --profile " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prediction"]["profile"], prof);
+  EXPECT_EQ(j["prediction"]["threads"], 1);
+  for (const char* phase : {"inference", "training"}) {
+    const auto& p = j["prediction"][phase];
+    EXPECT_GT(p["predicted_ms"].get<double>(), 0) << phase;
+    EXPECT_TRUE(p["bound"] == "compute" || p["bound"] == "traffic") << phase;
+    EXPECT_DOUBLE_EQ(p["roofline_ms"].get<double>(),
+                     std::max(p["compute_ms"].get<double>(), p["traffic_ms"].get<double>()));
+  }
+  // Overrides: a GEMM peak of 1 GFLOP/s makes W3 take 15.1 s of compute.
+  r = grux_cli(tmp.path,
+               "cost gru l1d1t100n64i256h512 --threads 1 --format json --peak-gflops 1 "
+               "--profile " +
+                   prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
+              15099.4944, 1e-3);
+  // grux bench --predict prints predicted next to measured.
+  r = grux_cli(tmp.path,
+               "bench gru l1d1t20n2i8h16 --reps 1 --threads 1 --predict --profile " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto b = nlohmann::json::parse(r.out);
+  EXPECT_GT(b["predicted_ms"].get<double>(), 0);
+  // The printed times are rounded: the ratio agrees to the rounding of median_ms (4 decimals).
+  const double ratio = b["predicted_ms"].get<double>() / b["median_ms"].get<double>();
+  EXPECT_NEAR(b["predicted_over_measured"].get<double>(), ratio,
+              2e-3 + ratio * 1e-4 / b["median_ms"].get<double>());
+  EXPECT_EQ(b["profile"], prof);
+  r = grux_cli(tmp.path,
+               "bench gru t20n1i8h16 --cell --reps 1 --threads 1 --predict --profile " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(nlohmann::json::parse(r.out)["predicted_overhead_ms"].get<double>(), 0);
+  r = grux_cli(
+      tmp.path,
+      "bench conv2d n1c2h8w8d2k3 --train --reps 1 --threads 1 --predict --profile " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  b = nlohmann::json::parse(r.out);
+  EXPECT_GT(b["predicted_ms"].get<double>(), 0);
+  EXPECT_EQ(b["checked"], "full");
+}
+
+TEST(CostCli, ProfileErrors) {
+  test::TempDir tmp;
+  expect_user_error(grux_cli(tmp.path, "cost gru t1n1i1h1 --profile " + tmp.path + "/missing.json"),
+                    {"missing.json"});
+  std::ofstream(tmp.path + "/bad.json") << "{\"format\": \"something else\"}";
+  expect_user_error(grux_cli(tmp.path, "cost gru t1n1i1h1 --profile " + tmp.path + "/bad.json"),
+                    {"bad.json", "not a grux profile"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t2n1i1h1 --reps 1 --predict --profile " +
+                                           tmp.path + "/bad.json"),
+                    {"not a grux profile"});
+  expect_user_error(grux_cli(tmp.path, "cost gru t1n1i1h1 --mem-gbps -3"), {"--mem-gbps"});
+  expect_user_error(grux_cli(tmp.path, "calibrate --threads 0 --out " + tmp.path + "/p.json"),
+                    {"--threads '0'"});
+  expect_user_error(grux_cli(tmp.path, "calibrate --threads 1,x --out " + tmp.path + "/p.json"),
+                    {"'x'"});
 }
 
 }  // namespace

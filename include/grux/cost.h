@@ -215,8 +215,9 @@ struct MachineProfile {
   std::string created;  // ISO date of the calibration
   std::map<int, ThreadProfile> threads;
 
-  // The entry for `threads`; throws grux::Error naming the thread counts it has.
-  const ThreadProfile& at(int threads) const;
+  // The rates at `threads`: the measured entry, or interpolated linearly in the thread count
+  // between the nearest measured ones (clamped at the ends). Throws if there is none.
+  ThreadProfile at(int threads) const;
   std::string to_json() const;
   // Throws grux::Error naming `what` and the problem.
   static MachineProfile from_json(const std::string& text, const std::string& what);
@@ -258,8 +259,30 @@ struct Prediction {
 Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineProfile& profile,
                    int threads, bool stream = false);
 
-// Measures this machine at each thread count (calibrate). `quick` shortens every
-// measurement (for tests; noisier numbers).
+// ---- Measurements (grux calibrate, grux bench) ----------------------------------------------
+
+// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm) and
+// grux's packed GEMM (what the GRU uses); n x n x n, the best of `reps` runs.
+struct GemmRates {
+  int64_t n = 0;
+  double blas = 0, grux = 0;
+  double best() const { return blas > grux ? blas : grux; }
+};
+GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
+// GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
+// (first touched by its reader): the rate of the cache level holding such a buffer.
+double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8);
+// GB/s (bytes read + bytes written) of `threads` threads copying `bytes` with memcpy.
+double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
+// Microseconds per step that a tiny GRU (N = 1, I = 16, H = 16 per thread) takes beyond its
+// roofline time with `threads` threads, in whole-sequence runs and through the streaming
+// API. Uses `rates` (already measured at `threads`) for that roofline.
+std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int threads,
+                                                int steps = 2000);
+
+// Measures this machine at each thread count (grux calibrate); sets OpenMP's and the BLAS's
+// thread counts while measuring and restores them after. `quick` shortens every measurement
+// (for tests; noisier numbers).
 MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false);
 
 // ---- Sweeps ------------------------------------------------------------------------------

@@ -14,10 +14,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "cpu/gemm.h"
-#include "cpu/gemm_packed.h"
-#include "cpu/read_bandwidth.h"
 #include "grux/conv.h"
+#include "grux/cost.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/runtime.h"
@@ -30,6 +28,8 @@ struct BenchArgs {
   std::string descriptor, lengths, dtype = "f32";
   bool train = false, cell = false, reset_before = false;
   bool inject_mismatch = false;  // testing only: perturb the result to prove the check works
+  bool predict = false;
+  std::string profile;
   int threads = 0, reps = 10;
 };
 
@@ -64,95 +64,55 @@ Tensor uniform(const Shape& shape, DType dtype, std::mt19937_64& rng) {
   return t.to(dtype);
 }
 
-// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm)
-// and grux's packed GEMM. The peak other benches divide by is the better of the two: the
-// BLAS may run below the machine's limit (here OPENBLAS_CORETYPE pins OpenBLAS to its
-// Haswell kernels), and a fraction of a slow peak would flatter.
-struct GemmPeak {
-  int64_t n;
-  double blas, grux;
-  double best() const { return std::max(blas, grux); }
-};
-
-template <typename T>
-GemmPeak measure_gemm_peak(int reps) {
-  const int64_t n = 1536;
-  std::mt19937_64 rng(1);
-  Tensor a = uniform({n, n}, dtype_of<T>(), rng), b = uniform({n, n}, dtype_of<T>(), rng);
-  Tensor c = Tensor::empty({n, n}, dtype_of<T>());
-  const int64_t panel = 3 * cpu::kUnit<T>;
-  Tensor packed = Tensor::empty({cpu::packed_size<T>(n, n, panel)}, dtype_of<T>());
-  cpu::pack_b<T>(n, n, panel, b.data<T>(), 1, n, nullptr, nullptr, packed.data<T>());
-  const cpu::PackedB<T> bp{n, n, panel, packed.data<T>()};
-  const double flops = 2.0 * n * n * n;
-  const Timing blas = time_it(reps, [&] {
-    cpu::gemm<T>(false, true, n, n, n, T(1), a.data<T>(), n, b.data<T>(), n, T(0), c.data<T>(), n);
-  });
-  const Timing own = time_it(reps, [&] {
-    cpu::gemm_packed_parallel<T>(n, a.data<T>(), n, false, bp, nullptr, false, c.data<T>(), n);
-  });
-  // The best of the runs: a peak is what the machine can do, not what it did on average.
-  return {n, flops / (blas.min_ms * 1e6), flops / (own.min_ms * 1e6)};
-}
-
-GemmPeak gemm_peak(DType dtype, int reps) {
-  return dtype == DType::f32 ? measure_gemm_peak<float>(reps) : measure_gemm_peak<double>(reps);
-}
-
-// GB/s of `threads` threads, each reading its own buffer of `bytes_per_thread` over and
-// over: the rate at which weights of that size can come from the cache level holding them.
-double read_bandwidth(int64_t bytes_per_thread, int threads) {
-  const int64_t n = std::max<int64_t>(bytes_per_thread / 4, 4096) / 64 * 64;
-  const int64_t passes = std::max<int64_t>(1, int64_t(4e8) / (n * 4 * threads));
-  double best = 0;
-  std::vector<float> sums(threads);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
-    Tensor buf = Tensor::full({n}, 1.0, DType::f32);  // first touch by its reader
-    for (int rep = 0; rep < 3; ++rep) {
-#pragma omp barrier
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int64_t p = 0; p < passes; ++p) sums[t] += cpu::read_sum(buf.data<float>(), n);
-#pragma omp barrier
-#pragma omp master
-      {
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best = std::max(best, double(n) * 4 * passes * threads / s / 1e9);
-      }
-    }
-  }
-  return best;
-}
-
-// The time this problem cannot beat on this machine: the larger of its GEMM flops at the
-// measured peak and its weight traffic at the measured read bandwidth (the recurrent weights
-// are read every step, by each thread its own share; the input weights once per 96-row
-// block, or every step in cell mode).
+// The time a problem cannot beat on this machine, measured in this process: the cost model's
+// roofline (src/cost) with the GEMM peak just measured and the read bandwidth measured for a
+// buffer the size of one thread's share of the weights read at every step.
 struct Bound {
   double ms, compute_ms, traffic_ms, read_gbps;
+  std::string side;
 };
-Bound problem_bound(const GruProblem& p, const std::string& mode, int threads, double flops,
-                    double peak_gflops) {
-  const int64_t es = dtype_size(p.dtype), U = 64 / es;
-  const int64_t team = std::clamp<int64_t>((p.H + U - 1) / U, 1, threads);
-  int64_t S = p.T;
-  if (!p.lengths.empty()) S = *std::max_element(p.lengths.begin(), p.lengths.end());
-  double bytes = 0;
-  for (int64_t l = 0; l < p.L; ++l) {
-    const double whh = 3.0 * p.H * p.H * es, wih = 3.0 * p.H * (l == 0 ? p.I : p.D * p.H) * es;
-    if (mode == "cell")
-      bytes += p.T * (whh + wih);
-    else
-      bytes += p.D * (S * whh * (mode == "train" ? 2 : 1) + double((p.rows() + 95) / 96) * wih);
+Bound live_bound(const std::vector<Phase>& phases, DType dtype, int threads, double peak_gflops) {
+  // The largest per-step weight set, split over the threads that share it.
+  double share = 0;
+  int team = 1;
+  for (const Phase& ph : phases) {
+    const int k = static_cast<int>(std::clamp<int64_t>(ph.split, 1, threads));
+    if (ph.weight_bytes / k > share) share = ph.weight_bytes / k, team = k;
   }
-  Bound b;
-  b.read_gbps = read_bandwidth(int64_t(3.0 * p.H * p.H * es) / team, static_cast<int>(team));
-  b.compute_ms = flops / (peak_gflops * 1e6);
-  b.traffic_ms = bytes / (b.read_gbps * 1e6);
-  b.ms = std::max(b.compute_ms, b.traffic_ms);
-  return b;
+  ThreadProfile t;
+  t.sgemm_gflops = t.dgemm_gflops = peak_gflops;
+  t.read_gbps = {{std::max(share, 1.0), measure_read_bandwidth(static_cast<int64_t>(share), team)}};
+  MachineProfile live;  // activations (memcpy 0) and step costs are left out of this bound
+  live.threads[threads] = t;
+  if (team != threads) live.threads[team] = t;
+  const Prediction p = predict(phases, dtype, live, threads);
+  return {p.roofline_ms, p.compute_ms, p.traffic_ms, t.read_gbps[0].second, p.bound};
+}
+
+std::string json_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      r += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
+    r += c;
+  }
+  return r;
+}
+
+// With --predict: the prediction from the calibrated profile, as JSON fields.
+std::string prediction_fields(const std::vector<Phase>& phases, DType dtype, int threads,
+                              bool stream, const std::string& profile_path, double median_ms) {
+  const MachineProfile prof = load_profile(profile_path);
+  const Prediction p = predict(phases, dtype, prof, threads, stream);
+  return fmt::format(
+      ",\"predicted_ms\":{:.6g},\"predicted_over_measured\":{:.3f},\"predicted_bound\":\"{}\","
+      "\"predicted_compute_ms\":{:.6g},\"predicted_traffic_ms\":{:.6g},"
+      "\"predicted_overhead_ms\":{:.6g},\"profile\":\"{}\"",
+      p.ms, p.ms / median_ms, p.bound, p.compute_ms, p.traffic_ms, p.overhead_ms,
+      json_escape(prof.source));
 }
 
 // Checks every tensor of `got` against `want` with the engine's tolerance, scaled by each
@@ -196,14 +156,15 @@ void check_fits_in_memory(const GruProblem& p, bool train) {
   double bytes = rows * p.I * es * 3;  // input, its packed copy, input gradient
   for (int64_t l = 0; l < p.L; ++l) {
     const double in = l == 0 ? p.I : p.D * H;
-    bytes += p.D * (3 * H * (in + H) * es * 3);             // weights, packed, gradients
+    bytes += p.D * (3 * H * (in + H) * es * 3);                 // weights, packed, gradients
     bytes += p.D * rows * (6 * H + in) * es * (train ? 3 : 1);  // gates, states, outputs
   }
   const double avail = available_bytes();
   if (avail > 0 && bytes > 0.8 * avail)
-    throw Error(fmt::format("problem {} needs about {:.1f} GiB, more than the {:.1f} GiB of "
-                            "memory available", p.descriptor(), bytes / (1 << 30),
-                            avail / (1 << 30)));
+    throw Error(
+        fmt::format("problem {} needs about {:.1f} GiB, more than the {:.1f} GiB of "
+                    "memory available",
+                    p.descriptor(), bytes / (1 << 30), avail / (1 << 30)));
 }
 
 void run_bench_gru(const BenchArgs& a) {
@@ -273,25 +234,28 @@ void run_bench_gru(const BenchArgs& a) {
   const Timing t = time_it(a.reps, [&] { run(); });
   const double flops = p.gemm_flops() * (a.train ? 3 : 1);
   const double gflops = flops / (t.median_ms * 1e6);
-  const GemmPeak peak = gemm_peak(p.dtype, 3);
-  const Bound bound = problem_bound(p, mode, threads, flops, peak.best());
+  const GemmRates peak = measure_gemm_rates(p.dtype, 3);
+  const CostReport cost = a.cell ? gru_stream_cost(p) : gru_cost(p);
+  const std::vector<Phase>& phases = a.train ? cost.training_phases : cost.inference_phases;
+  const Bound bound = live_bound(phases, p.dtype, threads, peak.best());
+  const std::string predicted =
+      a.predict ? prediction_fields(phases, p.dtype, threads, a.cell, a.profile, t.median_ms) : "";
   fmt::print(
       "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"blas_gflops\":{:.2f},"
       "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
-      "\"read_gbps\":{:.1f},\"checked\":true}}\n",
+      "\"read_gbps\":{:.1f}{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
-      100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms,
-      bound.compute_ms >= bound.traffic_ms ? "compute" : "bandwidth", 100 * bound.ms / t.median_ms,
-      bound.read_gbps);
+      100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms, bound.side,
+      100 * bound.ms / t.median_ms, bound.read_gbps, predicted);
 }
 
 void run_bench_gemm(const BenchArgs& a) {
   const DType dtype = parse_dtype(a.dtype);
   const int threads = set_threads(a.threads);
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
-  const GemmPeak peak = gemm_peak(dtype, a.reps);
+  const GemmRates peak = measure_gemm_rates(dtype, a.reps);
   fmt::print(
       "{{\"op\":\"gemm\",\"problem\":\"m{}n{}k{}\",\"threads\":{},\"dtype\":\"{}\",\"reps\":{},"
       "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f}}}\n",
@@ -303,7 +267,8 @@ void run_bench_gemm(const BenchArgs& a) {
 
 struct ConvBenchArgs {
   std::string descriptor, algo = "im2col", dtype = "f32";
-  bool train = false, inject_mismatch = false;
+  bool train = false, inject_mismatch = false, predict = false;
+  std::string profile;
   int threads = 0, reps = 10;
   // Problems whose check by the loops would cost more than this many flops (a few seconds of
   // loops) are checked on a batch of one instead. Hidden option, for tests.
@@ -359,12 +324,19 @@ void run_bench_conv2d(const ConvBenchArgs& a) {
   }
   // 2. Time.
   const Timing t = time_it(a.reps, [&] { run(algo, p.N); });
+  std::string predicted;
+  if (a.predict) {
+    const CostReport c = conv2d_cost(p);
+    predicted = prediction_fields(a.train ? c.training_phases : c.inference_phases, p.dtype,
+                                  threads, false, a.profile, t.median_ms);
+  }
   fmt::print(
       "{{\"op\":\"conv2d\",\"problem\":\"{}\",\"algo\":\"{}\",\"mode\":\"{}\",\"threads\":{},"
-      "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
+      "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f}{},"
       "\"checked\":\"{}\"}}\n",
       p.descriptor(), conv_algo_name(algo), a.train ? "train" : "forward", threads,
-      dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, cost / (t.median_ms * 1e6), checked);
+      dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, cost / (t.median_ms * 1e6), predicted,
+      checked);
 }
 
 }  // namespace
@@ -392,6 +364,10 @@ Action add_bench_command(CLI::App& app) {
   g->add_option("--threads", a->threads, "threads (default: all cores)");
   g->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   g->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  g->add_flag("--predict", a->predict,
+              "also print the cost model's prediction (predicted_ms, predicted_over_measured, "
+              "predicted_bound) from the calibrated profile (grux calibrate)");
+  g->add_option("--profile", a->profile, "profile for --predict (default: grux calibrate's)");
   g->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
   CLI::App* m = c->add_subcommand(
       "gemm",
@@ -417,6 +393,9 @@ Action add_bench_command(CLI::App& app) {
   cv->add_option("--threads", ca->threads, "threads (default: all cores)");
   cv->add_option("--reps", ca->reps, "timed runs after one warm-up")->capture_default_str();
   cv->add_option("--dtype", ca->dtype, "f32 or f64")->capture_default_str();
+  cv->add_flag("--predict", ca->predict,
+               "also print the cost model's prediction from the calibrated profile");
+  cv->add_option("--profile", ca->profile, "profile for --predict (default: grux calibrate's)");
   // Hidden, for tests: perturb the result; lower the full-check limit.
   cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");
   cv->add_option("--full-check-flops", ca->full_check_flops)->group("");

@@ -1,6 +1,7 @@
 // `grux cost`: the analytic cost of one problem (counts, memory, traffic, roofline
 // prediction) as a table, CSV, JSON or Markdown; `grux cost sweep` over a grid of problems.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <memory>
 
@@ -14,6 +15,10 @@ namespace {
 struct CostArgs {
   std::string op, descriptor, mode = "seed", dtype = "f32", format = "table", lengths;
   bool train = false, no_bias = false, reset_before = false;
+  // The roofline prediction.
+  std::string profile;
+  int threads = 0;
+  ProfileOverrides overrides;
 };
 
 DType parse_cost_dtype(const std::string& s) {
@@ -40,6 +45,27 @@ CostOptions options_of(const CostArgs& a) {
   return o;
 }
 
+MachineProfile profile_of(const CostArgs& a, DType dtype) {
+  MachineProfile p = load_profile(a.profile);
+  apply_overrides(p, a.overrides, dtype);
+  return p;
+}
+
+std::string profile_label(const CostArgs& a) {
+  const MachineProfile p = profile_of(a, parse_cost_dtype(a.dtype));
+  if (p.source.rfind("preset", 0) == 0)
+    return fmt::format("the {} (no profile at {}; run grux calibrate)", p.source,
+                       default_profile_path());
+  return p.source;
+}
+
+Prediction predict_for(const CostReport& r, const CostArgs& a, DType dtype, bool train) {
+  if (a.threads < 0) throw Error(fmt::format("--threads {} (expected >= 1)", a.threads));
+  const int threads = a.threads == 0 ? omp_get_num_procs() : a.threads;
+  return predict(train ? r.training_phases : r.inference_phases, dtype, profile_of(a, dtype),
+                 threads, r.op == "gru_stream" && !train);
+}
+
 void run_cost(const CostArgs& a) {
   if (a.op.empty() || a.descriptor.empty())
     throw Error("grux cost: expected OP DESCRIPTOR (e.g. grux cost gru l1d1t100n64i256h512)");
@@ -47,8 +73,25 @@ void run_cost(const CostArgs& a) {
   view.modes = parse_modes(a.mode);
   view.train = a.train;
   const CostFormat format = parse_cost_format(a.format);
-  const CostReport r = cost_of(a.op, a.descriptor, options_of(a));
+  const CostOptions options = options_of(a);
+  const CostReport r = cost_of(a.op, a.descriptor, options);
+  const Prediction inference = predict_for(r, a, options.dtype, false);
+  const Prediction training = predict_for(r, a, options.dtype, true);
+  view.inference = &inference;
+  view.training = &training;
+  view.profile = profile_label(a);
   fmt::print("{}", format_cost(r, view, format));
+}
+
+void add_profile_options(CLI::App* c, std::string& profile, int& threads, ProfileOverrides& o) {
+  c->add_option("--profile", profile,
+                "machine profile for the prediction (default: grux calibrate's; the preset if "
+                "there is none)");
+  c->add_option("--threads", threads, "threads of the predicted run (default: all cores)");
+  c->add_option("--peak-gflops", o.peak_gflops, "override the GEMM peak (GFLOP/s)");
+  c->add_option("--mem-gbps", o.mem_gbps, "override the memory bandwidth (GB/s)");
+  c->add_option("--cache-gbps", o.cache_gbps, "override the cache-resident read bandwidth (GB/s)");
+  c->add_option("--step-us", o.step_us, "override the per-step cost of a GRU (microseconds)");
 }
 
 std::string op_list() {
@@ -79,6 +122,7 @@ Action add_cost_command(CLI::App& app) {
   c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
   c->add_option("--lengths", a->lengths,
                 "gru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
+  add_profile_options(c, a->profile, a->threads, a->overrides);
   return [a] { run_cost(*a); };
 }
 

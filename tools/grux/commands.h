@@ -41,5 +41,6 @@ Action add_train_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 Action add_model_command(CLI::App& app);
 Action add_cost_command(CLI::App& app);
+Action add_calibrate_command(CLI::App& app);
 
 }  // namespace grux::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add(grux::cli::add_generate_command);
   add(grux::cli::add_model_command);
   add(grux::cli::add_cost_command);
+  add(grux::cli::add_calibrate_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

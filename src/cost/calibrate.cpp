@@ -1,0 +1,214 @@
+// Measuring the machine for the roofline: GEMM peaks (the BLAS and grux's packed GEMM), read
+// bandwidth per buffer size (which cache level holds what), memcpy bandwidth, and the fixed
+// cost of one sequential GRU step. Used by `grux calibrate` and `grux bench`.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "cost/cost_util.h"
+#include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
+#include "cpu/read_bandwidth.h"
+
+namespace grux {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best (shortest) time of `reps` runs after one warm-up: a peak is what the machine can do.
+double best_seconds(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+template <typename T>
+GemmRates gemm_rates(int reps, int64_t n) {
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> a(n * n), b(n * n), c(n * n);
+  for (auto& v : a) v = static_cast<T>(u(rng));
+  for (auto& v : b) v = static_cast<T>(u(rng));
+  const int64_t panel = 3 * cpu::kUnit<T>;
+  std::vector<T> packed(cpu::packed_size<T>(n, n, panel) + 64);
+  // 64-byte aligned start inside the vector.
+  T* pk = packed.data();
+  while (reinterpret_cast<uintptr_t>(pk) % 64) ++pk;
+  cpu::pack_b<T>(n, n, panel, b.data(), 1, n, nullptr, nullptr, pk);
+  const cpu::PackedB<T> bp{n, n, panel, pk};
+  const double flops = 2.0 * n * n * n;
+  const double blas = best_seconds(reps, [&] {
+    cpu::gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(), n);
+  });
+  const double own = best_seconds(reps, [&] {
+    cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
+  });
+  return {n, flops / blas / 1e9, flops / own / 1e9};
+}
+
+void set_threads(int k) {
+  omp_set_num_threads(k);
+  openblas_set_num_threads(k);
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "unknown CPU";
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n) {
+  if (dtype == DType::f64) return gemm_rates<double>(reps, n);
+  return gemm_rates<float>(reps, n);
+}
+
+double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read) {
+  const int64_t n = std::max<int64_t>(bytes_per_thread / 4, 4096) / 64 * 64;
+  const int64_t passes =
+      std::max<int64_t>(1, static_cast<int64_t>(bytes_to_read / double(n * 4 * threads)));
+  double best = 0;
+  std::vector<float> sums(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    // Each reader first-touches its own 64-byte aligned buffer.
+    std::vector<float> storage(n + 16, 1.0f);
+    float* buf = storage.data();
+    while (reinterpret_cast<uintptr_t>(buf) % 64) ++buf;
+    for (int rep = 0; rep < 3; ++rep) {
+#pragma omp barrier
+      const auto t0 = Clock::now();
+      for (int64_t p = 0; p < passes; ++p) sums[t] += cpu::read_sum(buf, n);
+#pragma omp barrier
+#pragma omp master
+      best =
+          std::max(best, double(n) * 4 * passes * omp_get_num_threads() / seconds_since(t0) / 1e9);
+    }
+  }
+  return best;
+}
+
+double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps) {
+  const int64_t per = std::max<int64_t>(bytes / threads / 64 * 64, 4096);
+  std::vector<std::vector<char>> src(threads), dst(threads);
+  double best = 0;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    src[t].assign(per, 1);  // first touch by the thread that copies
+    dst[t].assign(per, 0);
+    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+#pragma omp barrier
+      const auto t0 = Clock::now();
+      std::memcpy(dst[t].data(), src[t].data(), per);
+#pragma omp barrier
+#pragma omp master
+      if (rep > 0)
+        best = std::max(best, 2.0 * per * omp_get_num_threads() / seconds_since(t0) / 1e9);
+    }
+  }
+  return best;
+}
+
+std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int threads,
+                                                int steps) {
+  // One hidden block of 16 units per thread, so that the team is exactly `threads` wide and
+  // pays its barrier, while the work of a step is a few hundred flops.
+  GruProblem p;
+  p.T = steps, p.N = 1, p.I = 16, p.H = 16 * threads;
+  Gru gru(p.config(), DType::f32, 1);
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Tensor x = Tensor::empty({p.T, 1, p.I}, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(u(rng));
+  MachineProfile one;
+  one.threads[threads] = rates;
+  const double seq_s = best_seconds(5, [&] { gru.forward(x); });
+  const double seq_roof =
+      predict(gru_cost(p).inference_phases, DType::f32, one, threads).roofline_ms;
+  GruStream stream(gru, 1);
+  Tensor out = Tensor::empty({1, p.H}, DType::f32);
+  const double str_s = best_seconds(5, [&] {
+    stream.reset();
+    for (int64_t t = 0; t < p.T; ++t) {
+      Tensor frame = out;
+      stream.step_into(x.select(0, t), frame);
+    }
+  });
+  const double str_roof =
+      predict(gru_stream_cost(p).inference_phases, DType::f32, one, threads).roofline_ms;
+  return {std::max(0.0, (seq_s * 1e3 - seq_roof) * 1e3 / p.T),
+          std::max(0.0, (str_s * 1e3 - str_roof) * 1e3 / p.T)};
+}
+
+MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick) {
+  const int saved = omp_get_max_threads();
+  MachineProfile prof;
+  prof.source = "measured";
+  prof.machine = cpu_model();
+  prof.created = today();
+  const int reps = quick ? 1 : 5;
+  const int64_t n = quick ? 384 : 1536;
+  std::vector<double> sizes = {16e3, 32e3,  64e3, 128e3, 256e3, 384e3, 512e3, 768e3,
+                               1e6,  1.5e6, 2e6,  4e6,   8e6,   16e6,  64e6};
+  if (quick) sizes = {32e3, 512e3, 4e6};
+  try {
+    for (int k : thread_counts) {
+      if (k < 1) throw Error(fmt::format("--threads {} (expected >= 1)", k));
+      set_threads(k);
+      ThreadProfile t;
+      const GemmRates s = measure_gemm_rates(DType::f32, reps, n);
+      const GemmRates d = measure_gemm_rates(DType::f64, reps, n);
+      t.sgemm_gflops = s.best(), t.blas_sgemm_gflops = s.blas;
+      t.dgemm_gflops = d.best(), t.blas_dgemm_gflops = d.blas;
+      t.memcpy_gbps = measure_memcpy_bandwidth(quick ? (int64_t(16) << 20) : (int64_t(256) << 20),
+                                               k, quick ? 1 : 3);
+      for (double b : sizes)
+        t.read_gbps.push_back(
+            {b, measure_read_bandwidth(static_cast<int64_t>(b), k, quick ? 2e7 : 4e8)});
+      const auto [seq, str] = measure_step_overhead(t, k, quick ? 200 : 2000);
+      t.step_us = seq, t.stream_step_us = str;
+      prof.threads[k] = t;
+    }
+  } catch (...) {
+    set_threads(saved);
+    throw;
+  }
+  set_threads(saved);
+  return prof;
+}
+
+}  // namespace grux
