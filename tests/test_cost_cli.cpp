@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -221,6 +222,90 @@ TEST(CostCli, ProfileErrors) {
                     {"--threads '0'"});
   expect_user_error(grux_cli(tmp.path, "calibrate --threads 1,x --out " + tmp.path + "/p.json"),
                     {"'x'"});
+}
+
+TEST(CostCli, SweepCsvAndJson) {
+  test::TempDir tmp;
+  const std::string csv = tmp.path + "/s.csv", json = tmp.path + "/s.json";
+  CliRun r = grux_cli(tmp.path,
+                      "cost sweep gru --vary n=1..8:x2 --vary h=64,96 --fixed "
+                      "l1d1t10n3i32h16 --format csv --out " +
+                          csv);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(8 points)"));
+  const auto ls = lines(test::slurp(csv));
+  ASSERT_EQ(ls.size(), 9u);
+  const auto head = split(ls[0], ',');
+  EXPECT_EQ(head[0], "n");
+  EXPECT_EQ(head[1], "h");
+  EXPECT_EQ(head[2], "descriptor");
+  // The last axis varies fastest; every point is the cost of its own descriptor.
+  const auto row = split(ls[4], ',');
+  EXPECT_EQ(row[0], "2");
+  EXPECT_EQ(row[1], "96");
+  EXPECT_EQ(row[2], "l1d1t10n2i32h96");
+  const auto col = std::find(head.begin(), head.end(), "forward_total_ops") - head.begin();
+  const CliRun one = grux_cli(tmp.path, "cost gru l1d1t10n2i32h96 --format json");
+  EXPECT_EQ(
+      row[col],
+      std::to_string(
+          nlohmann::json::parse(one.out)["counts"]["seed"]["forward"]["total"].get<int64_t>()));
+
+  r = grux_cli(tmp.path,
+               "cost sweep linear --vary b=1..4 --train --mode mac --format json --out " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(test::slurp(json));
+  EXPECT_EQ(j["op"], "linear");
+  EXPECT_EQ(j["fixed"], "b32i256o512");
+  EXPECT_EQ(j["unit"], "MAC");
+  EXPECT_EQ(j["axes"][0]["values"], nlohmann::json::parse("[1,2,3,4]"));
+  ASSERT_EQ(j["points"].size(), 4u);
+  EXPECT_EQ(j["points"][2]["descriptor"], "b3i256o512");
+  bool found = false;
+  for (size_t m = 0; m < j["metrics"].size(); ++m) {
+    EXPECT_FALSE(j["metrics"][m]["unit"].get<std::string>().empty());
+    if (j["metrics"][m]["key"] == "training_total_MAC") {
+      found = true;
+      EXPECT_EQ(j["points"][2]["values"][m].get<double>(), 3.0 * 3 * 256 * 512);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_GT(j["profile"]["peak_gflops"].get<double>(), 0);
+  // Nothing but the outputs is left in the folder (atomic writes clean up after themselves).
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+    ++files;
+  }
+  EXPECT_EQ(files, 4u);  // s.csv, s.json, stdout.txt, stderr.txt
+}
+
+TEST(CostCli, SweepErrors) {
+  test::TempDir tmp;
+  const std::string out = " --out " + tmp.path + "/x.csv";
+  auto sweep = [&](const std::string& args) { return grux_cli(tmp.path, "cost sweep " + args); };
+  expect_user_error(sweep("gru --vary n=1..x --format csv" + out),
+                    {"--vary 'n=1..x' is malformed"});
+  expect_user_error(sweep("gru --vary n1..4 --format csv" + out), {"malformed"});
+  expect_user_error(sweep("gru --vary n=8..4 --format csv" + out), {"LO 8 is above HI 4"});
+  expect_user_error(sweep("gru --vary n=1..8:x1 --format csv" + out), {"factor >= 2"});
+  expect_user_error(sweep("gru --vary n=1..8:+0 --format csv" + out), {"step must be >= 1"});
+  expect_user_error(sweep("gru --vary q=1..4 --format csv" + out), {"no letter 'q'"});
+  expect_user_error(sweep("gru --vary n=1..4 --vary n=2..3 --format csv" + out), {"given twice"});
+  expect_user_error(sweep("gru --vary n=1..999 --vary h=1..999 --format csv" + out),
+                    {"more than 20000 points"});
+  expect_user_error(sweep("gru --vary n=0..2 --format csv" + out), {"sweep point", "n0"});
+  expect_user_error(sweep("conv2d --vary k=1..9 --fixed n1c1h4w4d1k3 --format csv" + out),
+                    {"sweep point n1c1h4w4d1k5", "larger than the padded input"});
+  expect_user_error(sweep("gru --vary n=1..2 --fixed l1d1t10 --format csv" + out), {"malformed"});
+  expect_user_error(sweep("gru --vary n=1..2 --format xml" + out), {"--format xml"});
+  expect_user_error(sweep("gru --vary n=1..2 --mode all --format csv" + out), {"--mode all"});
+  expect_user_error(sweep("lstm --vary n=1..2 --format csv" + out), {"unknown operator 'lstm'"});
+  expect_user_error(
+      sweep("gru --vary n=1..2 --format csv --out " + tmp.path + "/no/such/dir/x.csv"),
+      {"no/such/dir"});
+  expect_user_error(sweep("gru --format csv" + out), {"--vary"});
 }
 
 }  // namespace

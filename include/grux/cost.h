@@ -313,11 +313,13 @@ struct SweepMetric {
 
 struct SweepResult {
   SweepSpec spec;
-  std::string fixed;  // resolved fixed descriptor
+  std::string fixed;    // resolved fixed descriptor
+  std::string variant;  // the options, as CostReport::variant says them
   std::vector<SweepMetric> metrics;
   std::vector<std::vector<int64_t>> points;  // per point: the axes' values
   std::vector<std::string> descriptors;      // per point
   std::vector<std::vector<double>> values;   // per point: one value per metric
+  std::vector<std::string> inference_bound, training_bound;  // per point: compute or traffic
   MachineProfile profile;
   int threads = 1;
 };

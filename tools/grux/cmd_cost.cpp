@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "grux/cost.h"
+#include "grux/io.h"
 
 namespace grux::cli {
 
@@ -101,6 +102,43 @@ std::string op_list() {
   return s;
 }
 
+struct SweepArgs {
+  CostArgs base;  // operator, options, profile (descriptor unused)
+  std::string fixed, format, out, bench;
+  std::vector<std::string> vary;
+};
+
+void run_sweep_command(const SweepArgs& s) {
+  const CostArgs& a = s.base;
+  if (a.op.empty())
+    throw Error("grux cost sweep: expected OP (e.g. grux cost sweep gru --vary n=1..64:x2)");
+  if (s.format != "csv" && s.format != "json" && s.format != "html")
+    throw Error(fmt::format("--format {} (expected csv, json or html)", s.format));
+  if (s.out.empty()) throw Error("grux cost sweep: --out FILE is required");
+  SweepSpec spec;
+  spec.op = a.op;
+  spec.fixed = s.fixed;
+  for (const std::string& v : s.vary) spec.axes.push_back(SweepAxis::parse(v));
+  spec.options = options_of(a);
+  const std::vector<CountMode> modes = parse_modes(a.mode);
+  if (modes.size() != 1) throw Error("--mode all is for grux cost; a sweep takes one mode");
+  spec.mode = modes[0];
+  spec.train = a.train;
+  if (a.threads < 0) throw Error(fmt::format("--threads {} (expected >= 1)", a.threads));
+  const int threads = a.threads == 0 ? omp_get_num_procs() : a.threads;
+  const SweepResult r = run_sweep(spec, profile_of(a, spec.options.dtype), threads);
+  std::string text;
+  if (s.format == "csv") {
+    text = sweep_csv(r);
+  } else if (s.format == "json") {
+    text = sweep_json(r);
+  } else {
+    throw Error("--format html: not available yet");
+  }
+  write_file_atomic(s.out, text);
+  fmt::print("wrote {} ({} points)\n", s.out, r.points.size());
+}
+
 }  // namespace
 
 Action add_cost_command(CLI::App& app) {
@@ -123,7 +161,33 @@ Action add_cost_command(CLI::App& app) {
   c->add_option("--lengths", a->lengths,
                 "gru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
   add_profile_options(c, a->profile, a->threads, a->overrides);
-  return [a] { run_cost(*a); };
+
+  auto sw = std::make_shared<SweepArgs>();
+  CLI::App* w = c->add_subcommand(
+      "sweep",
+      "The cost model over a grid of problems: each --vary sets one descriptor letter "
+      "(LETTER=LO..HI, LO..HI:xF geometric, LO..HI:+S arithmetic, or V1,V2,...); up to three. "
+      "CSV and JSON carry every metric with its unit; HTML is a self-contained interactive "
+      "report (sliders, plots, heatmap, roofline).");
+  w->add_option("OP", sw->base.op, "operator (see grux cost --help)");
+  w->add_option("--vary", sw->vary, "LETTER=RANGE, e.g. n=1..256:x2 (repeat for more axes)")
+      ->required();
+  w->add_option("--fixed", sw->fixed, "the descriptor the axes modify (default: an example)");
+  w->add_option("--format", sw->format, "csv, json or html")->required();
+  w->add_option("--out", sw->out, "output file (written atomically)")->required();
+  w->add_option("--mode", sw->base.mode, "seed, gemm or mac")->capture_default_str();
+  w->add_flag("--train", sw->base.train, "also backward and training metrics");
+  w->add_option("--dtype", sw->base.dtype, "f32 or f64")->capture_default_str();
+  w->add_flag("--no-bias", sw->base.no_bias, "without bias (gru, gru_stream, gru_cell, linear)");
+  w->add_flag("--reset-before", sw->base.reset_before, "the reset-before form (gru, gru_cell)");
+  w->add_option("--lengths", sw->base.lengths, "gru: variable lengths, uniform:LO:HI:SEED");
+  add_profile_options(w, sw->base.profile, sw->base.threads, sw->base.overrides);
+  return [a, w, sw] {
+    if (w->parsed())
+      run_sweep_command(*sw);
+    else
+      run_cost(*a);
+  };
 }
 
 }  // namespace grux::cli
