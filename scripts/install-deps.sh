@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages grux needs to build and test, only those that are missing.
+# Installs the Debian packages grux needs to build and test, only those that are missing, then
+# the plotting library of the HTML cost reports (scripts/install-web-assets.sh).
 # Usage: bash scripts/install-deps.sh   (as root, or with sudo available)
 set -euo pipefail
+here=$(dirname "$0")
 
 packages=(
   g++ cmake make pkg-config
@@ -12,6 +14,8 @@ packages=(
   libfmt-dev               # formatting
   libgtest-dev libgmock-dev googletest  # tests
   libbenchmark-dev         # benches
+  python3                  # the browser test's driver (standard library only)
+  chromium chromium-driver # the HTML cost report opened in headless Chromium (tests)
 )
 
 missing=()
@@ -20,16 +24,20 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# npm installs the report's plotting library; Debian's npm package brings Node.js. A Node.js
+# installed some other way, with its own npm, is used as it is.
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo_cmd=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo_cmd=(sudo)
-fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -q
-"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+bash "$here/install-web-assets.sh"

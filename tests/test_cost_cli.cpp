@@ -308,5 +308,52 @@ TEST(CostCli, SweepErrors) {
   expect_user_error(sweep("gru --format csv" + out), {"--vary"});
 }
 
+TEST(CostCli, SweepHtmlInlinesTheLibraryAndTheData) {
+  test::TempDir tmp;
+  // A stand-in for the plotting library, with a closing tag that must not end the script.
+  const std::string lib = tmp.path + "/lib.js", html = tmp.path + "/r.html";
+  std::ofstream(lib) << "var Plotly = {}; var s = '</script>';";
+  const std::string bench = tmp.path + "/bench.jsonl";
+  std::ofstream(bench) << "{\"op\":\"gru\",\"problem\":\"l1d1t100n64i128h256_len10-100s1\","
+                          "\"mode\":\"inference\",\"threads\":2,\"gflops\":100.5}\n"
+                          "{\"op\":\"gemm\",\"problem\":\"m8n8k8\",\"gflops\":1}\n";
+  CliRun r = grux_cli(tmp.path,
+                      "cost sweep gru_cell --vary n=1..4 --vary h=8,16 --format html "
+                      "--plotly " +
+                          lib + " --bench " + bench + " --out " + html);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string page = test::slurp(html);
+  EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(page, HasSubstr("var Plotly = {}; var s = '<\\/script>';"));
+  EXPECT_THAT(page, Not(HasSubstr("/*GRUX_PLOTLY_JS*/")));
+  EXPECT_THAT(page, Not(HasSubstr("/*GRUX_SWEEP_JSON*/")));
+  // The data: 8 points, and the measured run placed with the cost model (the gemm line is the
+  // peak itself and is skipped).
+  const size_t at = page.find("<script id=\"grux-data\" type=\"application/json\">");
+  ASSERT_NE(at, std::string::npos);
+  const size_t from = page.find('>', at) + 1, to = page.find("</script>", from);
+  const auto j = nlohmann::json::parse(page.substr(from, to - from));
+  EXPECT_EQ(j["op"], "gru_cell");
+  EXPECT_EQ(j["points"].size(), 8u);
+  ASSERT_EQ(j["measured"].size(), 1u);
+  EXPECT_DOUBLE_EQ(j["measured"][0]["gflops"].get<double>(), 100.5);
+  EXPECT_GT(j["measured"][0]["intensity"].get<double>(), 0);
+  EXPECT_EQ(j["points"][0]["roofline"]["inference"].size(), 2u);
+
+  expect_user_error(grux_cli(tmp.path, "cost sweep gru --vary n=1..2 --format html --plotly " +
+                                           tmp.path + "/none.js --out " + html),
+                    {"needs plotly.js", "none.js", "scripts/install-web-assets.sh"});
+  std::ofstream(tmp.path + "/bad.jsonl") << "{\"op\":\"gru\",\"problem\":\"x\",\"gflops\":1}\n";
+  expect_user_error(
+      grux_cli(tmp.path, "cost sweep gru --vary n=1..2 --format html --plotly " + lib +
+                             " --bench " + tmp.path + "/bad.jsonl --out " + html),
+      {"bad.jsonl line 1", "malformed"});
+  std::ofstream(tmp.path + "/junk.jsonl") << "\nnot json\n";
+  expect_user_error(
+      grux_cli(tmp.path, "cost sweep gru --vary n=1..2 --format html --plotly " + lib +
+                             " --bench " + tmp.path + "/junk.jsonl --out " + html),
+      {"junk.jsonl line 2", "not a JSON line"});
+}
+
 }  // namespace
 }  // namespace grux

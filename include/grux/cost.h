@@ -316,10 +316,13 @@ struct SweepResult {
   std::string fixed;    // resolved fixed descriptor
   std::string variant;  // the options, as CostReport::variant says them
   std::vector<SweepMetric> metrics;
-  std::vector<std::vector<int64_t>> points;  // per point: the axes' values
-  std::vector<std::string> descriptors;      // per point
-  std::vector<std::vector<double>> values;   // per point: one value per metric
+  std::vector<std::vector<int64_t>> points;                  // per point: the axes' values
+  std::vector<std::string> descriptors;                      // per point
+  std::vector<std::vector<double>> values;                   // per point: one value per metric
   std::vector<std::string> inference_bound, training_bound;  // per point: compute or traffic
+  // Per point, for the roofline chart: (GEMM FLOP per byte moved with the weights cached,
+  // GEMM GFLOP/s at the predicted time), inference and training.
+  std::vector<std::pair<double, double>> roof_inference, roof_training;
   MachineProfile profile;
   int threads = 1;
 };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "grux/cost.h"
@@ -75,5 +76,15 @@ constexpr int kReluOps = 1;         // max
 constexpr int kSigmoidGradOps = 3;  // dy * s * (1 - s): -, x, x
 constexpr int kTanhGradOps = 3;     // dy * (1 - t * t): x, -, x
 constexpr int kReluGradOps = 1;     // select dy where x > 0
+
+// The sweep as a JSON value (sweep_json prints it; the HTML report embeds it).
+nlohmann::ordered_json sweep_json_value(const SweepResult& r);
+
+// The roofline chart's coordinates of a run: (GEMM FLOP per byte moved with the weights
+// cached, GEMM GFLOP/s at `ms`).
+inline std::pair<double, double> roof_point(double gemm_flop, int64_t cached_bytes, double ms) {
+  return {cached_bytes > 0 ? gemm_flop / static_cast<double>(cached_bytes) : 0.0,
+          ms > 0 ? gemm_flop / (ms * 1e6) : 0.0};
+}
 
 }  // namespace grux::cost_detail

@@ -132,7 +132,7 @@ MachineProfile MachineProfile::preset(int max_threads) {
   // that an uncalibrated prediction errs towards "slower"; see docs/cost_model.md.
   MachineProfile p;
   p.source = "preset";
-  p.machine = "preset (uncalibrated)";
+  p.machine = "not calibrated";
   for (int k : {1, std::max(1, max_threads)}) {
     ThreadProfile t;
     t.sgemm_gflops = 100.0 * k;

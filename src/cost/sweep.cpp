@@ -154,6 +154,12 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
     r.points.push_back(values);
     r.descriptors.push_back(d);
     r.values.push_back(row);
+    r.roof_inference.push_back(
+        cost_detail::roof_point(static_cast<double>(rep.fwd(CountMode::gemm).total()),
+                                rep.inference_traffic.cached.total(), inf.ms));
+    r.roof_training.push_back(
+        cost_detail::roof_point(static_cast<double>(rep.training_total(CountMode::gemm)),
+                                rep.training_traffic.cached.total(), trn.ms));
     r.inference_bound.push_back(inf.bound);
     r.training_bound.push_back(spec.train ? trn.bound : "");
     if (r.variant.empty()) r.variant = rep.variant;
@@ -186,6 +192,10 @@ std::string sweep_csv(const SweepResult& r) {
 }
 
 std::string sweep_json(const SweepResult& r) {
+  return cost_detail::sweep_json_value(r).dump() + "\n";
+}
+
+nlohmann::ordered_json cost_detail::sweep_json_value(const SweepResult& r) {
   nlohmann::ordered_json j;
   const CostOp& op = find_cost_op(r.spec.op);
   j["op"] = op.name;
@@ -211,6 +221,9 @@ std::string sweep_json(const SweepResult& r) {
     pt["values"] = r.values[p];
     pt["inference_bound"] = r.inference_bound[p];
     if (r.spec.train) pt["training_bound"] = r.training_bound[p];
+    pt["roofline"]["inference"] = {r.roof_inference[p].first, r.roof_inference[p].second};
+    if (r.spec.train)
+      pt["roofline"]["training"] = {r.roof_training[p].first, r.roof_training[p].second};
     j["points"].push_back(pt);
   }
   // The rates of the roofline chart, at the sweep's thread count.
@@ -224,7 +237,67 @@ std::string sweep_json(const SweepResult& r) {
   prof["read_gbps"] = nlohmann::json::array();
   for (const auto& [bytes, gbps] : t.read_gbps) prof["read_gbps"].push_back({bytes, gbps});
   j["profile"] = prof;
-  return j.dump() + "\n";
+  return j;
+}
+
+std::vector<MeasuredPoint> measured_points(const std::string& jsonl, const std::string& what) {
+  static const std::regex lengths_re(R"(_len(\d+)-(\d+)s(\d+))");
+  std::vector<MeasuredPoint> out;
+  size_t start = 0, line_no = 0;
+  while (start < jsonl.size()) {
+    size_t end = jsonl.find('\n', start);
+    if (end == std::string::npos) end = jsonl.size();
+    const std::string line = jsonl.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{} line {}", what, line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("{}: not a JSON line from grux bench", where));
+    }
+    if (!j.is_object() || !j.contains("op") || !j.contains("problem") || !j.contains("gflops") ||
+        !j["gflops"].is_number() || !j["problem"].is_string())
+      throw Error(fmt::format("{}: expected a grux bench line (op, problem, gflops)", where));
+    const std::string op = j["op"].get<std::string>(), mode = j.value("mode", "");
+    if (op == "gemm") continue;  // the peak itself: no problem to place
+    const std::string problem = j["problem"].get<std::string>();
+    const DType dtype = j.value("dtype", "f32") == "f64" ? DType::f64 : DType::f32;
+    const bool train = mode == "train";
+    CostReport rep;
+    try {
+      if (op == "gru") {
+        GruProblem p = GruProblem::parse(problem.substr(0, problem.find('_')));
+        p.dtype = dtype;
+        p.form = problem.find("_rb") != std::string::npos ? GruForm::reset_before
+                                                          : GruForm::linear_before_reset;
+        std::smatch m;
+        if (std::regex_search(problem, m, lengths_re))
+          p.set_lengths(fmt::format("uniform:{}:{}:{}", m[1].str(), m[2].str(), m[3].str()));
+        rep = mode == "cell" ? gru_stream_cost(p) : gru_cost(p);
+      } else if (op == "conv2d") {
+        ConvProblem p = ConvProblem::parse(problem);
+        p.dtype = dtype;
+        rep = conv2d_cost(p);
+      } else {
+        throw Error(fmt::format("operator '{}' has no cost model here", op));
+      }
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    }
+    MeasuredPoint pt;
+    pt.label = fmt::format("{} {} {} {}t", op, problem, mode, j.value("threads", 0));
+    const double flop = static_cast<double>(train ? rep.training_total(CountMode::gemm)
+                                                  : rep.fwd(CountMode::gemm).total());
+    const int64_t bytes =
+        train ? rep.training_traffic.cached.total() : rep.inference_traffic.cached.total();
+    pt.intensity = bytes > 0 ? flop / static_cast<double>(bytes) : 0;
+    pt.gflops = j["gflops"].get<double>();
+    out.push_back(pt);
+  }
+  return out;
 }
 
 }  // namespace grux

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
@@ -104,9 +106,26 @@ std::string op_list() {
 
 struct SweepArgs {
   CostArgs base;  // operator, options, profile (descriptor unused)
-  std::string fixed, format, out, bench;
+  std::string fixed, format, out, bench, plotly;
   std::vector<std::string> vary;
 };
+
+// The plotting library the HTML report inlines: --plotly, else $GRUX_PLOTLY_JS, else the copy
+// scripts/install-web-assets.sh puts in the source tree's web/node_modules.
+std::string plotly_source(const std::string& given) {
+  std::string path = given;
+  if (path.empty()) {
+    const char* env = std::getenv("GRUX_PLOTLY_JS");
+    path = env && *env ? env : GRUX_PLOTLY_JS;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(
+        fmt::format("--format html needs plotly.js, and {} is missing: install it with "
+                    "'bash scripts/install-web-assets.sh' (or give --plotly FILE)",
+                    path));
+  return read_file(path, size_t(64) << 20);
+}
 
 void run_sweep_command(const SweepArgs& s) {
   const CostArgs& a = s.base;
@@ -133,7 +152,10 @@ void run_sweep_command(const SweepArgs& s) {
   } else if (s.format == "json") {
     text = sweep_json(r);
   } else {
-    throw Error("--format html: not available yet");
+    const std::vector<MeasuredPoint> measured =
+        s.bench.empty() ? std::vector<MeasuredPoint>{}
+                        : measured_points(read_text_file(s.bench, "--bench"), s.bench);
+    text = sweep_html(r, measured, plotly_source(s.plotly));
   }
   write_file_atomic(s.out, text);
   fmt::print("wrote {} ({} points)\n", s.out, r.points.size());
@@ -182,6 +204,11 @@ Action add_cost_command(CLI::App& app) {
   w->add_flag("--reset-before", sw->base.reset_before, "the reset-before form (gru, gru_cell)");
   w->add_option("--lengths", sw->base.lengths, "gru: variable lengths, uniform:LO:HI:SEED");
   add_profile_options(w, sw->base.profile, sw->base.threads, sw->base.overrides);
+  w->add_option("--bench", sw->bench,
+                "html: JSON lines printed by grux bench gru|conv2d, drawn on the roofline chart");
+  w->add_option("--plotly", sw->plotly,
+                "html: the plotly.js file to inline (default: what scripts/install-web-assets.sh "
+                "installs)");
   return [a, w, sw] {
     if (w->parsed())
       run_sweep_command(*sw);
