@@ -612,10 +612,12 @@ TEST(CostRoofline, ComputeOrTrafficWhicheverIsLarger) {
   EXPECT_NEAR(p.overhead_ms, 1, 1e-9);
   EXPECT_NEAR(p.ms, 0.164 + 1, 1e-9);
   EXPECT_NEAR(predict({traffic}, DType::f32, prof, 1, /*stream=*/true).overhead_ms, 2, 1e-9);
-  // Phases add up on each side before the max.
+  // Each phase is its own roofline; the run is their sum, limited mostly by compute here.
   p = predict({compute, traffic}, DType::f32, prof, 1);
   EXPECT_NEAR(p.compute_ms, 10.01, 1e-9);
   EXPECT_NEAR(p.traffic_ms, 0.01 + 0.164, 1e-9);
+  EXPECT_NEAR(p.roofline_ms, 10 + 0.164, 1e-9);
+  EXPECT_EQ(p.bound, "compute");
 }
 
 TEST(CostRoofline, ThreadsSplitTheWeightsAndInterpolate) {
@@ -687,18 +689,26 @@ TEST(CostRoofline, GruPhasesFollowTheWorkloads) {
                                 DType::f32, prof, 1);
   EXPECT_EQ(w3.bound, "compute");
   EXPECT_NEAR(w3.compute_ms, GruProblem::parse("l1d1t100n64i256h512").gemm_flops() / 1e8, 1e-6);
-  // W2 with its weights streaming from cache at 100 GB/s: 1000 steps x 787 kB = 7.9 ms of
-  // traffic against 5.9 ms of compute.
+  // W2 with its weights streaming from cache at 100 GB/s: the recurrence reads W_hh + b_hh
+  // (787 kB) at each of 1000 steps, 7.9 ms against 2 x 1000 x 768 x 256 FLOP = 3.9 ms.
   MachineProfile l2 = prof;
   ProfileOverrides o;
   o.cache_gbps = 100;
   apply_overrides(l2, o, DType::f32);
-  const Prediction w2 = predict(gru_cost(GruProblem::parse("l1d1t1000n1i128h256")).inference_phases,
-                                DType::f32, l2, 1);
-  EXPECT_NEAR(w2.traffic_ms,
-              (3 * 256 * 256 + 3 * 256) * 4 * 1000 / 100e9 * 1e3 +
-                  (1000 * 128 + 256 + 1000 * 256 + 256 + 3 * 256 * 128 + 3 * 256) * 4 / 10e9 * 1e3,
-              1e-9);
+  const CostReport w2r = gru_cost(GruProblem::parse("l1d1t1000n1i128h256"));
+  ASSERT_EQ(w2r.inference_phases.size(), 2u);  // input projection, recurrence
+  const Phase& rec = w2r.inference_phases[1];
+  EXPECT_EQ(rec.weight_bytes, (3 * 256 * 256 + 3 * 256) * 4);
+  EXPECT_EQ(rec.weight_passes, 1000);
+  EXPECT_EQ(rec.steps, 1000);
+  const double rec_traffic = rec.weight_bytes * 1000 / 100e9 + rec.stream_bytes / 10e9;
+  const Phase& proj = w2r.inference_phases[0];
+  EXPECT_EQ(proj.weight_passes, 11);  // blocks of 96 rows
+  const double proj_traffic = proj.weight_bytes * 11 / 100e9 + proj.stream_bytes / 10e9;
+  const double proj_compute = 2.0 * 1000 * 768 * 128 / 100e9;
+  const Prediction w2 = predict(w2r.inference_phases, DType::f32, l2, 1);
+  EXPECT_NEAR(w2.traffic_ms, (rec_traffic + proj_traffic) * 1e3, 1e-9);
+  EXPECT_NEAR(w2.roofline_ms, (rec_traffic + std::max(proj_compute, proj_traffic)) * 1e3, 1e-9);
   EXPECT_EQ(w2.bound, "traffic");
   EXPECT_NEAR(w2.overhead_ms, 1000 * 1e-3, 1e-9);  // 1000 steps of 1 us
   // Training: forward + backward phases, the backward at twice the forward's flops.

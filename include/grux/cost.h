@@ -76,8 +76,9 @@ struct TrafficCost {
 
 // ---- Roofline inputs ---------------------------------------------------------------------
 
-// One phase of a run as the roofline sees it: work at GEMM speed, a weight set read
-// `weight_passes` times (split across up to `split` threads), and bytes moved once.
+// One phase of a run (one kernel: a GEMM, a time loop) as the roofline sees it: work at GEMM
+// speed, a weight set read `weight_passes` times (split across up to `split` threads), and
+// bytes moved once. The prediction takes max(compute, traffic) per phase and sums them.
 struct Phase {
   std::string name;          // "layer 0 direction 1 forward", ...
   double gemm_flops = 0;     // FLOP at the GEMM rate
@@ -247,12 +248,12 @@ double read_bandwidth_at(const ThreadProfile& t, double bytes_per_thread);
 
 struct Prediction {
   int threads = 1;
-  double compute_ms = 0;   // GEMM flops at the GEMM peak
+  double compute_ms = 0;   // GEMM flops at the GEMM peak, all phases
   double traffic_ms = 0;   // weight passes at the bandwidth of their cache level + streams
-  double roofline_ms = 0;  // max(compute_ms, traffic_ms)
+  double roofline_ms = 0;  // the sum over phases of max(compute, traffic) (one phase: the max)
   double overhead_ms = 0;  // sequential steps x the profile's per-step cost
   double ms = 0;           // roofline_ms + overhead_ms: the predicted time
-  std::string bound;       // "compute" or "traffic": the larger side of the roofline
+  std::string bound;       // "compute" or "traffic": the side that limits most of roofline_ms
 };
 // Predicts the time of `phases` with `threads` threads; `stream` selects the per-step cost of
 // the streaming API.

@@ -126,26 +126,55 @@ CostReport gru_cost(const GruProblem& p) {
       trn_reread_r += (wi + b + S * (wh + b) + act_r) + bwd_act_r + wi + S * wh;
       trn_cached_w += act_w + R * 4 * H + (R + N) * H + bwd_w;
 
-      // Roofline phases: the recurrent weights are read at every step, the input projection
-      // is one GEMM over all rows (weights once), activations stream once.
-      Phase f;
-      f.name = fmt::format("layer {} direction {} forward", l, d);
-      f.gemm_flops = static_cast<double>(2 * R * 3 * H * (in + H));
-      f.weight_bytes = static_cast<double>((wh + b) * es);
-      f.weight_passes = static_cast<double>(S);
-      f.split = split_of(p.H, p.dtype);
-      f.stream_bytes = static_cast<double>((act_r + act_w + wi + b) * es);
-      f.steps = static_cast<double>(S);
-      r.inference_phases.push_back(f);
-      Phase ft = f;
-      ft.stream_bytes += static_cast<double>((R * 4 * H + (R + N) * H) * es);
-      r.training_phases.push_back(ft);
-      Phase bk = f;
-      bk.name = fmt::format("layer {} direction {} backward", l, d);
-      bk.gemm_flops = 2 * f.gemm_flops;
-      bk.weight_bytes = static_cast<double>(wh * es);
-      bk.stream_bytes = static_cast<double>((bwd_act_r + bwd_w + wi) * es);
-      r.training_phases.push_back(bk);
+      // Roofline phases, in the order grux runs them (src/ops/gru_layer.cpp): the input
+      // projection of all rows (a GEMM in blocks of 96 rows, each thread re-reading its
+      // share of W_ih per block), then the recurrence (W_hh at every step, the gate
+      // pre-activations read back); in training, the backward recurrence (W_hh at every
+      // step) and then dx, dW_ih and dW_hh as GEMMs over all rows.
+      const double e = static_cast<double>(es);
+      const int64_t split = split_of(p.H, p.dtype);
+      Phase proj;
+      proj.name = fmt::format("layer {} direction {}: input projection", l, d);
+      proj.gemm_flops = static_cast<double>(2 * R * 3 * H * in);
+      proj.weight_bytes = static_cast<double>(wi + b) * e;
+      proj.weight_passes = static_cast<double>((R + 95) / 96);
+      proj.split = split;
+      proj.stream_bytes = static_cast<double>(R * in + R * 3 * H) * e;
+      Phase rec;
+      rec.name = fmt::format("layer {} direction {}: recurrence", l, d);
+      rec.gemm_flops = static_cast<double>(2 * R * 3 * H * H);
+      rec.weight_bytes = static_cast<double>(wh + b) * e;
+      rec.weight_passes = static_cast<double>(S);
+      rec.split = split;
+      rec.stream_bytes = static_cast<double>(R * 3 * H + R * H + 2 * N * H) * e;
+      rec.steps = static_cast<double>(S);
+      r.inference_phases.push_back(proj);
+      r.inference_phases.push_back(rec);
+      Phase rec_t = rec;  // training: the tape's extra columns (hn) are written too
+      rec_t.stream_bytes += static_cast<double>(R * H + (R + N) * H) * e;
+      r.training_phases.push_back(proj);
+      r.training_phases.push_back(rec_t);
+      Phase back;
+      back.name = fmt::format("layer {} direction {}: backward recurrence", l, d);
+      back.gemm_flops = static_cast<double>(2 * R * 3 * H * H);
+      back.weight_bytes = static_cast<double>(wh) * e;
+      back.weight_passes = static_cast<double>(S);
+      back.split = split;
+      // dy, the tape (r z n, hn, states) in; the gate gradients out.
+      back.stream_bytes = static_cast<double>(R * H + R * 4 * H + (R + N) * H + R * 3 * H) * e;
+      back.steps = static_cast<double>(S);
+      Phase grads;
+      grads.name = fmt::format("layer {} direction {}: dx, dW_ih, dW_hh", l, d);
+      grads.gemm_flops = static_cast<double>(2 * R * 3 * H * in + 2 * 3 * H * (in + H) * R);
+      grads.weight_bytes = static_cast<double>(wi) * e;
+      grads.weight_passes = 1;
+      grads.split = split;
+      // Gate gradients (read by three GEMMs), x and the states in; dx and the weight
+      // gradients out.
+      grads.stream_bytes =
+          static_cast<double>(3 * R * 3 * H + R * in + R * H + R * in + wi + wh + 2 * b) * e;
+      r.training_phases.push_back(back);
+      r.training_phases.push_back(grads);
     }
   }
   counts.store(r);

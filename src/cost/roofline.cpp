@@ -1,6 +1,6 @@
 // The machine profile (JSON on disk, the preset, command-line overrides) and the roofline
-// prediction: time = max(compute, traffic) over a run's phases, plus the per-step cost of
-// sequential steps. docs/cost_model.md explains the choices.
+// prediction: max(compute, traffic) for each phase (kernel) of a run, summed, plus the
+// per-step cost of sequential steps. docs/cost_model.md explains the choices.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -215,25 +215,32 @@ Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineP
   Prediction p;
   p.threads = threads;
   const ThreadProfile all = profile.at(threads);
-  double compute_s = 0, traffic_s = 0, overhead_s = 0;
+  // Each phase is one kernel of the run: its own roofline, max(compute, traffic); the run's
+  // roofline time is their sum.
+  double compute_s = 0, traffic_s = 0, roof_s = 0, compute_bound_s = 0, traffic_bound_s = 0;
+  double overhead_s = 0;
   for (const Phase& ph : phases) {
     // A phase whose weights split fewer ways than there are threads runs on that many.
     const int team = static_cast<int>(std::clamp<int64_t>(ph.split, 1, threads));
     const ThreadProfile t = team == threads ? all : profile.at(team);
     const double peak = dtype == DType::f64 ? t.dgemm_gflops : t.sgemm_gflops;
-    if (ph.gemm_flops > 0 && peak > 0) compute_s += ph.gemm_flops / (peak * 1e9);
+    double c = 0, m = 0;
+    if (ph.gemm_flops > 0 && peak > 0) c = ph.gemm_flops / (peak * 1e9);
     if (ph.weight_bytes > 0) {
       const double bw = read_bandwidth_at(t, ph.weight_bytes / team);
-      if (bw > 0) traffic_s += ph.weight_bytes * ph.weight_passes / (bw * 1e9);
+      if (bw > 0) m += ph.weight_bytes * ph.weight_passes / (bw * 1e9);
     }
-    if (ph.stream_bytes > 0 && all.memcpy_gbps > 0)
-      traffic_s += ph.stream_bytes / (all.memcpy_gbps * 1e9);
+    if (ph.stream_bytes > 0 && all.memcpy_gbps > 0) m += ph.stream_bytes / (all.memcpy_gbps * 1e9);
+    compute_s += c;
+    traffic_s += m;
+    roof_s += std::max(c, m);
+    (c >= m ? compute_bound_s : traffic_bound_s) += std::max(c, m);
     overhead_s += ph.steps * (stream ? t.stream_step_us : t.step_us) * 1e-6;
   }
   p.compute_ms = compute_s * 1e3;
   p.traffic_ms = traffic_s * 1e3;
-  p.roofline_ms = std::max(p.compute_ms, p.traffic_ms);
-  p.bound = p.compute_ms >= p.traffic_ms ? "compute" : "traffic";
+  p.roofline_ms = roof_s * 1e3;
+  p.bound = compute_bound_s >= traffic_bound_s ? "compute" : "traffic";
   p.overhead_ms = overhead_s * 1e3;
   p.ms = p.roofline_ms + p.overhead_ms;
   return p;

@@ -1,8 +1,7 @@
-// `grux bench`: times GRU problems (inference, training, streaming cell) and large GEMMs,
-// after checking the optimized result against the reference kernels; one JSON line each.
-#include <cblas.h>
+// `grux bench`: times GRU problems (inference, training, streaming cell), conv2d problems and
+// large GEMMs, after checking the optimized result against the reference kernels; one JSON
+// line each, with the cost model's roofline bound (and, with --predict, its prediction).
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -72,12 +71,13 @@ struct Bound {
   std::string side;
 };
 Bound live_bound(const std::vector<Phase>& phases, DType dtype, int threads, double peak_gflops) {
-  // The largest per-step weight set, split over the threads that share it.
-  double share = 0;
+  // The weight set read most (bytes x passes), split over the threads that share it.
+  double share = 0, most = 0;
   int team = 1;
   for (const Phase& ph : phases) {
     const int k = static_cast<int>(std::clamp<int64_t>(ph.split, 1, threads));
-    if (ph.weight_bytes / k > share) share = ph.weight_bytes / k, team = k;
+    if (ph.weight_bytes * ph.weight_passes > most)
+      most = ph.weight_bytes * ph.weight_passes, share = ph.weight_bytes / k, team = k;
   }
   ThreadProfile t;
   t.sgemm_gflops = t.dgemm_gflops = peak_gflops;
