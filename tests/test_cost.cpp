@@ -641,6 +641,26 @@ TEST(CostRoofline, ThreadsSplitTheWeightsAndInterpolate) {
   EXPECT_NEAR(predict({ph}, DType::f32, prof, 4).traffic_ms, 1e6 / (100e9) * 1e3, 1e-12);
 }
 
+TEST(CostRoofline, MeasuredRecurrenceRateReplacesReadRateAndStepCost) {
+  // With the recurrence's own streaming rate, weight passes run at that rate and a sequence's
+  // steps add nothing (they are inside the rate); a streaming-API call adds only what it
+  // costs beyond a step.
+  MachineProfile prof = round_profile();
+  prof.threads[1].stream_gbps = {{1e3, 50}, {1e9, 50}};
+  Phase rec;
+  rec.weight_bytes = 1e6;
+  rec.weight_passes = 1000;  // 1e9 bytes at 50 GB/s: 20 ms
+  rec.steps = 1000;
+  Prediction p = predict({rec}, DType::f32, prof, 1);
+  EXPECT_NEAR(p.traffic_ms, 20, 1e-9);
+  EXPECT_NEAR(p.overhead_ms, 0, 1e-12);
+  p = predict({rec}, DType::f32, prof, 1, /*stream=*/true);
+  EXPECT_NEAR(p.overhead_ms, 1000 * (2 - 1) * 1e-3, 1e-9);  // (stream_step_us - step_us)
+  const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");
+  EXPECT_EQ(back.at(1).stream_gbps, prof.at(1).stream_gbps);
+  EXPECT_TRUE(back.at(4).stream_gbps.empty());
+}
+
 TEST(CostRoofline, ProfileJsonRoundTripAndErrors) {
   const MachineProfile prof = round_profile();
   const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");

@@ -204,6 +204,13 @@ struct ThreadProfile {
   // Read bandwidth (GB/s, all threads together) with each thread re-reading its own buffer
   // of the given size: the rate of the cache level (or memory) that holds such a buffer.
   std::vector<std::pair<double, double>> read_gbps;  // (bytes per thread, GB/s), by size
+  // The rate at which the GRU's recurrence at batch 1 streams W_hh when each thread holds the
+  // given size of it (GB/s of all threads, by size; whole steps, fixed costs included): grux's
+  // kernels read weights in context more slowly than a plain read loop does. Weight passes
+  // are predicted at this rate (at read_gbps when it is empty), as compute is predicted at
+  // grux's own GEMM rate; the per-step term then only adds what a streaming-API call costs
+  // beyond a step (stream_step_us - step_us), since whole steps are already in the rate.
+  std::vector<std::pair<double, double>> stream_gbps;
   // Fixed cost of one sequential step of a GRU (microseconds): a tiny problem whose compute
   // and traffic are negligible, timed per step. `step_us` for whole-sequence runs,
   // `stream_step_us` for one frame through the streaming API.
@@ -243,8 +250,10 @@ struct ProfileOverrides {
 void apply_overrides(MachineProfile& profile, const ProfileOverrides& o, DType dtype);
 
 // Read bandwidth (GB/s) for buffers of `bytes_per_thread` with `threads` threads:
-// interpolated in log(size) between measured sizes, clamped at the ends.
+// interpolated in log(size) between measured sizes, clamped at the ends; bandwidth_at does
+// the same on any (bytes, GB/s) curve, such as ThreadProfile::stream_gbps.
 double read_bandwidth_at(const ThreadProfile& t, double bytes_per_thread);
+double bandwidth_at(const std::vector<std::pair<double, double>>& curve, double bytes_per_thread);
 
 struct Prediction {
   int threads = 1;
@@ -273,6 +282,10 @@ GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
 // GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
 // (first touched by its reader): the rate of the cache level holding such a buffer.
 double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8);
+// GB/s at which the GRU's batch-1 recurrence streams its recurrent weights when each of
+// `threads` threads holds about `bytes_per_thread` of them: W_hh bytes per step time (the
+// step's barrier and gate pass included).
+double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read = 2e8);
 // GB/s (bytes read + bytes written) of `threads` threads copying `bytes` with memcpy.
 double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
 // Microseconds per step that a tiny GRU (N = 1, I = 16, H = 16 per thread) takes beyond its
@@ -283,8 +296,9 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
 
 // Measures this machine at each thread count (grux calibrate); sets OpenMP's and the BLAS's
 // thread counts while measuring and restores them after. `quick` shortens every measurement
-// (for tests; noisier numbers).
-MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false);
+// (for tests; noisier numbers). Every measurement is repeated over `rounds` rounds and keeps
+// its best: on a shared machine other work only ever makes a rate look lower.
+MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false, int rounds = 1);
 
 // ---- Sweeps ------------------------------------------------------------------------------
 

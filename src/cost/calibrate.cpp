@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -121,6 +122,21 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
   return best;
 }
 
+double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read) {
+  // A batch-1 GRU whose recurrent weights give each thread about `bytes_per_thread` (H a
+  // multiple of 16, I = 16 so that the input projection is negligible): each step streams
+  // W_hh + b_hh once, and the rate counts the whole step (its barrier and gates included).
+  const double h = std::sqrt(double(bytes_per_thread) * threads / 12.0);
+  GruProblem p;
+  p.N = 1, p.I = 16, p.H = std::max<int64_t>(16 * threads, (static_cast<int64_t>(h) + 8) / 16 * 16);
+  const double whh = (3.0 * p.H * p.H + 3.0 * p.H) * 4;
+  p.T = std::clamp<int64_t>(static_cast<int64_t>(bytes_to_read / whh), 20, 4000);
+  Gru gru(p.config(), DType::f32, 1);
+  Tensor x = Tensor::full({p.T, 1, p.I}, 0.25, DType::f32);
+  const double s = best_seconds(3, [&] { gru.forward(x); });
+  return whh * double(p.T) / s / 1e9;
+}
+
 double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps) {
   const int64_t per = std::max<int64_t>(bytes / threads / 64 * 64, 4096);
   std::vector<std::vector<char>> src(threads), dst(threads);
@@ -174,7 +190,10 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
           std::max(0.0, (str_s * 1e3 - str_roof) * 1e3 / p.T)};
 }
 
-MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick) {
+MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int rounds) {
+  if (rounds < 1) throw Error(fmt::format("--rounds {} (expected >= 1)", rounds));
+  for (int k : thread_counts)
+    if (k < 1) throw Error(fmt::format("--threads {} (expected >= 1)", k));
   const int saved = omp_get_max_threads();
   MachineProfile prof;
   prof.source = "measured";
@@ -185,24 +204,51 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick) {
   std::vector<double> sizes = {16e3, 32e3,  64e3, 128e3, 256e3, 384e3, 512e3, 768e3,
                                1e6,  1.5e6, 2e6,  4e6,   8e6,   16e6,  64e6};
   if (quick) sizes = {32e3, 512e3, 4e6};
-  try {
-    for (int k : thread_counts) {
-      if (k < 1) throw Error(fmt::format("--threads {} (expected >= 1)", k));
-      set_threads(k);
-      ThreadProfile t;
-      const GemmRates s = measure_gemm_rates(DType::f32, reps, n);
-      const GemmRates d = measure_gemm_rates(DType::f64, reps, n);
-      t.sgemm_gflops = s.best(), t.blas_sgemm_gflops = s.blas;
-      t.dgemm_gflops = d.best(), t.blas_dgemm_gflops = d.blas;
-      t.memcpy_gbps = measure_memcpy_bandwidth(quick ? (int64_t(16) << 20) : (int64_t(256) << 20),
-                                               k, quick ? 1 : 3);
-      for (double b : sizes)
-        t.read_gbps.push_back(
-            {b, measure_read_bandwidth(static_cast<int64_t>(b), k, quick ? 2e7 : 4e8)});
-      const auto [seq, str] = measure_step_overhead(t, k, quick ? 200 : 2000);
-      t.step_us = seq, t.stream_step_us = str;
-      prof.threads[k] = t;
+  std::vector<double> stream_sizes = {32e3, 128e3, 384e3, 768e3, 1.5e6, 4e6, 16e6};
+  if (quick) stream_sizes = {128e3, 1.5e6};
+  // Each round measures every thread count; a machine shared with other work is sometimes
+  // slower than it can be, never faster, so each rate keeps its best round (the highest rate,
+  // the lowest step cost).
+  auto best_of = [](ThreadProfile& acc, const ThreadProfile& t, bool first) {
+    if (first) {
+      acc = t;
+      return;
     }
+    auto up = [](double& a, double b) { a = std::max(a, b); };
+    up(acc.sgemm_gflops, t.sgemm_gflops), up(acc.dgemm_gflops, t.dgemm_gflops);
+    up(acc.blas_sgemm_gflops, t.blas_sgemm_gflops), up(acc.blas_dgemm_gflops, t.blas_dgemm_gflops);
+    up(acc.memcpy_gbps, t.memcpy_gbps);
+    for (size_t i = 0; i < acc.read_gbps.size(); ++i)
+      up(acc.read_gbps[i].second, t.read_gbps[i].second);
+    for (size_t i = 0; i < acc.stream_gbps.size(); ++i)
+      up(acc.stream_gbps[i].second, t.stream_gbps[i].second);
+    acc.step_us = std::min(acc.step_us, t.step_us);
+    acc.stream_step_us = std::min(acc.stream_step_us, t.stream_step_us);
+  };
+  try {
+    for (int round = 0; round < rounds; ++round)
+      for (int k : thread_counts) {
+        set_threads(k);
+        ThreadProfile t;
+        const GemmRates s = measure_gemm_rates(DType::f32, reps, n);
+        const GemmRates d = measure_gemm_rates(DType::f64, reps, n);
+        t.sgemm_gflops = s.best(), t.blas_sgemm_gflops = s.blas;
+        t.dgemm_gflops = d.best(), t.blas_dgemm_gflops = d.blas;
+        t.memcpy_gbps = measure_memcpy_bandwidth(quick ? (int64_t(16) << 20) : (int64_t(256) << 20),
+                                                 k, quick ? 1 : 3);
+        for (double b : sizes) {
+          t.read_gbps.push_back(
+              {b, measure_read_bandwidth(static_cast<int64_t>(b), k, quick ? 2e7 : 4e8)});
+        }
+        // The step cost is what a step takes beyond its roofline: measured against this
+        // round's rates, so that a slow round does not count as step cost.
+        const auto [seq, str] = measure_step_overhead(t, k, quick ? 200 : 2000);
+        t.step_us = seq, t.stream_step_us = str;
+        for (double b : stream_sizes)
+          t.stream_gbps.push_back(
+              {b, measure_recurrence_stream(static_cast<int64_t>(b), k, quick ? 2e7 : 2e8)});
+        best_of(prof.threads[k], t, round == 0);
+      }
   } catch (...) {
     set_threads(saved);
     throw;

@@ -31,6 +31,9 @@ ThreadProfile lerp(const ThreadProfile& a, const ThreadProfile& b, double t) {
   // The bandwidth curves may be sampled at different sizes: sample both at a's sizes.
   for (const auto& [bytes, gbps] : a.read_gbps)
     r.read_gbps.push_back({bytes, mix(gbps, read_bandwidth_at(b, bytes))});
+  if (!a.stream_gbps.empty() && !b.stream_gbps.empty())
+    for (const auto& [bytes, gbps] : a.stream_gbps)
+      r.stream_gbps.push_back({bytes, mix(gbps, bandwidth_at(b.stream_gbps, bytes))});
   return r;
 }
 
@@ -73,6 +76,8 @@ std::string MachineProfile::to_json() const {
     e["stream_step_us"] = t.stream_step_us;
     e["read_gbps"] = nlohmann::json::array();
     for (const auto& [bytes, gbps] : t.read_gbps) e["read_gbps"].push_back({bytes, gbps});
+    e["stream_gbps"] = nlohmann::json::array();
+    for (const auto& [bytes, gbps] : t.stream_gbps) e["stream_gbps"].push_back({bytes, gbps});
     j["threads"][std::to_string(k)] = e;
   }
   return j.dump(1) + "\n";
@@ -120,6 +125,17 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
       t.read_gbps.push_back({pt[0].get<double>(), pt[1].get<double>()});
     }
     std::sort(t.read_gbps.begin(), t.read_gbps.end());
+    if (e.contains("stream_gbps")) {  // optional: without it, weights stream at read_gbps
+      if (!e["stream_gbps"].is_array())
+        throw Error(fmt::format("{}: 'stream_gbps' must be an array of [bytes, GB/s]", w));
+      for (const auto& pt : e["stream_gbps"]) {
+        if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
+            !(pt[0].get<double>() > 0) || !(pt[1].get<double>() > 0))
+          throw Error(fmt::format("{}: 'stream_gbps' entries must be [bytes > 0, GB/s > 0]", w));
+        t.stream_gbps.push_back({pt[0].get<double>(), pt[1].get<double>()});
+      }
+      std::sort(t.stream_gbps.begin(), t.stream_gbps.end());
+    }
     if (!(t.sgemm_gflops > 0 && t.dgemm_gflops > 0 && t.memcpy_gbps > 0))
       throw Error(fmt::format("{}: GEMM peaks and memcpy bandwidth must be > 0", w));
     p.threads[static_cast<int>(k)] = t;
@@ -183,12 +199,14 @@ void apply_overrides(MachineProfile& profile, const ProfileOverrides& o, DType d
     if (o.mem_gbps > 0) {
       t.memcpy_gbps = o.mem_gbps;
       if (!t.read_gbps.empty()) t.read_gbps.back().second = o.mem_gbps;
+      if (!t.stream_gbps.empty()) t.stream_gbps.back().second = o.mem_gbps;
       any = true;
     }
     if (o.cache_gbps > 0) {
       // Every cache-resident size; the largest measured size stands for memory.
       const size_t n = t.read_gbps.size() > 1 ? t.read_gbps.size() - 1 : t.read_gbps.size();
       for (size_t i = 0; i < n; ++i) t.read_gbps[i].second = o.cache_gbps;
+      t.stream_gbps.clear();  // one flat cache rate stands for the kernel's too
       any = true;
     }
     if (o.step_us > 0) t.step_us = t.stream_step_us = o.step_us, any = true;
@@ -197,7 +215,10 @@ void apply_overrides(MachineProfile& profile, const ProfileOverrides& o, DType d
 }
 
 double read_bandwidth_at(const ThreadProfile& t, double bytes) {
-  const auto& c = t.read_gbps;
+  return bandwidth_at(t.read_gbps, bytes);
+}
+
+double bandwidth_at(const std::vector<std::pair<double, double>>& c, double bytes) {
   if (c.empty()) return 0;
   if (bytes <= c.front().first) return c.front().second;
   if (bytes >= c.back().first) return c.back().second;
@@ -227,7 +248,8 @@ Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineP
     double c = 0, m = 0;
     if (ph.gemm_flops > 0 && peak > 0) c = ph.gemm_flops / (peak * 1e9);
     if (ph.weight_bytes > 0) {
-      const double bw = read_bandwidth_at(t, ph.weight_bytes / team);
+      const double bw =
+          bandwidth_at(t.stream_gbps.empty() ? t.read_gbps : t.stream_gbps, ph.weight_bytes / team);
       if (bw > 0) m += ph.weight_bytes * ph.weight_passes / (bw * 1e9);
     }
     if (ph.stream_bytes > 0 && all.memcpy_gbps > 0) m += ph.stream_bytes / (all.memcpy_gbps * 1e9);
@@ -235,7 +257,12 @@ Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineP
     traffic_s += m;
     roof_s += std::max(c, m);
     (c >= m ? compute_bound_s : traffic_bound_s) += std::max(c, m);
-    overhead_s += ph.steps * (stream ? t.stream_step_us : t.step_us) * 1e-6;
+    // With the measured recurrence rate, a sequence's step costs are inside the traffic
+    // time; only what a call through the streaming API adds is left.
+    const double step_us = t.stream_gbps.empty()
+                               ? (stream ? t.stream_step_us : t.step_us)
+                               : (stream ? std::max(0.0, t.stream_step_us - t.step_us) : 0.0);
+    overhead_s += ph.steps * step_us * 1e-6;
   }
   p.compute_ms = compute_s * 1e3;
   p.traffic_ms = traffic_s * 1e3;

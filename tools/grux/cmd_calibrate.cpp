@@ -19,6 +19,7 @@ namespace {
 struct CalibrateArgs {
   std::string out, threads;
   bool quick = false;
+  int rounds = 3;
 };
 
 std::vector<int> parse_thread_list(const std::string& text) {
@@ -45,10 +46,11 @@ std::string size_label(double b) {
 void run_calibrate(const CalibrateArgs& a) {
   const std::vector<int> ks = parse_thread_list(a.threads);
   const std::string out = a.out.empty() ? default_profile_path() : a.out;
-  fmt::print(stderr, "grux calibrate: measuring at {} thread count{} ({}); about {} s\n", ks.size(),
-             ks.size() == 1 ? "" : "s", a.quick ? "quick" : "full",
-             a.quick ? 2 * ks.size() : 12 * ks.size());
-  const MachineProfile prof = calibrate(ks, a.quick);
+  const int rounds = a.quick ? 1 : a.rounds;
+  fmt::print(stderr, "grux calibrate: {} thread count{} x {} round{} ({}); about {} s\n", ks.size(),
+             ks.size() == 1 ? "" : "s", rounds, rounds == 1 ? "" : "s", a.quick ? "quick" : "full",
+             (a.quick ? 2 : 6) * ks.size() * rounds);
+  const MachineProfile prof = calibrate(ks, a.quick, rounds);
   fmt::print("machine: {}\n", prof.machine);
   for (const auto& [k, t] : prof.threads) {
     fmt::print(
@@ -60,6 +62,10 @@ void run_calibrate(const CalibrateArgs& a) {
     for (const auto& [bytes, gbps] : t.read_gbps)
       curve += fmt::format("{}{} {:.0f}", curve.empty() ? "" : ", ", size_label(bytes), gbps);
     fmt::print("  read GB/s by buffer per thread: {}\n", curve);
+    curve.clear();
+    for (const auto& [bytes, gbps] : t.stream_gbps)
+      curve += fmt::format("{}{} {:.0f}", curve.empty() ? "" : ", ", size_label(bytes), gbps);
+    fmt::print("  W_hh streamed by the batch-1 recurrence, GB/s by share per thread: {}\n", curve);
   }
   const std::filesystem::path parent = std::filesystem::path(out).parent_path();
   if (!parent.empty()) {
@@ -87,7 +93,11 @@ Action add_calibrate_command(CLI::App& app) {
   c->add_option("--out", a->out, "where to write the profile (default: the location above)");
   c->add_option("--threads", a->threads,
                 "thread counts to measure, comma-separated (default: 1 and all cores)");
-  c->add_flag("--quick", a->quick, "short measurements (seconds; noisier)");
+  c->add_option("--rounds", a->rounds,
+                "repeat every measurement this many times and keep the best (a shared machine "
+                "only ever makes a rate look lower)")
+      ->capture_default_str();
+  c->add_flag("--quick", a->quick, "short measurements in one round (seconds; noisier)");
   return [a] { run_calibrate(*a); };
 }
 
