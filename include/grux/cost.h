@@ -352,9 +352,10 @@ std::string sweep_csv(const SweepResult& r);
 std::string sweep_json(const SweepResult& r);
 // Measured points for the roofline chart: JSON lines printed by `grux bench gru|conv2d`.
 struct MeasuredPoint {
-  std::string label;     // "l1d1t100n64i256h512 inference 2t"
-  double intensity = 0;  // FLOP per byte (cached model)
-  double gflops = 0;     // measured
+  std::string label;      // "l1d1t100n64i256h512 inference 2t"
+  double intensity = 0;   // FLOP per byte (cached model)
+  double gflops = 0;      // measured
+  bool training = false;  // forward + backward (drawn with the sweep's training phase)
 };
 std::vector<MeasuredPoint> measured_points(const std::string& bench_jsonl, const std::string& what);
 // The self-contained HTML report; `plotly_js` is the plotting library's source, inlined.

@@ -37,7 +37,10 @@ std::string sweep_html(const SweepResult& r, const std::vector<MeasuredPoint>& m
   nlohmann::ordered_json j = cost_detail::sweep_json_value(r);
   j["measured"] = nlohmann::json::array();
   for (const MeasuredPoint& m : measured)
-    j["measured"].push_back({{"label", m.label}, {"intensity", m.intensity}, {"gflops", m.gflops}});
+    j["measured"].push_back({{"label", m.label},
+                             {"intensity", m.intensity},
+                             {"gflops", m.gflops},
+                             {"phase", m.training ? "training" : "inference"}});
   std::string html = cost_detail::kReportTemplate;
   // The data first: the library's text is large and never contains the data's marker.
   put(html, "/*GRUX_SWEEP_JSON*/", script_safe(j.dump()));

@@ -295,6 +295,7 @@ std::vector<MeasuredPoint> measured_points(const std::string& jsonl, const std::
         train ? rep.training_traffic.cached.total() : rep.inference_traffic.cached.total();
     pt.intensity = bytes > 0 ? flop / static_cast<double>(bytes) : 0;
     pt.gflops = j["gflops"].get<double>();
+    pt.training = train;
     out.push_back(pt);
   }
   return out;
