@@ -183,10 +183,15 @@ def main():
         for p in plots:
             check(p["plotted"] and p["svgs"] > 0, f"{p['id']} rendered ({p['traces']})")
         check("heatmap" in plots[1]["traces"], "the two-parameter plot is a heatmap")
-        measured = wd.js("""const d = document.getElementById('plot-roofline').data;
+        count_measured = """const d = document.getElementById('plot-roofline').data;
             const t = d.find((t) => t.name === 'measured (grux bench)');
-            return t ? t.x.length : 0;""")
-        check(measured == 3, f"the roofline shows the 3 measured runs of the fixture (got {measured})")
+            return t ? t.x.length : 0;"""
+        measured = wd.js(count_measured)
+        check(measured == 2, f"the roofline shows the fixture's 2 inference runs (got {measured})")
+        wd.js("""const s = document.getElementById('roof-phase');
+            s.value = 'training'; s.dispatchEvent(new Event('change'));""")
+        measured = wd.js(count_measured)
+        check(measured == 1, f"and its training run with the training phase (got {measured})")
 
         print("== moving a slider")
         before = wd.js("""return {n: document.getElementById('value-n').textContent,
