@@ -148,7 +148,9 @@ def main():
     cmd = [args.grux, "cost", "sweep", "gru", "--vary", "n=1..64:x2", "--vary", "h=64..512:x2",
            "--fixed", "l1d1t100n1i128h256", "--train", "--mode", "gemm", "--threads", "2",
            "--format", "html", "--bench", bench, "--out", report]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    # No calibrated profile: the report's numbers must not depend on this machine's ~/.config.
+    env = dict(os.environ, GRUX_PROFILE=os.path.join(args.out, "no-such-profile.json"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         fail(f"{' '.join(cmd)} exited with {r.returncode}: {r.stderr.strip()}")
     html = open(report, encoding="utf-8").read()
