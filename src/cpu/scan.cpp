@@ -25,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/spin_barrier.h"
 #include "cpu/gemm.h"
 
 namespace grux::cpu {
@@ -33,6 +34,7 @@ namespace {
 
 constexpr int64_t kChannelBlock = 512;   // channels per work unit, sequence-parallel path
 constexpr int64_t kShareBytes = 256 << 10;  // bytes of input per thread and super-block
+constexpr int64_t kOneChannelChains = 8;     // segments per thread with fewer than 16 channels
 
 template <typename T>
 inline T log_add_exp(T a, T b) {
@@ -50,7 +52,9 @@ struct Elementwise {
   const T* x;
   int64_t Tn, C;
   bool reverse;
-  E load(int64_t t, int64_t c) const { return x[(reverse ? Tn - 1 - t : t) * C + c]; }
+  int64_t row(int64_t t) const { return (reverse ? Tn - 1 - t : t) * C; }
+  E load(int64_t t, int64_t c) const { return x[row(t) + c]; }
+  E at(int64_t i) const { return x[i]; }
   static T identity(ScanKind k) {
     switch (k) {
       case ScanKind::sum: return T(-0.0);
@@ -88,10 +92,9 @@ struct AffineDiag {
   const T *a, *b, *h0;
   int64_t Tn, C;
   bool reverse;
-  E load(int64_t t, int64_t c) const {
-    const int64_t i = (reverse ? Tn - 1 - t : t) * C + c;
-    return {a[i], b[i]};
-  }
+  int64_t row(int64_t t) const { return (reverse ? Tn - 1 - t : t) * C; }
+  E load(int64_t t, int64_t c) const { return at(row(t) + c); }
+  E at(int64_t i) const { return {a[i], b[i]}; }
   T init(int64_t c) const { return h0 ? h0[c] : T(0); }
   static T apply(T h, E e) { return e.a * h + e.b; }
   static E compose(E e1, E e2) { return {e2.a * e1.a, e2.a * e1.b + e2.b}; }
@@ -107,21 +110,14 @@ struct LogAffineDiag {
   const T *la, *lb, *lh0;
   int64_t Tn, C;
   bool reverse;
-  E load(int64_t t, int64_t c) const {
-    const int64_t i = (reverse ? Tn - 1 - t : t) * C + c;
-    return {la[i], lb[i]};
-  }
+  int64_t row(int64_t t) const { return (reverse ? Tn - 1 - t : t) * C; }
+  E load(int64_t t, int64_t c) const { return at(row(t) + c); }
+  E at(int64_t i) const { return {la[i], lb[i]}; }
   T init(int64_t c) const { return lh0 ? lh0[c] : -std::numeric_limits<T>::infinity(); }
   static T apply(T lh, E e) { return log_add_exp(e.la + lh, e.lb); }
   static E compose(E e1, E e2) { return {e1.la + e2.la, log_add_exp(e2.la + e1.lb, e2.lb)}; }
   static E none() { return {T(0), -std::numeric_limits<T>::infinity()}; }
 };
-
-// Output pointer for step t of a walk (reversed walks write from the end).
-template <typename T>
-inline T* out_row(T* y, int64_t t, int64_t Tn, int64_t C, bool reverse) {
-  return y + (reverse ? Tn - 1 - t : t) * C;
-}
 
 // One thread scans channels [c0, c1) of one sequence straight through time.
 template <bool Exclusive, typename R, typename T>
@@ -129,11 +125,12 @@ void scan_block(const R& r, T* y, int64_t c0, int64_t c1) {
   const int64_t W = c1 - c0;
   std::vector<T> s(W);
   for (int64_t c = 0; c < W; ++c) s[c] = r.init(c0 + c);
-  T* st = s.data();
+  T* __restrict st = s.data();
   for (int64_t t = 0; t < r.Tn; ++t) {
-    T* yt = out_row(y, t, r.Tn, r.C, r.reverse) + c0;
+    const int64_t base = r.row(t) + c0;  // input and output share the layout
+    T* __restrict yt = y + base;
     for (int64_t c = 0; c < W; ++c) {
-      const auto e = r.load(t, c0 + c);
+      const auto e = r.at(base + c);
       if constexpr (Exclusive) {
         yt[c] = st[c];
         st[c] = R::apply(st[c], e);
@@ -148,62 +145,84 @@ void scan_block(const R& r, T* y, int64_t c0, int64_t c1) {
 // All threads of the calling parallel region scan one sequence (all C channels), time split
 // into super-blocks of P * K segments (see the top of the file). `totals` has room for
 // 2 * P * K * C elements, shared by the team; `streams` (input arrays) sizes a super-block.
-template <bool Exclusive, typename R, typename T>
-void scan_chunked(const R& r, T* y, typename R::E* totals, int64_t K, int streams) {
+// kC > 0 fixes the channel count (and K) at compile time, so that the one-channel case keeps
+// its K chains in registers.
+template <bool Exclusive, int64_t kC, typename R, typename T>
+void scan_chunked(const R& r, T* y, typename R::E* totals, int64_t K_, int streams,
+                  SpinBarrier& barrier) {
   using E = typename R::E;
   const int64_t P = omp_get_num_threads(), p = omp_get_thread_num();
-  const int64_t Tn = r.Tn, C = r.C, S = P * K;
+  const int64_t C = kC > 0 ? kC : r.C, K = kC > 0 ? kOneChannelChains : K_;
+  const int64_t Tn = r.Tn, S = P * K;
   const int64_t share_steps = std::max<int64_t>(K, kShareBytes / int64_t(sizeof(T) * streams * C));
   const int64_t block_steps = share_steps * P;
   // Every thread keeps its own copy of the running state; all compute it in the same order,
-  // so the copies are identical.
-  std::vector<T> state(C), carry(size_t(K * C));
+  // so the copies are identical. Accumulators are thread-private (the shared totals are
+  // written once per segment: no false sharing); with one channel they are small local
+  // arrays the compiler keeps in registers.
+  std::vector<T> state(C), carry_heap(kC > 0 ? 0 : size_t(K * C));
+  std::vector<E> acc_heap(kC > 0 ? 0 : size_t(K * C));
   std::vector<int64_t> lo(K), hi(K);
   for (int64_t c = 0; c < C; ++c) state[c] = r.init(c);
+  E acc_local[kC > 0 ? kOneChannelChains * kC : 1];
+  T carry_local[kC > 0 ? kOneChannelChains * kC : 1];
+  E* __restrict ac = kC > 0 ? acc_local : acc_heap.data();
+  T* __restrict st = kC > 0 ? carry_local : carry_heap.data();
+  // Step i of my K segments (k in [k0, k1)): fold into ac, or scan from st into y.
+  auto fold_step = [&](int64_t i, int64_t k) {
+    const int64_t base = r.row(lo[k] + i);
+    for (int64_t c = 0; c < C; ++c) ac[k * C + c] = R::compose(ac[k * C + c], r.at(base + c));
+  };
+  auto scan_step = [&](int64_t i, int64_t k) {
+    const int64_t base = r.row(lo[k] + i);
+    T* __restrict yt = y + base;
+    for (int64_t c = 0; c < C; ++c) {
+      const auto e = r.at(base + c);
+      T& sk = st[k * C + c];
+      if constexpr (Exclusive) {
+        yt[c] = sk;
+        sk = R::apply(sk, e);
+      } else {
+        sk = R::apply(sk, e);
+        yt[c] = sk;
+      }
+    }
+  };
   for (int64_t t0 = 0, it = 0; t0 < Tn; t0 += block_steps, ++it) {
     const int64_t len = std::min(block_steps, Tn - t0);
     E* tot = totals + (it & 1) * S * C;
-    auto seg_begin = [&](int64_t j) { return t0 + j * len / S; };
-    // (1) Fold each of my segments into its total.
+    int64_t steps = 0, common = len;
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t j = p * K + k;
-      lo[k] = seg_begin(j);
-      hi[k] = seg_begin(j + 1);
-      E* tj = tot + j * C;
-      for (int64_t c = 0; c < C; ++c) tj[c] = R::none();
-      for (int64_t t = lo[k]; t < hi[k]; ++t)
-        for (int64_t c = 0; c < C; ++c) tj[c] = R::compose(tj[c], r.load(t, c));
+      lo[k] = t0 + (p * K + k) * len / S;
+      hi[k] = t0 + (p * K + k + 1) * len / S;
+      steps = std::max(steps, hi[k] - lo[k]);
+      common = std::min(common, hi[k] - lo[k]);
     }
-#pragma omp barrier
+    // (1) Fold my K segments into their totals, the K chains interleaved (segment lengths
+    // differ by at most one: the last step is done only where it exists).
+    for (int64_t q = 0; q < K * C; ++q) ac[q] = R::none();
+    for (int64_t i = 0; i < common; ++i)
+      for (int64_t k = 0; k < K; ++k) fold_step(i, k);
+    for (int64_t i = common; i < steps; ++i)
+      for (int64_t k = 0; k < K; ++k)
+        if (lo[k] + i < hi[k]) fold_step(i, k);
+    std::copy(ac, ac + K * C, tot + p * K * C);
+    barrier.wait();
     // (2) Carries: the state entering each of my segments; then the state after the block.
     for (int64_t c = 0; c < C; ++c) {
       T cur = state[c];
       for (int64_t j = 0; j < S; ++j) {
-        if (j >= p * K && j < (p + 1) * K) carry[(j - p * K) * C + c] = cur;
+        if (j >= p * K && j < (p + 1) * K) st[(j - p * K) * C + c] = cur;
         cur = R::apply(cur, tot[j * C + c]);
       }
       state[c] = cur;
     }
-    // (3) Scan my segments from their carries, K at a time interleaved.
-    int64_t steps = 0;
-    for (int64_t k = 0; k < K; ++k) steps = std::max(steps, hi[k] - lo[k]);
-    for (int64_t i = 0; i < steps; ++i)
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t t = lo[k] + i;
-        if (t >= hi[k]) continue;
-        T* yt = out_row(y, t, Tn, C, r.reverse);
-        T* st = carry.data() + k * C;
-        for (int64_t c = 0; c < C; ++c) {
-          const auto e = r.load(t, c);
-          if constexpr (Exclusive) {
-            yt[c] = st[c];
-            st[c] = R::apply(st[c], e);
-          } else {
-            st[c] = R::apply(st[c], e);
-            yt[c] = st[c];
-          }
-        }
-      }
+    // (3) Scan my segments from their carries, the K chains interleaved.
+    for (int64_t i = 0; i < common; ++i)
+      for (int64_t k = 0; k < K; ++k) scan_step(i, k);
+    for (int64_t i = common; i < steps; ++i)
+      for (int64_t k = 0; k < K; ++k)
+        if (lo[k] + i < hi[k]) scan_step(i, k);
   }
 }
 
@@ -214,7 +233,9 @@ void run_recurrence(Make make, T* y, int64_t O, int64_t Tn, int64_t C, const Sca
   using R = decltype(make(int64_t(0)));
   if (O == 0 || Tn == 0 || C == 0) return;
   const int threads = std::max(1, walk.threads);
-  const int64_t blocks = (C + kChannelBlock - 1) / kChannelBlock;
+  // Whole rows per unit when the sequences alone keep the team busy (longer contiguous
+  // streams); otherwise channel blocks too.
+  const int64_t blocks = O >= 2 * threads ? 1 : (C + kChannelBlock - 1) / kChannelBlock;
   const int64_t units = O * blocks;
   bool by_time = (units < threads && Tn >= 4 * threads) || (C < 16 && O < 2 * threads && Tn >= 256);
   if (walk.split == TimeSplit::always) by_time = true;
@@ -228,13 +249,21 @@ void run_recurrence(Make make, T* y, int64_t O, int64_t Tn, int64_t C, const Sca
     }
     return;
   }
-  const int64_t K = C >= 16 ? 1 : 8;
+  const int64_t K = C >= 16 ? 1 : kOneChannelChains;
   std::vector<typename R::E> totals(size_t(2 * threads * K * C));
   for (int64_t o = 0; o < O; ++o) {
     const R r = make(o);
     T* yo = y + o * Tn * C;
+    SpinBarrier barrier;  // yields after a short spin (see core/spin_barrier.h)
 #pragma omp parallel num_threads(threads)
-    scan_chunked<Exclusive>(r, yo, totals.data(), K, streams);
+    {
+#pragma omp single
+      barrier.reset(omp_get_num_threads());
+      if (C == 1)
+        scan_chunked<Exclusive, 1>(r, yo, totals.data(), K, streams, barrier);
+      else
+        scan_chunked<Exclusive, 0>(r, yo, totals.data(), K, streams, barrier);
+    }
   }
 }
 
@@ -269,6 +298,12 @@ void scan_elementwise_as(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn,
 template <typename T>
 void scan_elementwise(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn, int64_t C,
                       const ScanWalk& walk) {
+  if (kind == ScanKind::sum && C == 1 && !walk.exclusive && !walk.reverse &&
+      walk.split != TimeSplit::never && O < 2 * walk.threads && Tn >= 4096) {
+    for (int64_t o = 0; o < O; ++o)
+      sum_scan_contiguous(x + o * Tn, y + o * Tn, Tn, std::max(1, walk.threads), kShareBytes);
+    return;
+  }
   if (walk.exclusive)
     scan_elementwise_as<true>(kind, x, y, O, Tn, C, walk);
   else

@@ -397,7 +397,7 @@ Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU problems, conv2d problems and GEMMs; one JSON line per problem (results are "
+      "Time GRU problems, conv2d problems, scans and GEMMs; one JSON line per problem (results are "
       "checked against the reference kernels first; a wrong result exits with code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
@@ -444,7 +444,9 @@ Action add_bench_command(CLI::App& app) {
   // Hidden, for tests: perturb the result; lower the full-check limit.
   cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");
   cv->add_option("--full-check-flops", ca->full_check_flops)->group("");
-  return [a, g, cv, ca] {
+  auto scan = add_bench_scan_command(c);
+  return [a, g, cv, ca, scan] {
+    if (scan()) return;
     if (cv->parsed())
       run_bench_conv2d(*ca);
     else if (g->parsed())
