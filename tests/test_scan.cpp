@@ -102,6 +102,31 @@ TEST(ScanKernels, TimeSplitWithManySuperBlocks) {
                                   cpu::TimeSplit::always, rng);
 }
 
+TEST(ScanKernels, ContiguousSumAtBlockEdgesAndMisalignedOutput) {
+  // The SIMD one-channel sum: lengths around the vector and block sizes, tiny super-blocks
+  // (many barriers), odd team sizes, and an output not aligned for streaming stores.
+  std::mt19937_64 rng(14);
+  for (int64_t n : {1, 3, 4, 5, 63, 64, 65, 4096, 4097, 100003})
+    for (int threads : {1, 2, 3})
+      for (int64_t share : {int64_t(64), int64_t(1024), int64_t(256 << 10)})
+        for (int64_t shift : {0, 1}) {
+          const Tensor x = random_tensor({n}, DType::f32, rng);
+          Tensor y = Tensor::zeros({n + 1}, DType::f32), r = Tensor::empty({n}, DType::f32);
+          cpu::sum_scan_contiguous(x.data<float>(), y.data<float>() + shift, n, threads, share);
+          cpu::ref::scan_elementwise(cpu::ScanKind::sum, x.data<float>(), r.data<float>(), 1, n, 1,
+                                     false, false);
+          EXPECT_TRUE(all_close(fmt::format("n={} threads={} share={} shift={}", n, threads,
+                                            share, shift),
+                                "y", y.slice(0, shift, shift + n), r, scan_tol(DType::f32, n)));
+          Tensor yd = Tensor::empty({n}, DType::f64), rd = Tensor::empty({n}, DType::f64);
+          const Tensor xd = x.to(DType::f64);
+          cpu::sum_scan_contiguous(xd.data<double>(), yd.data<double>(), n, threads, share);
+          cpu::ref::scan_elementwise(cpu::ScanKind::sum, xd.data<double>(), rd.data<double>(), 1,
+                                     n, 1, false, false);
+          EXPECT_TRUE(all_close("f64", "y", yd, rd, scan_tol(DType::f64, n)));
+        }
+}
+
 TEST(ScanKernels, IdentitiesAreExact) {
   // -0.0 stays -0.0 under sum; NaN propagates through max and min; -inf and +inf in logaddexp.
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");

@@ -1,9 +1,11 @@
 // `grux scan OP`: a prefix scan of a .npy array along one dimension (sum, prod, max, min,
 // logaddexp, matmul), or the affine recurrence h_t = a_t h_{t-1} + b_t; writes one .npy.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "grux/io.h"
@@ -72,7 +74,10 @@ Action add_scan_command(CLI::App& app) {
       "Prefix scan of a .npy array along --dim (inclusive by default; f32 or f64), or the linear "
       "recurrence h_t = a_t h_{t-1} + b_t. Writes one .npy (--out, written atomically). Bad "
       "input: one line on stderr, exit code 2.");
-  c->require_subcommand(1);
+  // One of the subcommands below; an unknown name lands in OP and is reported by name.
+  c->require_subcommand(0, 1);
+  c->add_option("OP", s->op, "sum, prod, max, min, logaddexp, matmul or affine");
+  c->allow_extras();  // so that `grux scan cumsum --input ...` names cumsum, not the options
   auto common = [&](CLI::App* sub) {
     sub->add_option("--dim", s->dim, "dimension to scan along (negative counts from the end)")
         ->required();
@@ -109,7 +114,22 @@ Action add_scan_command(CLI::App& app) {
                "products of A underflow");
   common(af);
   af->callback([s] { s->op = "affine"; });
-  return [s] { run_scan(*s); };
+  return [s, c] {
+    if (c->get_subcommands().empty()) {
+      if (s->op.empty())
+        throw Error("grux scan needs an op: sum, prod, max, min, logaddexp, matmul or affine");
+      throw Error(fmt::format(
+          "unknown scan op '{}'; expected one of sum, prod, max, min, logaddexp, matmul, affine",
+          s->op));
+    }
+    std::vector<std::string> extra = c->remaining();
+    for (const CLI::App* sub : c->get_subcommands())
+      for (const std::string& e : sub->remaining()) extra.push_back(e);
+    if (!extra.empty())
+      throw Error(fmt::format("unexpected arguments: {} (see grux scan {} --help)",
+                              fmt::join(extra, " "), s->op));
+    run_scan(*s);
+  };
 }
 
 }  // namespace grux::cli
