@@ -15,6 +15,7 @@
 #include "grux/mingru.h"
 #include "grux/runtime.h"
 #include "grux/tensor_ops.h"
+#include "ops/mingru_internal.h"
 #include "test_util.h"
 
 #include <nlohmann/json.hpp>
@@ -88,6 +89,8 @@ struct Case {
   }
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
+
 std::vector<int64_t> draw_lengths(int64_t T, int64_t N, std::mt19937_64& rng) {
   std::uniform_int_distribution<int64_t> u(1, T);
   std::vector<int64_t> len(N);
@@ -124,10 +127,19 @@ void check_against_sequential(const Case& c, DType dt, uint64_t seed) {
   Tensor h0in = c.h0 && c.unbatched ? h0.select(1, 0) : h0;
   Tensor lin = c.lengths ? Tensor::from_vector<int64_t>({N}, len) : Tensor();
   const Tol tol = seq_tol(dt, c.T, std::max(c.I, c.H));
-  for (bool ref : {false, true}) {
+  // Inference (default chunks, one step per chunk, a few steps per chunk) and training (which
+  // takes the path that keeps every projection), with both kinds of kernels.
+  for (int variant = 0; variant < 8; ++variant) {
+    const bool ref = variant >= 4;
+    const int64_t chunk_bytes[] = {0, 1, 3000};
+    const bool train = variant % 4 == 3;
     set_reference_kernels(ref);
-    const std::string where = c.name() + " " + dtype_name(dt) + (ref ? " (reference)" : "");
-    MinGruOutput y = m.forward(xin, h0in, lin);
+    ops::set_mingru_chunk_bytes(train ? 0 : chunk_bytes[variant % 4]);
+    const std::string where = fmt::format("{} {}{}{}", c.name(), dtype_name(dt),
+                                          ref ? " (reference)" : "",
+                                          train ? " train" : fmt::format(" chunk{}", variant % 4));
+    MinGruTape tape;
+    MinGruOutput y = train ? m.forward_train(xin, h0in, lin, tape) : m.forward(xin, h0in, lin);
     Tensor out = c.unbatched ? y.output.unsqueeze(1)
                  : c.batch_first ? y.output.transpose(0, 1)
                                  : y.output;
@@ -140,6 +152,7 @@ void check_against_sequential(const Case& c, DType dt, uint64_t seed) {
         for (int64_t j = 0; j < c.H; ++j) ASSERT_EQ(out.item({t, n, j}), 0.0) << where;
   }
   set_reference_kernels(false);
+  ops::set_mingru_chunk_bytes(0);
 }
 
 std::vector<Case> sequential_cases() {
@@ -167,11 +180,26 @@ TEST_P(MinGruSequential, F32MatchesTheStepLoop) { check_against_sequential(GetPa
 INSTANTIATE_TEST_SUITE_P(Shapes, MinGruSequential, ::testing::ValuesIn(sequential_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name(); });
 
-TEST(MinGru, OneThreadMatchesTheStepLoop) {
+// Thread counts: one (the split forward runs as one share), three (shares of unequal width),
+// and a call from inside a parallel region (a team of one thread takes every share).
+TEST(MinGru, AnyThreadCountMatchesTheStepLoop) {
   const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  check_against_sequential({1000, 3, 4, 5, 2, true, true, false, false, false}, DType::f64, 3);
-  check_against_sequential({1000, 1, 4, 5, 1, true, false, false, false, true}, DType::f64, 4);
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    check_against_sequential({1000, 3, 4, 5, 2, true, true, false, false, false}, DType::f64, 3);
+    check_against_sequential({1000, 1, 4, 5, 1, true, false, false, false, true}, DType::f64, 4);
+    check_against_sequential({200, 3, 4, 72, 2, true, true, false, false, false}, DType::f32, 5);
+    check_against_sequential({200, 3, 4, 72, 2, true, true, false, false, true}, DType::f64, 5);
+  }
+  omp_set_num_threads(3);
+  const int levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    check_against_sequential({200, 3, 4, 72, 1, true, true, false, false, false}, DType::f32, 6);
+  }
+  omp_set_max_active_levels(levels);
   omp_set_num_threads(saved);
 }
 
@@ -298,6 +326,8 @@ struct GradCase {
                        log_space ? "_log" : "", bias ? "" : "_nobias");
   }
 };
+
+void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name(); }
 
 class MinGruGradcheck : public ::testing::TestWithParam<GradCase> {};
 
@@ -427,9 +457,9 @@ void check_kernels(int64_t N, int64_t H, int64_t Tn, bool padding, bool with_bia
     auto [b1, b2] = pair(H);
     // Split the rows in two calls to exercise r0 > 0.
     const int64_t mid = rows / 2;
-    cpu::mingru_forward_coeffs<T>(0, mid, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
-    cpu::mingru_forward_coeffs<T>(mid, rows, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
-    cpu::ref::mingru_forward_coeffs<T>(0, rows, N, H, len, ptr<T>(k), b, ptr<T>(a2), ptr<T>(b2));
+    cpu::mingru_forward_coeffs<T>(0, mid, 0, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
+    cpu::mingru_forward_coeffs<T>(mid, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
+    cpu::ref::mingru_forward_coeffs<T>(0, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a2), ptr<T>(b2));
     // a = 1 - z cancels in the reference for large k_z: compare absolutely.
     EXPECT_TRUE(all_close(where, "a", a1, a2, tol));
     EXPECT_TRUE(all_close(where, "b", b1, b2, Tol{tol.atol * scale, tol.rtol}));
@@ -437,23 +467,23 @@ void check_kernels(int64_t N, int64_t H, int64_t Tn, bool padding, bool with_bia
   {
     auto [a1, a2] = pair(H);
     auto [b1, b2] = pair(H);
-    cpu::mingru_forward_log_coeffs<T>(0, rows, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
-    cpu::ref::mingru_forward_log_coeffs<T>(0, rows, N, H, len, ptr<T>(k), b, ptr<T>(a2), ptr<T>(b2));
+    cpu::mingru_forward_log_coeffs<T>(0, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
+    cpu::ref::mingru_forward_log_coeffs<T>(0, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a2), ptr<T>(b2));
     EXPECT_TRUE(all_close(where, "log a", a1, a2, tol));
     EXPECT_TRUE(all_close(where, "log b", b1, b2, Tol{8 * tol.atol, tol.rtol}));
   }
   {
     auto [a1, a2] = pair(H);
-    cpu::mingru_backward_decay<T>(0, rows, rows, N, H, len, ptr<T>(k), b, ptr<T>(a1));
-    cpu::ref::mingru_backward_decay<T>(0, rows, rows, N, H, len, ptr<T>(k), b, ptr<T>(a2));
+    cpu::mingru_backward_decay<T>(0, rows, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a1));
+    cpu::ref::mingru_backward_decay<T>(0, rows, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a2));
     EXPECT_TRUE(all_close(where, "a_next", a1, a2, tol));
   }
   for (bool log_space : {false, true}) {
     auto [d1, d2] = pair(2 * H);
     Tensor dh1 = Tensor::empty({N, H}, dt), dh2 = Tensor::empty({N, H}, dt);
-    cpu::mingru_backward<T>(0, rows, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0),
+    cpu::mingru_backward<T>(0, rows, 0, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0),
                             ptr<T>(h), ptr<T>(G), ptr<T>(d1), ptr<T>(dh1));
-    cpu::ref::mingru_backward<T>(0, rows, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0),
+    cpu::ref::mingru_backward<T>(0, rows, 0, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0),
                                  ptr<T>(h), ptr<T>(G), ptr<T>(d2), ptr<T>(dh2));
     const Tol t2{tol.atol * 4 * scale, tol.rtol * 4};
     EXPECT_TRUE(all_close(where + (log_space ? " log" : ""), "dk", d1, d2, t2));

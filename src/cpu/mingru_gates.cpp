@@ -42,8 +42,9 @@ struct Lanes {
   }
 };
 
-inline bool is_padding(int64_t r, int64_t N, const int64_t* len) {
-  return len && r / N >= len[r % N];
+// Row r of arrays whose row 0 is step t0: step t0 + r / N of sequence r % N.
+inline bool is_padding(int64_t r, int64_t t0, int64_t N, const int64_t* len) {
+  return len && t0 + r / N >= len[r % N];
 }
 
 // Calls body(lanes, j) for each SIMD chunk of a row of H units starting at unit j.
@@ -67,13 +68,13 @@ HWY_INLINE void Gate(D d, V kz, V& z, V& a) {
 }
 
 template <typename T>
-void ForwardCoeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,
+void ForwardCoeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
                    const T* k, const T* bias, T* a, T* b) {
   const hn::ScalableTag<T> d;
   for (int64_t r = r0; r < r1; ++r) {
     T* ar = a + r * H;
     T* br = b + r * H;
-    if (is_padding(r, N, len)) {
+    if (is_padding(r, t0, N, len)) {
       std::fill(ar, ar + H, T(1));
       std::fill(br, br + H, T(0));
       continue;
@@ -91,7 +92,7 @@ void ForwardCoeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* 
 }
 
 template <typename T>
-void ForwardLogCoeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,
+void ForwardLogCoeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
                       const T* k, const T* bias, T* la, T* lb) {
   const hn::ScalableTag<T> d;
   const auto zero = hn::Zero(d);
@@ -99,7 +100,7 @@ void ForwardLogCoeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_
   for (int64_t r = r0; r < r1; ++r) {
     T* ar = la + r * H;
     T* br = lb + r * H;
-    if (is_padding(r, N, len)) {
+    if (is_padding(r, t0, N, len)) {
       std::fill(ar, ar + H, T(0));
       std::fill(br, br + H, -std::numeric_limits<T>::infinity());
       continue;
@@ -125,13 +126,13 @@ void ForwardLogCoeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_
 }
 
 template <typename T>
-void BackwardDecay(int64_t r0, int64_t r1, int64_t rows, int64_t N, int64_t H,
+void BackwardDecay(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,
                    const int64_t* len, const T* k, const T* bias, T* a_next) {
   const hn::ScalableTag<T> d;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t rn = r + N;
     T* ar = a_next + r * H;
-    if (rn >= rows || is_padding(rn, N, len)) {
+    if (rn >= rows || is_padding(rn, t0, N, len)) {
       std::fill(ar, ar + H, rn >= rows ? T(0) : T(1));
       continue;
     }
@@ -146,7 +147,7 @@ void BackwardDecay(int64_t r0, int64_t r1, int64_t rows, int64_t N, int64_t H,
 }
 
 template <typename T>
-void Backward(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len, bool log_space,
+void Backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len, bool log_space,
               const T* k, const T* bias, const T* h0, const T* h, const T* G, T* dk, T* dh0) {
   const hn::ScalableTag<T> d;
   const auto zero = hn::Zero(d);
@@ -154,7 +155,7 @@ void Backward(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len, 
   const auto half = hn::Set(d, T(0.5));
   for (int64_t r = r0; r < r1; ++r) {
     T* dkr = dk + r * 2 * H;
-    if (is_padding(r, N, len)) {
+    if (is_padding(r, t0, N, len)) {
       std::fill(dkr, dkr + 2 * H, T(0));
       continue;
     }
@@ -190,22 +191,22 @@ void Backward(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len, 
 
 // Non-template entry points, one per kernel and type, for HWY_EXPORT.
 #define GRUX_MINGRU_ENTRIES(T, S)                                                            \
-  void ForwardCoeffs##S(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,    \
+  void ForwardCoeffs##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,    \
                         const T* k, const T* bias, T* a, T* b) {                             \
-    ForwardCoeffs(r0, r1, N, H, len, k, bias, a, b);                                         \
+    ForwardCoeffs(r0, r1, t0, N, H, len, k, bias, a, b);                                         \
   }                                                                                          \
-  void ForwardLogCoeffs##S(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len, \
+  void ForwardLogCoeffs##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len, \
                            const T* k, const T* bias, T* la, T* lb) {                        \
-    ForwardLogCoeffs(r0, r1, N, H, len, k, bias, la, lb);                                    \
+    ForwardLogCoeffs(r0, r1, t0, N, H, len, k, bias, la, lb);                                    \
   }                                                                                          \
-  void BackwardDecay##S(int64_t r0, int64_t r1, int64_t rows, int64_t N, int64_t H,          \
+  void BackwardDecay##S(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,          \
                         const int64_t* len, const T* k, const T* bias, T* a_next) {          \
-    BackwardDecay(r0, r1, rows, N, H, len, k, bias, a_next);                                 \
+    BackwardDecay(r0, r1, rows, t0, N, H, len, k, bias, a_next);                                 \
   }                                                                                          \
-  void Backward##S(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,         \
+  void Backward##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,         \
                    bool log_space, const T* k, const T* bias, const T* h0, const T* h,       \
                    const T* G, T* dk, T* dh0) {                                              \
-    Backward(r0, r1, N, H, len, log_space, k, bias, h0, h, G, dk, dh0);                      \
+    Backward(r0, r1, t0, N, H, len, log_space, k, bias, h0, h, G, dk, dh0);                      \
   }
 GRUX_MINGRU_ENTRIES(float, F32)
 GRUX_MINGRU_ENTRIES(double, F64)
@@ -225,26 +226,26 @@ namespace grux::cpu {
   HWY_EXPORT(BackwardDecay##S);                                                              \
   HWY_EXPORT(Backward##S);                                                                   \
   template <>                                                                                \
-  void mingru_forward_coeffs<T>(int64_t r0, int64_t r1, int64_t N, int64_t H,                \
+  void mingru_forward_coeffs<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,                \
                                 const int64_t* len, const T* k, const T* bias, T* a, T* b) { \
-    HWY_DYNAMIC_DISPATCH(ForwardCoeffs##S)(r0, r1, N, H, len, k, bias, a, b);                \
+    HWY_DYNAMIC_DISPATCH(ForwardCoeffs##S)(r0, r1, t0, N, H, len, k, bias, a, b);                \
   }                                                                                          \
   template <>                                                                                \
-  void mingru_forward_log_coeffs<T>(int64_t r0, int64_t r1, int64_t N, int64_t H,            \
+  void mingru_forward_log_coeffs<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,            \
                                     const int64_t* len, const T* k, const T* bias, T* la,    \
                                     T* lb) {                                                 \
-    HWY_DYNAMIC_DISPATCH(ForwardLogCoeffs##S)(r0, r1, N, H, len, k, bias, la, lb);           \
+    HWY_DYNAMIC_DISPATCH(ForwardLogCoeffs##S)(r0, r1, t0, N, H, len, k, bias, la, lb);           \
   }                                                                                          \
   template <>                                                                                \
-  void mingru_backward_decay<T>(int64_t r0, int64_t r1, int64_t rows, int64_t N, int64_t H,  \
+  void mingru_backward_decay<T>(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,  \
                                 const int64_t* len, const T* k, const T* bias, T* a_next) {  \
-    HWY_DYNAMIC_DISPATCH(BackwardDecay##S)(r0, r1, rows, N, H, len, k, bias, a_next);        \
+    HWY_DYNAMIC_DISPATCH(BackwardDecay##S)(r0, r1, rows, t0, N, H, len, k, bias, a_next);        \
   }                                                                                          \
   template <>                                                                                \
-  void mingru_backward<T>(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,  \
+  void mingru_backward<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,  \
                           bool log_space, const T* k, const T* bias, const T* h0,            \
                           const T* h, const T* G, T* dk, T* dh0) {                           \
-    HWY_DYNAMIC_DISPATCH(Backward##S)(r0, r1, N, H, len, log_space, k, bias, h0, h, G, dk,   \
+    HWY_DYNAMIC_DISPATCH(Backward##S)(r0, r1, t0, N, H, len, log_space, k, bias, h0, h, G, dk,   \
                                       dh0);                                                  \
   }
 GRUX_MINGRU_DISPATCH(float, F32)

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -18,12 +20,14 @@
 
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
 #include "cpu/mingru_gates.h"
 #include "cpu/ref/gemm_ref.h"
 #include "cpu/ref/mingru_gates_ref.h"
 #include "cpu/ref/scan_ref.h"
 #include "cpu/scan.h"
 #include "grux/runtime.h"
+#include "ops/mingru_internal.h"
 
 namespace grux {
 
@@ -188,27 +192,44 @@ struct Kernels {
     (ref ? cpu::ref::gemm<T> : cpu::gemm<T>)(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C,
                                              ldc);
   }
-  // h (1, T, C) = scan of h_t = a_t h_{t-1} + b_t (reverse: h_t = a_t h_{t+1} + b_t).
-  void scan(const T* a, const T* b, const T* h0, T* h, int64_t Tn, int64_t C,
-            bool reverse) const {
+  // h (1, T, C) = the scan of h_t = a_t h_{t-1} + b_t (reverse: h_t = a_t h_{t+1} + b_t) on
+  // `team` threads (1: the calling thread alone, straight through time).
+  void scan(const T* a, const T* b, const T* h0, T* h, int64_t Tn, int64_t C, bool reverse,
+            int team) const {
     if (ref)
       cpu::ref::affine_scan_diag<T>(a, b, h0, h, 1, Tn, C, reverse);
     else
-      cpu::affine_scan_diag<T>(a, b, h0, h, 1, Tn, C, cpu::ScanWalk{false, reverse, threads});
+      cpu::affine_scan_diag<T>(a, b, h0, h, 1, Tn, C, walk(reverse, team));
   }
-  void log_scan(const T* la, const T* lb, const T* lh0, T* lh, int64_t Tn, int64_t C) const {
+  void log_scan(const T* la, const T* lb, const T* lh0, T* lh, int64_t Tn, int64_t C,
+                int team) const {
     if (ref)
       cpu::ref::log_affine_scan_diag<T>(la, lb, lh0, lh, 1, Tn, C, false);
     else
-      cpu::log_affine_scan_diag<T>(la, lb, lh0, lh, 1, Tn, C, cpu::ScanWalk{false, false, threads});
+      cpu::log_affine_scan_diag<T>(la, lb, lh0, lh, 1, Tn, C, walk(false, team));
   }
+  static cpu::ScanWalk walk(bool reverse, int team) {
+    return {false, reverse, team, team == 1 ? cpu::TimeSplit::never : cpu::TimeSplit::automatic};
+  }
+  // Waking a team costs microseconds (far more on a busy machine): small problems run on one.
+  int team_for(int64_t elements) const { return elements >= (1 << 15) ? threads : 1; }
   // Runs fn(r0, r1) over rows [0, rows) in blocks shared by the threads.
   template <typename Fn>
   void for_rows(int64_t rows, int64_t H, Fn fn) const {
     const int64_t block = std::max<int64_t>(1, 8192 / H);
     const int64_t blocks = (rows + block - 1) / block;
-#pragma omp parallel for schedule(static) num_threads(threads) if (blocks > 1 && threads > 1)
+    const int team = team_for(rows * H);
+#pragma omp parallel for schedule(static) num_threads(team) if (blocks > 1 && team > 1)
     for (int64_t i = 0; i < blocks; ++i) fn(i * block, std::min(rows, (i + 1) * block));
+  }
+  void coeffs(bool log_space, int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,
+              const int64_t* len, const T* kp, const T* bias, T* a, T* b) const {
+    if (log_space)
+      (ref ? cpu::ref::mingru_forward_log_coeffs<T> : cpu::mingru_forward_log_coeffs<T>)(
+          r0, r1, t0, N, H, len, kp, bias, a, b);
+    else
+      (ref ? cpu::ref::mingru_forward_coeffs<T> : cpu::mingru_forward_coeffs<T>)(
+          r0, r1, t0, N, H, len, kp, bias, a, b);
   }
 };
 
@@ -225,21 +246,138 @@ T dg_of(T v) {
 
 // ---- Forward -------------------------------------------------------------------------
 
+std::atomic<int64_t> g_chunk_bytes{0};
+
+// Panel width of the split forward's packed weights: two SIMD units (a share's 2u columns
+// are a whole number of panels except at H's tail).
+template <typename T>
+constexpr int64_t kPanel = 2 * cpu::kUnit<T>;
+
+// One layer, every row at once: one GEMM for both projections of all T*N rows, the
+// coefficients, then the scan over time of all N*H channels (the scan kernel splits time
+// over the threads when there are few channels). Used when training (backward reads the
+// projections k, rows x 2H) and when H is too small to share among the threads.
+//   x (rows x in), h0l (N x H: h0, or log h0 in log space; null: zeros), k (rows x 2H),
+//   a, b (rows x H) scratch, out (rows x H).
+template <typename T>
+void layer_forward_whole(const Kernels<T>& kn, const MinGruConfig& c, const T* x, int64_t in,
+                         const MinGruLayerWeights& w, const int64_t* len, int64_t T_, int64_t N,
+                         const T* h0l, T* k, T* a, T* b, T* out) {
+  const int64_t H = c.hidden_size, rows = T_ * N, C = N * H;
+  const T* bias = w.bias.defined() ? w.bias.data<T>() : nullptr;
+  kn.gemm(false, true, rows, 2 * H, in, x, in, w.weight.data<T>(), in, k, 2 * H);
+  kn.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
+    kn.coeffs(c.log_space, r0, r1, 0, N, H, len, k, bias, a, b);
+  });
+  const int team = kn.team_for(rows * H);
+  if (c.log_space) {
+    kn.log_scan(a, b, h0l, out, T_, C, team);
+    kn.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
+      cpu::unary_contiguous<T>(cpu::UnaryOp::exp, (r1 - r0) * H, out + r0 * H, out + r0 * H);
+    });
+  } else {
+    kn.scan(a, b, h0l, out, T_, C, false, team);
+  }
+}
+
+// Elements of one share's workspace in layer_forward_split: packed weights (in x 2um), a
+// chunk's projections (Tc*N x 2um), coefficients and states (3 x Tc*N x um), the carry
+// (N x um) and the bias (2um).
+template <typename T>
+int64_t split_area(int64_t in, int64_t um, int64_t Tc, int64_t N) {
+  return cpu::packed_size<T>(in, 2 * um, kPanel<T>) + Tc * N * 5 * um + N * um + 2 * um;
+}
+
+// One layer with the hidden units split over the team: share p owns units [j0, j1) of every
+// sequence (u = j1 - j0, whole SIMD blocks) and walks time in chunks on its own: its slice
+// of the chunk's projections (the chunk's rows times its 2u weight rows, packed once, bias
+// included), the coefficients, and the scan of its N*u channels from the state its previous
+// chunk ended in. No thread ever waits for another, and a chunk's projections and
+// coefficients stay in its thread's cache.
+//   x, h0l, out as in layer_forward_whole; work: `team` areas of split_area(...) elements;
+//   Tc: steps per chunk.
+template <typename T>
+void layer_forward_split(const Kernels<T>& kn, int team, const MinGruConfig& c, const T* x,
+                         int64_t in, const MinGruLayerWeights& w, const int64_t* len, int64_t T_,
+                         int64_t N, const T* h0l, T* work, int64_t area, int64_t Tc, T* out) {
+  const int64_t H = c.hidden_size, U = cpu::kUnit<T>, blocks = (H + U - 1) / U;
+  const int64_t um = (blocks + team - 1) / team * U;
+  const T* W = w.weight.data<T>();
+  const T* bias = w.bias.defined() ? w.bias.data<T>() : nullptr;
+  // Share p of `team`: units [j0, j1), workspace area p. A team smaller than asked for (a
+  // nested call) takes several shares per thread.
+  auto share = [&](int64_t p) {
+    const int64_t j0 = std::min(H, p * blocks / team * U);
+    const int64_t j1 = std::min(H, (p + 1) * blocks / team * U);
+    const int64_t u = j1 - j0, Cu = N * u, Rc = Tc * N;
+    if (u == 0) return;
+    T* packed = work + p * area;
+    T* kp = packed + cpu::packed_size<T>(in, 2 * um, kPanel<T>);
+    T *a = kp + Rc * 2 * um, *b = a + Rc * um, *h = b + Rc * um, *carry = h + Rc * um;
+    T* bp = carry + N * um;
+    // This share's weights as the packed (in x 2u) operand [W_z rows j0..j1 | W_h rows
+    // j0..j1]^T, its bias likewise, and its initial state.
+    std::vector<int64_t> rows_of(2 * u);
+    for (int64_t j = 0; j < u; ++j) rows_of[j] = j0 + j, rows_of[u + j] = H + j0 + j;
+    cpu::pack_b<T>(in, 2 * u, kPanel<T>, W, 1, in, nullptr, rows_of.data(), packed);
+    const cpu::PackedB<T> B{in, 2 * u, kPanel<T>, packed};
+    if (bias)
+      for (int64_t j = 0; j < 2 * u; ++j) bp[j] = bias[rows_of[j]];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < u; ++j) carry[n * u + j] = h0l ? h0l[n * H + j0 + j] : T(0);
+    for (int64_t t0 = 0; t0 < T_; t0 += Tc) {
+      const int64_t steps = std::min(Tc, T_ - t0), R = steps * N;
+      // 1. Projections of the chunk's rows onto this share's units: rows [z(u) | v(u)].
+      (kn.ref ? cpu::ref::gemm_packed<T> : cpu::gemm_packed<T>)(
+          R, x + t0 * N * in, in, false, B, bias ? bp : nullptr, false, kp, 2 * u, 0, B.panels());
+      // 2. Coefficients, 3. the scan of this share's channels from its carry.
+      kn.coeffs(c.log_space, 0, R, t0, N, u, len, kp, nullptr, a, b);
+      if (c.log_space)
+        kn.log_scan(a, b, carry, h, steps, Cu, 1);
+      else
+        kn.scan(a, b, carry, h, steps, Cu, false, 1);
+      std::memcpy(carry, h + (R - N) * u, Cu * sizeof(T));
+      if (c.log_space) cpu::unary_contiguous<T>(cpu::UnaryOp::exp, R * u, h, h);
+      // 4. Into this share's columns of the output rows.
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(out + (t0 * N + r) * H + j0, h + r * u, u * sizeof(T));
+    }
+  };
+#pragma omp parallel num_threads(team) if (team > 1)
+  for (int64_t p = omp_get_thread_num(); p < team; p += omp_get_num_threads()) share(p);
+}
+
 template <typename T>
 MinGruOutput forward_impl(const MinGruConfig& c, const std::vector<MinGruLayerWeights>& weights,
                           const Problem& p, MinGruTapeData* tape) {
-  const Kernels<T> k;
+  const Kernels<T> kn;
   const int64_t T_ = p.x.size(0), N = p.x.size(1), H = c.hidden_size, L = c.num_layers;
   const int64_t rows = T_ * N, C = N * H;
   const DType dt = dtype_of<T>();
   const int64_t* len = p.len.empty() ? nullptr : p.len.data();
   const bool log_space = c.log_space;
+  const int64_t U = cpu::kUnit<T>, blocks = (H + U - 1) / U;
+  const int team = kn.team_for(rows * H);
+  const bool split = !tape && (team == 1 || blocks >= team);
 
-  // Workspace, planned once: projections, scan coefficients, the initial state, and layer
-  // outputs (every layer's when training; otherwise two, used in turn).
+  // Workspace, planned once. Split: the regrouped weights and, per thread, a chunk's
+  // projections, coefficients and states plus its carry (5u values per row; Tc steps sized
+  // to stay in a core's cache). Whole: all projections (kept for backward when training)
+  // and coefficients. Both: the initial state and the layer outputs (every layer's when
+  // training; otherwise two, used in turn).
   Tensor x = p.x.contiguous();
-  Tensor kbuf = tape ? Tensor() : Tensor::empty({rows, 2 * H}, dt);
-  Tensor a = Tensor::empty({rows, H}, dt), b = Tensor::empty({rows, H}, dt);
+  const int64_t um = (blocks + team - 1) / team * U;  // units of the widest thread share
+  const int64_t chunk = g_chunk_bytes.load() > 0 ? g_chunk_bytes.load() : (int64_t(1) << 20);
+  const int64_t Tc = std::clamp<int64_t>(chunk / (N * 5 * um * int64_t(sizeof(T))), 1, T_);
+  const int64_t area = split_area<T>(std::max(c.input_size, H), um, Tc, N);
+  Tensor work, kbuf, a, b;
+  if (split) {
+    work = Tensor::empty({team * area}, dt);
+  } else {
+    kbuf = tape ? Tensor() : Tensor::empty({rows, 2 * H}, dt);
+    a = Tensor::empty({rows, H}, dt);
+    b = Tensor::empty({rows, H}, dt);
+  }
   Tensor init = Tensor::empty({N, H}, dt);
   std::vector<Tensor> outs(tape ? L : std::min<int64_t>(L, 2));
   for (auto& o : outs) o = Tensor::empty({T_, N, H}, dt);
@@ -248,14 +386,8 @@ MinGruOutput forward_impl(const MinGruConfig& c, const std::vector<MinGruLayerWe
   Tensor layer_in = x;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = c.layer_input_size(l);
-    const MinGruLayerWeights& w = weights[l];
-    const T* bias = w.bias.defined() ? w.bias.data<T>() : nullptr;
-    Tensor kl = tape ? Tensor::empty({rows, 2 * H}, dt) : kbuf;
     Tensor out = outs[l % outs.size()];
-    // 1. Both projections of every row at once: k = x W^T (the bias is added by step 2).
-    k.gemm(false, true, rows, 2 * H, in, layer_in.data<T>(), in, w.weight.data<T>(), in,
-           kl.data<T>(), 2 * H);
-    // 2. Initial state (N x H) and the scan coefficients.
+    // The state before t = 0 (log h in log space); null means zeros.
     const T* h0l = nullptr;
     if (p.h0.defined()) {
       Tensor h0c = p.h0.select(0, l).contiguous();
@@ -266,25 +398,18 @@ MinGruOutput forward_impl(const MinGruConfig& c, const std::vector<MinGruLayerWe
       std::fill(init.data<T>(), init.data<T>() + C, std::log(T(0.5)));
       h0l = init.data<T>();
     }
-    k.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
-      if (log_space)
-        (k.ref ? cpu::ref::mingru_forward_log_coeffs<T> : cpu::mingru_forward_log_coeffs<T>)(
-            r0, r1, N, H, len, kl.data<T>(), bias, a.data<T>(), b.data<T>());
-      else
-        (k.ref ? cpu::ref::mingru_forward_coeffs<T> : cpu::mingru_forward_coeffs<T>)(
-            r0, r1, N, H, len, kl.data<T>(), bias, a.data<T>(), b.data<T>());
-    });
-    // 3. The scan over time, all N * H channels at once (padding holds the state).
-    if (log_space) {
-      k.log_scan(a.data<T>(), b.data<T>(), h0l, out.data<T>(), T_, C);
-      k.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
-        cpu::unary_contiguous<T>(cpu::UnaryOp::exp, (r1 - r0) * H, out.data<T>() + r0 * H,
-                                 out.data<T>() + r0 * H);
-      });
+    Tensor kl;
+    if (split) {
+      layer_forward_split<T>(kn, team, c, layer_in.data<T>(), in, weights[l], len, T_, N, h0l,
+                             work.data<T>(), area, Tc,
+                             out.data<T>());
     } else {
-      k.scan(a.data<T>(), b.data<T>(), h0l, out.data<T>(), T_, C, false);
+      kl = tape ? Tensor::empty({rows, 2 * H}, dt) : kbuf;
+      layer_forward_whole<T>(kn, c, layer_in.data<T>(), in, weights[l], len, T_, N, h0l,
+                             kl.data<T>(), a.data<T>(), b.data<T>(), out.data<T>());
     }
-    // 4. h_n: the last row holds every sequence's final state; then zero the padding.
+    // h_n: the last row holds every sequence's final state (padding holds it); then zero the
+    // padding.
     std::memcpy(h_n.data<T>() + l * C, out.data<T>() + (T_ - 1) * C, C * sizeof(T));
     if (len)
       for (int64_t n = 0; n < N; ++n)
@@ -365,15 +490,15 @@ MinGruGrads backward_impl(const MinGruConfig& c, const std::vector<MinGruLayerWe
     // 2. G_t = e_t + a_{t+1} G_{t+1}: a reverse scan with the next step's decay.
     k.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
       (k.ref ? cpu::ref::mingru_backward_decay<T> : cpu::mingru_backward_decay<T>)(
-          r0, r1, rows, N, H, len, kl, bias, a_next.data<T>());
+          r0, r1, rows, 0, N, H, len, kl, bias, a_next.data<T>());
     });
-    k.scan(a_next.data<T>(), ep, nullptr, G.data<T>(), T_, C, true);
+    k.scan(a_next.data<T>(), ep, nullptr, G.data<T>(), T_, C, true, k.team_for(rows * H));
     // 3. Chain to the pre-activations, and dh0 = (1 - z_0) G_0 (times g'(h0) in log space).
     const T* h0l = tape.h0[l].defined() ? tape.h0[l].data<T>() : nullptr;
     T* dh0l = dh0.data<T>() + l * C;
     k.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
       (k.ref ? cpu::ref::mingru_backward<T> : cpu::mingru_backward<T>)(
-          r0, r1, N, H, len, c.log_space, kl, bias, h0l, tape.states[l].data<T>(), G.data<T>(),
+          r0, r1, 0, N, H, len, c.log_space, kl, bias, h0l, tape.states[l].data<T>(), G.data<T>(),
           dk.data<T>(), dh0l);
     });
     if (c.log_space && tape.h0_raw.defined()) {
@@ -586,5 +711,9 @@ MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput,
   if (t.unbatched) g.dh0 = g.dh0.squeeze(1);
   return g;
 }
+
+namespace ops {
+void set_mingru_chunk_bytes(int64_t bytes) { g_chunk_bytes.store(bytes); }
+}  // namespace ops
 
 }  // namespace grux

@@ -31,8 +31,8 @@ template <typename T>
 T dg(T v) {
   return v >= 0 ? T(1) : sigmoid(v) * (T(1) - sigmoid(v));
 }
-bool padding(int64_t r, int64_t N, const int64_t* len) {
-  return len && r / N >= len[r % N];
+bool padding(int64_t r, int64_t t0, int64_t N, const int64_t* len) {
+  return len && t0 + r / N >= len[r % N];
 }
 template <typename T>
 T bias_at(const T* b, int64_t i) {
@@ -41,11 +41,11 @@ T bias_at(const T* b, int64_t i) {
 }  // namespace
 
 template <typename T>
-void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,
+void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
                            const T* k, const T* bias, T* a, T* b) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
-      if (padding(r, N, len)) {
+      if (padding(r, t0, N, len)) {
         a[r * H + j] = 1, b[r * H + j] = 0;
         continue;
       }
@@ -57,11 +57,11 @@ void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t N, int64_t H, const i
 }
 
 template <typename T>
-void mingru_forward_log_coeffs(int64_t r0, int64_t r1, int64_t N, int64_t H,
+void mingru_forward_log_coeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,
                                const int64_t* len, const T* k, const T* bias, T* la, T* lb) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
-      if (padding(r, N, len)) {
+      if (padding(r, t0, N, len)) {
         la[r * H + j] = 0, lb[r * H + j] = -std::numeric_limits<T>::infinity();
         continue;
       }
@@ -74,24 +74,24 @@ void mingru_forward_log_coeffs(int64_t r0, int64_t r1, int64_t N, int64_t H,
 }
 
 template <typename T>
-void mingru_backward_decay(int64_t r0, int64_t r1, int64_t rows, int64_t N, int64_t H,
+void mingru_backward_decay(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,
                            const int64_t* len, const T* k, const T* bias, T* a_next) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
       const int64_t rn = r + N;
       a_next[r * H + j] = rn >= rows             ? T(0)
-                          : padding(rn, N, len) ? T(1)
+                          : padding(rn, t0, N, len) ? T(1)
                                                 : T(1) - sigmoid(k[rn * 2 * H + j] + bias_at(bias, j));
     }
 }
 
 template <typename T>
-void mingru_backward(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t* len,
+void mingru_backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
                      bool log_space, const T* k, const T* bias, const T* h0, const T* h,
                      const T* G, T* dk, T* dh0) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
-      if (padding(r, N, len)) {
+      if (padding(r, t0, N, len)) {
         dk[r * 2 * H + j] = dk[r * 2 * H + H + j] = 0;
         continue;
       }
@@ -109,13 +109,13 @@ void mingru_backward(int64_t r0, int64_t r1, int64_t N, int64_t H, const int64_t
 }
 
 #define GRUX_INSTANTIATE(T)                                                                  \
-  template void mingru_forward_coeffs<T>(int64_t, int64_t, int64_t, int64_t, const int64_t*, \
+  template void mingru_forward_coeffs<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
                                          const T*, const T*, T*, T*);                        \
-  template void mingru_forward_log_coeffs<T>(int64_t, int64_t, int64_t, int64_t,             \
+  template void mingru_forward_log_coeffs<T>(int64_t, int64_t, int64_t, int64_t, int64_t,             \
                                              const int64_t*, const T*, const T*, T*, T*);    \
-  template void mingru_backward_decay<T>(int64_t, int64_t, int64_t, int64_t, int64_t,        \
+  template void mingru_backward_decay<T>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,        \
                                          const int64_t*, const T*, const T*, T*);            \
-  template void mingru_backward<T>(int64_t, int64_t, int64_t, int64_t, const int64_t*, bool, \
+  template void mingru_backward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, bool, \
                                    const T*, const T*, const T*, const T*, const T*, T*, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
