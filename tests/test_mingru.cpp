@@ -621,5 +621,35 @@ TEST(MinGru, ErrorsNameWhatWasWrong) {
   expect_error([&] { MinGru::from_state_dict(nobias0); }, "unexpected key 'bias_l1'");
 }
 
+// ---- grux bench mingru ------------------------------------------------------------------
+
+TEST(MinGruBench, PrintsOneCheckedJsonLine) {
+  test::TempDir tmp;
+  for (const char* extra : {"", " --train", " --log-space --dtype f64", " --train --log-space"}) {
+    test::CliRun r = test::grux_cli(
+        tmp.path, std::string("bench mingru l2t40n3i5h20 --threads 1 --reps 2") + extra);
+    ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    for (const char* field : {"\"op\":\"mingru\"", "\"problem\":\"l2d1t40n3i5h20\"",
+                              "\"median_ms\":", "\"gru_median_ms\":", "\"speedup_vs_gru\":",
+                              "\"cpu_ms\":", "\"checked\":true"})
+      EXPECT_THAT(r.out, ::testing::HasSubstr(field)) << extra;
+  }
+}
+
+TEST(MinGruBench, RefusesToTimeAWrongResultAndBadArguments) {
+  test::TempDir tmp;
+  test::CliRun r =
+      test::grux_cli(tmp.path, "bench mingru t40n2i3h4 --threads 1 --reps 1 --inject-mismatch");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, ::testing::HasSubstr("differs from the reference"));
+  test::expect_user_error(test::grux_cli(tmp.path, "bench mingru l1d2t5n2i3h4"),
+                          {"unidirectional", "d1"});
+  test::expect_user_error(test::grux_cli(tmp.path, "bench mingru t5n2i3"), {"malformed"});
+  test::expect_user_error(test::grux_cli(tmp.path, "bench mingru t5n2i3h4 --dtype f16"), {"f16"});
+  test::expect_user_error(test::grux_cli(tmp.path, "bench mingru t5n2i3h4 --reps 0"), {"--reps 0"});
+}
+
 }  // namespace
 }  // namespace grux

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <random>
@@ -322,6 +323,33 @@ struct MinGruBenchArgs {
   int threads = 0, reps = 10;
 };
 
+// Wall time (median, minimum) and the median process CPU time (all threads) of `reps` runs
+// after a warm-up. On a shared machine the CPU time shows the work done whatever the share
+// of the cores the run was given.
+struct CpuTiming {
+  double median_ms, min_ms, cpu_median_ms;
+};
+CpuTiming time_with_cpu(int reps, const std::function<void()>& fn) {
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  };
+  fn();
+  std::vector<double> wall, cpu;
+  for (int i = 0; i < reps; ++i) {
+    const double c0 = cpu_now();
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    wall.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    cpu.push_back(cpu_now() - c0);
+  }
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], wall.front(), cpu[cpu.size() / 2]};
+}
+
 // A minGRU problem of the GRU's size (l{L}t{T}n{N}i{I}h{H}), timed with grux's GRU layer of
 // the same size in the same process. Checked first on the first Ts = min(T, 32) steps against
 // the reference kernels; the full run's first Ts output steps must then match that small run
@@ -372,9 +400,9 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
   check_against_reference(name + " (full run, first steps)", {full[0].slice(0, 0, Ts)}, {got[0]});
   full.clear();
   // 2. Time the minGRU, then the GRU of the same size.
-  const Timing t = time_it(a.reps, [&] { run(x, dy); });
+  const CpuTiming t = time_with_cpu(a.reps, [&] { run(x, dy); });
   Gru gru(p.config(), p.dtype, 1);
-  const Timing tg = time_it(a.reps, [&] {
+  const CpuTiming tg = time_with_cpu(a.reps, [&] {
     if (!a.train) {
       gru.forward(x);
       return;
@@ -389,11 +417,12 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
   fmt::print(
       "{{\"op\":\"mingru\",\"problem\":\"{}\",\"mode\":\"{}\",\"log_space\":{},"
       "\"threads\":{},\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},"
-      "\"gflops\":{:.2f},\"gru_median_ms\":{:.4f},\"gru_min_ms\":{:.4f},"
-      "\"speedup_vs_gru\":{:.2f},\"checked\":true}}\n",
+      "\"cpu_ms\":{:.4f},\"gflops\":{:.2f},\"gru_median_ms\":{:.4f},\"gru_min_ms\":{:.4f},"
+      "\"gru_cpu_ms\":{:.4f},\"speedup_vs_gru\":{:.2f},\"speedup_vs_gru_cpu\":{:.2f},"
+      "\"checked\":true}}\n",
       p.descriptor(), a.train ? "train" : "forward", a.log_space, threads, dtype_name(p.dtype),
-      a.reps, t.median_ms, t.min_ms, flops / (t.median_ms * 1e6), tg.median_ms, tg.min_ms,
-      tg.median_ms / t.median_ms);
+      a.reps, t.median_ms, t.min_ms, t.cpu_median_ms, flops / (t.median_ms * 1e6), tg.median_ms,
+      tg.min_ms, tg.cpu_median_ms, tg.median_ms / t.median_ms, tg.cpu_median_ms / t.cpu_median_ms);
 }
 
 void run_bench_gemm(const BenchArgs& a) {
@@ -508,9 +537,11 @@ Action add_bench_command(CLI::App& app) {
       "Time a minGRU stack (Feng et al. 2024) of a GRU problem's size and, in the same process, "
       "grux's GRU layer of that size. DESCRIPTOR is the GRU's l{L}t{T}n{N}i{I}h{H} (d1 only), "
       "e.g. l1t4096n8i256h256. Default mode: forward. gflops counts the minGRU's GEMM flops "
-      "(2*N*T*2H*in per layer, x3 for --train); speedup_vs_gru = gru_median_ms / median_ms. "
-      "The first min(T, 32) steps are checked against the reference kernels, and the full run "
-      "against them; a wrong result exits with code 3 and prints no time.");
+      "(2*N*T*2H*in per layer, x3 for --train); speedup_vs_gru = gru_median_ms / median_ms; "
+      "cpu_ms / gru_cpu_ms are median process CPU times (all threads) and speedup_vs_gru_cpu "
+      "their ratio, steadier than wall times on a shared machine. "
+      "First min(T, 32) steps are checked against the reference kernels, and the full run's "
+      "first steps against that run; a wrong result exits with code 3 and prints no time.");
   mg->add_option("DESCRIPTOR", ma->descriptor, "problem, e.g. l1t4096n8i256h256")->required();
   mg->add_flag("--train", ma->train, "time forward + backward");
   mg->add_flag("--log-space", ma->log_space, "the log-space variant");
