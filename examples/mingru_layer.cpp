@@ -21,8 +21,8 @@ int main() {
   grux::MinGruOutput y = mingru.forward_train(x, /*h0=*/{}, lengths, tape);
   grux::MinGruGrads g = mingru.backward(tape, /*doutput=*/y.output, /*dh_n=*/{});
   std::printf("output (%ld, %ld, %ld), h_n (%ld, %ld, %ld), %zu weight gradients\n",
-              y.output.size(0), y.output.size(1), y.output.size(2), y.h_n.size(0),
-              y.h_n.size(1), y.h_n.size(2), g.state_dict(config).size());
+              y.output.size(0), y.output.size(1), y.output.size(2), y.h_n.size(0), y.h_n.size(1),
+              y.h_n.size(2), g.state_dict(config).size());
   // Outputs past a sequence's length are zero, and so is the input gradient there.
   return y.output.item({T - 1, 1, 0}) == 0.0 && g.dinput.item({T - 1, 1, 0}) == 0.0 ? 0 : 1;
 }

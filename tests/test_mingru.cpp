@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "cpu/mingru_gates.h"
 #include "cpu/ref/mingru_gates_ref.h"
@@ -18,8 +19,6 @@
 #include "ops/mingru_internal.h"
 #include "test_util.h"
 
-#include <nlohmann/json.hpp>
-
 namespace grux {
 namespace {
 
@@ -29,8 +28,12 @@ using test::Tol;
 
 // ---- The sequential oracle -------------------------------------------------------------
 
-double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
-double g(double v) { return v >= 0 ? v + 0.5 : sigmoid(v); }
+double sigmoid(double x) {
+  return 1 / (1 + std::exp(-x));
+}
+double g(double v) {
+  return v >= 0 ? v + 0.5 : sigmoid(v);
+}
 
 struct Seq {
   Tensor output, h_n;  // f64, time-major (T, N, H) and (L, N, H)
@@ -89,7 +92,9 @@ struct Case {
   }
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name();
+}
 
 std::vector<int64_t> draw_lengths(int64_t T, int64_t N, std::mt19937_64& rng) {
   std::uniform_int_distribution<int64_t> u(1, T);
@@ -135,12 +140,12 @@ void check_against_sequential(const Case& c, DType dt, uint64_t seed) {
     const bool train = variant % 4 == 3;
     set_reference_kernels(ref);
     ops::set_mingru_chunk_bytes(train ? 0 : chunk_bytes[variant % 4]);
-    const std::string where = fmt::format("{} {}{}{}", c.name(), dtype_name(dt),
-                                          ref ? " (reference)" : "",
-                                          train ? " train" : fmt::format(" chunk{}", variant % 4));
+    const std::string where =
+        fmt::format("{} {}{}{}", c.name(), dtype_name(dt), ref ? " (reference)" : "",
+                    train ? " train" : fmt::format(" chunk{}", variant % 4));
     MinGruTape tape;
     MinGruOutput y = train ? m.forward_train(xin, h0in, lin, tape) : m.forward(xin, h0in, lin);
-    Tensor out = c.unbatched ? y.output.unsqueeze(1)
+    Tensor out = c.unbatched     ? y.output.unsqueeze(1)
                  : c.batch_first ? y.output.transpose(0, 1)
                                  : y.output;
     Tensor hn = c.unbatched ? y.h_n.unsqueeze(1) : y.h_n;
@@ -174,8 +179,12 @@ std::vector<Case> sequential_cases() {
 
 class MinGruSequential : public ::testing::TestWithParam<Case> {};
 
-TEST_P(MinGruSequential, F64MatchesTheStepLoop) { check_against_sequential(GetParam(), DType::f64, 7); }
-TEST_P(MinGruSequential, F32MatchesTheStepLoop) { check_against_sequential(GetParam(), DType::f32, 8); }
+TEST_P(MinGruSequential, F64MatchesTheStepLoop) {
+  check_against_sequential(GetParam(), DType::f64, 7);
+}
+TEST_P(MinGruSequential, F32MatchesTheStepLoop) {
+  check_against_sequential(GetParam(), DType::f32, 8);
+}
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MinGruSequential, ::testing::ValuesIn(sequential_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name(); });
@@ -327,7 +336,9 @@ struct GradCase {
   }
 };
 
-void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name(); }
+void PrintTo(const GradCase& c, std::ostream* os) {
+  *os << c.name();
+}
 
 class MinGruGradcheck : public ::testing::TestWithParam<GradCase> {};
 
@@ -343,8 +354,12 @@ TEST_P(MinGruGradcheck, MatchesFiniteDifferences) {
   cfg.bias = c.bias;
   MinGru m(cfg, DType::f64, 12);
   const int64_t N = c.unbatched ? 1 : c.N;
-  const Shape xs = c.unbatched ? Shape{c.T, c.I} : c.batch_first ? Shape{N, c.T, c.I} : Shape{c.T, N, c.I};
-  const Shape ys = c.unbatched ? Shape{c.T, c.H} : c.batch_first ? Shape{N, c.T, c.H} : Shape{c.T, N, c.H};
+  const Shape xs = c.unbatched     ? Shape{c.T, c.I}
+                   : c.batch_first ? Shape{N, c.T, c.I}
+                                   : Shape{c.T, N, c.I};
+  const Shape ys = c.unbatched     ? Shape{c.T, c.H}
+                   : c.batch_first ? Shape{N, c.T, c.H}
+                                   : Shape{c.T, N, c.H};
   const Shape hs = c.unbatched ? Shape{c.L, c.H} : Shape{c.L, N, c.H};
   Tensor x = random_tensor(xs, DType::f64, rng);
   Tensor h0 = c.h0 ? random_tensor(hs, DType::f64, rng) : Tensor();
@@ -405,7 +420,9 @@ std::vector<GradCase> grad_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MinGruGradcheck, ::testing::ValuesIn(grad_cases()),
-                         [](const ::testing::TestParamInfo<GradCase>& i) { return i.param.name(); });
+                         [](const ::testing::TestParamInfo<GradCase>& i) {
+                           return i.param.name();
+                         });
 
 TEST(MinGru, PaddedInputsGetZeroGradient) {
   MinGruConfig cfg;
@@ -468,7 +485,8 @@ void check_kernels(int64_t N, int64_t H, int64_t Tn, bool padding, bool with_bia
     auto [a1, a2] = pair(H);
     auto [b1, b2] = pair(H);
     cpu::mingru_forward_log_coeffs<T>(0, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a1), ptr<T>(b1));
-    cpu::ref::mingru_forward_log_coeffs<T>(0, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a2), ptr<T>(b2));
+    cpu::ref::mingru_forward_log_coeffs<T>(0, rows, 0, N, H, len, ptr<T>(k), b, ptr<T>(a2),
+                                           ptr<T>(b2));
     EXPECT_TRUE(all_close(where, "log a", a1, a2, tol));
     EXPECT_TRUE(all_close(where, "log b", b1, b2, Tol{8 * tol.atol, tol.rtol}));
   }
@@ -481,8 +499,8 @@ void check_kernels(int64_t N, int64_t H, int64_t Tn, bool padding, bool with_bia
   for (bool log_space : {false, true}) {
     auto [d1, d2] = pair(2 * H);
     Tensor dh1 = Tensor::empty({N, H}, dt), dh2 = Tensor::empty({N, H}, dt);
-    cpu::mingru_backward<T>(0, rows, 0, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0),
-                            ptr<T>(h), ptr<T>(G), ptr<T>(d1), ptr<T>(dh1));
+    cpu::mingru_backward<T>(0, rows, 0, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0), ptr<T>(h),
+                            ptr<T>(G), ptr<T>(d1), ptr<T>(dh1));
     cpu::ref::mingru_backward<T>(0, rows, 0, N, H, len, log_space, ptr<T>(k), b, ptr<T>(h0),
                                  ptr<T>(h), ptr<T>(G), ptr<T>(d2), ptr<T>(dh2));
     const Tol t2{tol.atol * 4 * scale, tol.rtol * 4};
@@ -529,7 +547,8 @@ TEST(MinGru, StateDictRoundTrip) {
   EXPECT_TRUE(m2.config().log_space);
   // The same seed draws the same weights; bounds are 1/sqrt(fan_in).
   MinGru m3(cfg, DType::f64, 9);
-  EXPECT_TRUE(all_close("seed", "weight_l0", m3.weights()[0].weight, sd.at("weight_l0"), Tol{0, 0}));
+  EXPECT_TRUE(
+      all_close("seed", "weight_l0", m3.weights()[0].weight, sd.at("weight_l0"), Tol{0, 0}));
   EXPECT_LE(test::max_abs(sd.at("weight_l0")), 0.5);
   EXPECT_LE(test::max_abs(sd.at("weight_l1")), 1 / std::sqrt(6.0));
   cfg.bias = false;
@@ -564,32 +583,49 @@ TEST(MinGru, ErrorsNameWhatWasWrong) {
                "1 weight sets given, expected num_layers = 2");
   // Inputs.
   expect_error([&] { m.forward(Tensor()); }, "input");
-  expect_error([&] { m.forward(Tensor::zeros({5, 2, 3}, DType::f64)); },
-               "input has dtype f64 but the weights have dtype f32");
+  expect_error(
+      [&] {
+        m.forward(Tensor::zeros({5, 2, 3}, DType::f64));
+      },
+      "input has dtype f64 but the weights have dtype f32");
   expect_error([&] { m.forward(Tensor::zeros({5}, DType::f32)); },
                "input has shape (5,), expected (T, N, I)");
-  expect_error([&] { m.forward(Tensor::zeros({5, 2, 4}, DType::f32)); },
-               "feature size 4, expected input_size 3");
-  expect_error([&] { m.forward(Tensor::zeros({0, 2, 3}, DType::f32)); },
-               "expected at least one time step");
+  expect_error(
+      [&] {
+        m.forward(Tensor::zeros({5, 2, 4}, DType::f32));
+      },
+      "feature size 4, expected input_size 3");
+  expect_error(
+      [&] {
+        m.forward(Tensor::zeros({0, 2, 3}, DType::f32));
+      },
+      "expected at least one time step");
   expect_error([&] { m.forward(x, Tensor::zeros({2, 3, 4}, DType::f32)); }, "h0");
   expect_error([&] { m.forward(x, Tensor::zeros({2, 2, 4}, DType::f64)); }, "h0");
-  expect_error([&] { m.forward(x, {}, Tensor::from_vector<int64_t>({2}, {5, 6})); },
-               "lengths[1] = 6 is out of range (expected 1 <= length <= T = 5)");
-  expect_error([&] { m.forward(x, {}, Tensor::from_vector<int64_t>({2}, {0, 5})); },
-               "lengths[0] = 0 is out of range");
+  expect_error(
+      [&] {
+        m.forward(x, {}, Tensor::from_vector<int64_t>({2}, {5, 6}));
+      },
+      "lengths[1] = 6 is out of range (expected 1 <= length <= T = 5)");
+  expect_error(
+      [&] {
+        m.forward(x, {}, Tensor::from_vector<int64_t>({2}, {0, 5}));
+      },
+      "lengths[0] = 0 is out of range");
   expect_error([&] { m.forward(x, {}, Tensor::from_vector<int64_t>({3}, {1, 2, 3})); }, "lengths");
   expect_error([&] { m.forward(x, {}, Tensor::zeros({2}, DType::f32)); }, "lengths");
-  expect_error([&] { m.forward(Tensor::zeros({5, 3}, DType::f32), {}, Tensor::from_vector<int64_t>({1}, {5})); },
-               "lengths given with unbatched input");
+  expect_error(
+      [&] {
+        m.forward(Tensor::zeros({5, 3}, DType::f32), {}, Tensor::from_vector<int64_t>({1}, {5}));
+      },
+      "lengths given with unbatched input");
   // Backward.
   MinGruTape empty;
   expect_error([&] { m.backward(empty, x, {}); }, "the tape is empty");
   MinGruTape tape;
   MinGruOutput y = m.forward_train(x, {}, {}, tape);
   expect_error([&] { m.backward(tape, {}, {}); }, "neither grad_output nor grad_h_n");
-  expect_error([&] { m.backward(tape, Tensor::zeros({5, 2, 5}, DType::f32), {}); },
-               "grad_output");
+  expect_error([&] { m.backward(tape, Tensor::zeros({5, 2, 5}, DType::f32), {}); }, "grad_output");
   expect_error([&] { m.backward(tape, y.output.to(DType::f64), {}); },
                "grad_output has dtype f64, expected f32");
   expect_error([&] { m.backward(tape, {}, Tensor::zeros({1, 2, 4}, DType::f32)); }, "grad_h_n");
@@ -630,9 +666,9 @@ TEST(MinGruBench, PrintsOneCheckedJsonLine) {
         tmp.path, std::string("bench mingru l2t40n3i5h20 --threads 1 --reps 2") + extra);
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
-    for (const char* field : {"\"op\":\"mingru\"", "\"problem\":\"l2d1t40n3i5h20\"",
-                              "\"median_ms\":", "\"gru_median_ms\":", "\"speedup_vs_gru\":",
-                              "\"cpu_ms\":", "\"checked\":true"})
+    for (const char* field :
+         {"\"op\":\"mingru\"", "\"problem\":\"l2d1t40n3i5h20\"", "\"median_ms\":",
+          "\"gru_median_ms\":", "\"speedup_vs_gru\":", "\"cpu_ms\":", "\"checked\":true"})
       EXPECT_THAT(r.out, ::testing::HasSubstr(field)) << extra;
   }
 }

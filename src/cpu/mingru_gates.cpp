@@ -147,8 +147,9 @@ void BackwardDecay(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, 
 }
 
 template <typename T>
-void Backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len, bool log_space,
-              const T* k, const T* bias, const T* h0, const T* h, const T* G, T* dk, T* dh0) {
+void Backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
+              bool log_space, const T* k, const T* bias, const T* h0, const T* h, const T* G, T* dk,
+              T* dh0) {
   const hn::ScalableTag<T> d;
   const auto zero = hn::Zero(d);
   const auto one = hn::Set(d, T(1));
@@ -180,8 +181,8 @@ void Backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const in
         dcand = hn::IfThenElse(pos, one, hn::Mul(s, q));
       }
       const auto g = c.load(Gr + j);
-      const auto dkz = hn::Mul(hn::Mul(g, hn::Sub(cand, c.load_or_zero(hp ? hp + j : nullptr))),
-                               hn::Mul(z, av));
+      const auto dkz =
+          hn::Mul(hn::Mul(g, hn::Sub(cand, c.load_or_zero(hp ? hp + j : nullptr))), hn::Mul(z, av));
       c.store(dkz, dkr + j);
       c.store(hn::Mul(hn::Mul(g, z), dcand), dkr + H + j);
       if (dh0r) c.store(hn::Mul(g, av), dh0r + j);
@@ -190,23 +191,23 @@ void Backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const in
 }
 
 // Non-template entry points, one per kernel and type, for HWY_EXPORT.
-#define GRUX_MINGRU_ENTRIES(T, S)                                                            \
-  void ForwardCoeffs##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,    \
-                        const T* k, const T* bias, T* a, T* b) {                             \
-    ForwardCoeffs(r0, r1, t0, N, H, len, k, bias, a, b);                                         \
-  }                                                                                          \
-  void ForwardLogCoeffs##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len, \
-                           const T* k, const T* bias, T* la, T* lb) {                        \
-    ForwardLogCoeffs(r0, r1, t0, N, H, len, k, bias, la, lb);                                    \
-  }                                                                                          \
-  void BackwardDecay##S(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,          \
-                        const int64_t* len, const T* k, const T* bias, T* a_next) {          \
-    BackwardDecay(r0, r1, rows, t0, N, H, len, k, bias, a_next);                                 \
-  }                                                                                          \
-  void Backward##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,         \
-                   bool log_space, const T* k, const T* bias, const T* h0, const T* h,       \
-                   const T* G, T* dk, T* dh0) {                                              \
-    Backward(r0, r1, t0, N, H, len, log_space, k, bias, h0, h, G, dk, dh0);                      \
+#define GRUX_MINGRU_ENTRIES(T, S)                                                                  \
+  void ForwardCoeffs##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,                  \
+                        const int64_t* len, const T* k, const T* bias, T* a, T* b) {               \
+    ForwardCoeffs(r0, r1, t0, N, H, len, k, bias, a, b);                                           \
+  }                                                                                                \
+  void ForwardLogCoeffs##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,               \
+                           const int64_t* len, const T* k, const T* bias, T* la, T* lb) {          \
+    ForwardLogCoeffs(r0, r1, t0, N, H, len, k, bias, la, lb);                                      \
+  }                                                                                                \
+  void BackwardDecay##S(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,    \
+                        const int64_t* len, const T* k, const T* bias, T* a_next) {                \
+    BackwardDecay(r0, r1, rows, t0, N, H, len, k, bias, a_next);                                   \
+  }                                                                                                \
+  void Backward##S(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,   \
+                   bool log_space, const T* k, const T* bias, const T* h0, const T* h, const T* G, \
+                   T* dk, T* dh0) {                                                                \
+    Backward(r0, r1, t0, N, H, len, log_space, k, bias, h0, h, G, dk, dh0);                        \
   }
 GRUX_MINGRU_ENTRIES(float, F32)
 GRUX_MINGRU_ENTRIES(double, F64)
@@ -220,33 +221,33 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace grux::cpu {
 
-#define GRUX_MINGRU_DISPATCH(T, S)                                                           \
-  HWY_EXPORT(ForwardCoeffs##S);                                                              \
-  HWY_EXPORT(ForwardLogCoeffs##S);                                                           \
-  HWY_EXPORT(BackwardDecay##S);                                                              \
-  HWY_EXPORT(Backward##S);                                                                   \
-  template <>                                                                                \
-  void mingru_forward_coeffs<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,                \
-                                const int64_t* len, const T* k, const T* bias, T* a, T* b) { \
-    HWY_DYNAMIC_DISPATCH(ForwardCoeffs##S)(r0, r1, t0, N, H, len, k, bias, a, b);                \
-  }                                                                                          \
-  template <>                                                                                \
-  void mingru_forward_log_coeffs<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,            \
-                                    const int64_t* len, const T* k, const T* bias, T* la,    \
-                                    T* lb) {                                                 \
-    HWY_DYNAMIC_DISPATCH(ForwardLogCoeffs##S)(r0, r1, t0, N, H, len, k, bias, la, lb);           \
-  }                                                                                          \
-  template <>                                                                                \
-  void mingru_backward_decay<T>(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N, int64_t H,  \
-                                const int64_t* len, const T* k, const T* bias, T* a_next) {  \
-    HWY_DYNAMIC_DISPATCH(BackwardDecay##S)(r0, r1, rows, t0, N, H, len, k, bias, a_next);        \
-  }                                                                                          \
-  template <>                                                                                \
-  void mingru_backward<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,  \
-                          bool log_space, const T* k, const T* bias, const T* h0,            \
-                          const T* h, const T* G, T* dk, T* dh0) {                           \
-    HWY_DYNAMIC_DISPATCH(Backward##S)(r0, r1, t0, N, H, len, log_space, k, bias, h0, h, G, dk,   \
-                                      dh0);                                                  \
+#define GRUX_MINGRU_DISPATCH(T, S)                                                                 \
+  HWY_EXPORT(ForwardCoeffs##S);                                                                    \
+  HWY_EXPORT(ForwardLogCoeffs##S);                                                                 \
+  HWY_EXPORT(BackwardDecay##S);                                                                    \
+  HWY_EXPORT(Backward##S);                                                                         \
+  template <>                                                                                      \
+  void mingru_forward_coeffs<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,          \
+                                const int64_t* len, const T* k, const T* bias, T* a, T* b) {       \
+    HWY_DYNAMIC_DISPATCH(ForwardCoeffs##S)(r0, r1, t0, N, H, len, k, bias, a, b);                  \
+  }                                                                                                \
+  template <>                                                                                      \
+  void mingru_forward_log_coeffs<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,      \
+                                    const int64_t* len, const T* k, const T* bias, T* la, T* lb) { \
+    HWY_DYNAMIC_DISPATCH(ForwardLogCoeffs##S)(r0, r1, t0, N, H, len, k, bias, la, lb);             \
+  }                                                                                                \
+  template <>                                                                                      \
+  void mingru_backward_decay<T>(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int64_t N,       \
+                                int64_t H, const int64_t* len, const T* k, const T* bias,          \
+                                T* a_next) {                                                       \
+    HWY_DYNAMIC_DISPATCH(BackwardDecay##S)(r0, r1, rows, t0, N, H, len, k, bias, a_next);          \
+  }                                                                                                \
+  template <>                                                                                      \
+  void mingru_backward<T>(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,                \
+                          const int64_t* len, bool log_space, const T* k, const T* bias,           \
+                          const T* h0, const T* h, const T* G, T* dk, T* dh0) {                    \
+    HWY_DYNAMIC_DISPATCH(Backward##S)                                                              \
+    (r0, r1, t0, N, H, len, log_space, k, bias, h0, h, G, dk, dh0);                                \
   }
 GRUX_MINGRU_DISPATCH(float, F32)
 GRUX_MINGRU_DISPATCH(double, F64)

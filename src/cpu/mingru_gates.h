@@ -18,8 +18,8 @@ namespace grux::cpu {
 
 // Linear variant: a = 1 - z, b = z * v; padding rows a = 1, b = 0 (the state is held).
 template <typename T>
-void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
-                           const T* k, const T* bias, T* a, T* b);
+void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,
+                           const int64_t* len, const T* k, const T* bias, T* a, T* b);
 
 // Log-space variant: la = log(1 - z) = -softplus(k_z), lb = log z + log g(v) =
 // -softplus(-k_z) + log g(v); padding rows la = 0, lb = -inf.
@@ -41,7 +41,7 @@ void mingru_backward_decay(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int
 // for the first step's rows (which must be valid steps, as t = 0 always is).
 template <typename T>
 void mingru_backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
-                     bool log_space, const T* k, const T* bias, const T* h0, const T* h,
-                     const T* G, T* dk, T* dh0);
+                     bool log_space, const T* k, const T* bias, const T* h0, const T* h, const T* G,
+                     T* dk, T* dh0);
 
 }  // namespace grux::cpu

@@ -62,7 +62,7 @@ struct MinGruTapeData {
   std::vector<int64_t> len;  // empty: all T
   bool unbatched = false;
   DType dtype = DType::f32;
-  Shape h0_shape;             // of the caller's h0 (h_n's shape when no h0 was given)
+  Shape h0_shape;              // of the caller's h0 (h_n's shape when no h0 was given)
   std::vector<Tensor> inputs;  // per layer, (rows, in_k) contiguous
   std::vector<Tensor> k;       // per layer, (rows, 2H): x W^T without bias
   std::vector<Tensor> states;  // per layer, (rows, H): h_t, 0 on padding
@@ -84,12 +84,11 @@ void check_layer_weights(const MinGruConfig& c, DType dtype, const MinGruLayerWe
       throw Error(fmt::format("mingru: weight '{}' has shape {}, expected {}", key,
                               shape_str(t.shape()), shape_str(shape)));
     if (t.dtype() != dtype)
-      throw Error(fmt::format(
-          "mingru: weight '{}' has dtype {}, expected {} like the other weights", key,
-          dtype_name(t.dtype()), dtype_name(dtype)));
+      throw Error(
+          fmt::format("mingru: weight '{}' has dtype {}, expected {} like the other weights", key,
+                      dtype_name(t.dtype()), dtype_name(dtype)));
     if (t.device() != Device::cpu())
-      throw Error(fmt::format("mingru: weight '{}' is on {}, expected cpu", key,
-                              t.device().str()));
+      throw Error(fmt::format("mingru: weight '{}' is on {}, expected cpu", key, t.device().str()));
   };
   check("weight", w.weight, {2 * H, c.layer_input_size(l)});
   if (c.bias)
@@ -117,9 +116,9 @@ Problem normalize(const MinGruConfig& c, DType dtype, const Tensor& input, const
         "mingru: input has dtype {} but the weights have dtype {} (expected the same dtype)",
         dtype_name(input.dtype()), dtype_name(dtype)));
   if (input.device() != Device::cpu())
-    throw Error(fmt::format(
-        "mingru: input is on {} but the weights are on cpu (expected the same device)",
-        input.device().str()));
+    throw Error(
+        fmt::format("mingru: input is on {} but the weights are on cpu (expected the same device)",
+                    input.device().str()));
   Problem p;
   if (input.dim() == 2) {
     p.unbatched = true;
@@ -137,9 +136,9 @@ Problem normalize(const MinGruConfig& c, DType dtype, const Tensor& input, const
     throw Error(fmt::format("mingru: input has shape {}: feature size {}, expected input_size {}",
                             shape_str(input.shape()), I, c.input_size));
   if (T < 1 || N < 1)
-    throw Error(fmt::format(
-        "mingru: input has shape {}, expected at least one time step and one sequence",
-        shape_str(input.shape())));
+    throw Error(
+        fmt::format("mingru: input has shape {}, expected at least one time step and one sequence",
+                    shape_str(input.shape())));
   const int64_t L = c.num_layers, H = c.hidden_size;
   if (h0.defined()) {
     check_same_dtype(op, "input", input, "h0", h0);
@@ -164,9 +163,9 @@ Problem normalize(const MinGruConfig& c, DType dtype, const Tensor& input, const
     for (int64_t n = 0; n < N; ++n) {
       p.len[n] = static_cast<int64_t>(lengths.at_flat(n));
       if (p.len[n] < 1 || p.len[n] > T)
-        throw Error(fmt::format(
-            "mingru: lengths[{}] = {} is out of range (expected 1 <= length <= T = {})", n,
-            p.len[n], T));
+        throw Error(
+            fmt::format("mingru: lengths[{}] = {} is out of range (expected 1 <= length <= T = {})",
+                        n, p.len[n], T));
       all_full = all_full && p.len[n] == T;
     }
     if (all_full) p.len.clear();  // no padding: the kernels skip the per-row test
@@ -187,10 +186,9 @@ struct Kernels {
   bool ref = reference_kernels();
   int threads = omp_get_max_threads();
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-            const T* B, int64_t ldb, T* C, int64_t ldc) const {
-    (ref ? cpu::ref::gemm<T> : cpu::gemm<T>)(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C,
-                                             ldc);
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+            int64_t ldb, T* C, int64_t ldc) const {
+    (ref ? cpu::ref::gemm<T> : cpu::gemm<T>)(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C, ldc);
   }
   // h (1, T, C) = the scan of h_t = a_t h_{t-1} + b_t (reverse: h_t = a_t h_{t+1} + b_t) on
   // `team` threads (1: the calling thread alone, straight through time).
@@ -225,11 +223,11 @@ struct Kernels {
   void coeffs(bool log_space, int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,
               const int64_t* len, const T* kp, const T* bias, T* a, T* b) const {
     if (log_space)
-      (ref ? cpu::ref::mingru_forward_log_coeffs<T> : cpu::mingru_forward_log_coeffs<T>)(
-          r0, r1, t0, N, H, len, kp, bias, a, b);
+      (ref ? cpu::ref::mingru_forward_log_coeffs<T>
+           : cpu::mingru_forward_log_coeffs<T>)(r0, r1, t0, N, H, len, kp, bias, a, b);
     else
-      (ref ? cpu::ref::mingru_forward_coeffs<T> : cpu::mingru_forward_coeffs<T>)(
-          r0, r1, t0, N, H, len, kp, bias, a, b);
+      (ref ? cpu::ref::mingru_forward_coeffs<T>
+           : cpu::mingru_forward_coeffs<T>)(r0, r1, t0, N, H, len, kp, bias, a, b);
   }
 };
 
@@ -328,8 +326,9 @@ void layer_forward_split(const Kernels<T>& kn, int team, const MinGruConfig& c, 
     for (int64_t t0 = 0; t0 < T_; t0 += Tc) {
       const int64_t steps = std::min(Tc, T_ - t0), R = steps * N;
       // 1. Projections of the chunk's rows onto this share's units: rows [z(u) | v(u)].
-      (kn.ref ? cpu::ref::gemm_packed<T> : cpu::gemm_packed<T>)(
-          R, x + t0 * N * in, in, false, B, bias ? bp : nullptr, false, kp, 2 * u, 0, B.panels());
+      (kn.ref ? cpu::ref::gemm_packed<T> : cpu::gemm_packed<T>)(R, x + t0 * N * in, in, false, B,
+                                                                bias ? bp : nullptr, false, kp,
+                                                                2 * u, 0, B.panels());
       // 2. Coefficients, 3. the scan of this share's channels from its carry.
       kn.coeffs(c.log_space, 0, R, t0, N, u, len, kp, nullptr, a, b);
       if (c.log_space)
@@ -401,8 +400,7 @@ MinGruOutput forward_impl(const MinGruConfig& c, const std::vector<MinGruLayerWe
     Tensor kl;
     if (split) {
       layer_forward_split<T>(kn, team, c, layer_in.data<T>(), in, weights[l], len, T_, N, h0l,
-                             work.data<T>(), area, Tc,
-                             out.data<T>());
+                             work.data<T>(), area, Tc, out.data<T>());
     } else {
       kl = tape ? Tensor::empty({rows, 2 * H}, dt) : kbuf;
       layer_forward_whole<T>(kn, c, layer_in.data<T>(), in, weights[l], len, T_, N, h0l,
@@ -489,17 +487,18 @@ MinGruGrads backward_impl(const MinGruConfig& c, const std::vector<MinGruLayerWe
       }
     // 2. G_t = e_t + a_{t+1} G_{t+1}: a reverse scan with the next step's decay.
     k.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
-      (k.ref ? cpu::ref::mingru_backward_decay<T> : cpu::mingru_backward_decay<T>)(
-          r0, r1, rows, 0, N, H, len, kl, bias, a_next.data<T>());
+      (k.ref
+           ? cpu::ref::mingru_backward_decay<T>
+           : cpu::mingru_backward_decay<T>)(r0, r1, rows, 0, N, H, len, kl, bias, a_next.data<T>());
     });
     k.scan(a_next.data<T>(), ep, nullptr, G.data<T>(), T_, C, true, k.team_for(rows * H));
     // 3. Chain to the pre-activations, and dh0 = (1 - z_0) G_0 (times g'(h0) in log space).
     const T* h0l = tape.h0[l].defined() ? tape.h0[l].data<T>() : nullptr;
     T* dh0l = dh0.data<T>() + l * C;
     k.for_rows(rows, H, [&](int64_t r0, int64_t r1) {
-      (k.ref ? cpu::ref::mingru_backward<T> : cpu::mingru_backward<T>)(
-          r0, r1, 0, N, H, len, c.log_space, kl, bias, h0l, tape.states[l].data<T>(), G.data<T>(),
-          dk.data<T>(), dh0l);
+      (k.ref ? cpu::ref::mingru_backward<T>
+             : cpu::mingru_backward<T>)(r0, r1, 0, N, H, len, c.log_space, kl, bias, h0l,
+                                        tape.states[l].data<T>(), G.data<T>(), dk.data<T>(), dh0l);
     });
     if (c.log_space && tape.h0_raw.defined()) {
       Tensor h0c = tape.h0_raw.select(0, l).contiguous();
@@ -531,8 +530,8 @@ MinGru::MinGru(const MinGruConfig& config, DType dtype, uint64_t seed)
     : config_(config), dtype_(dtype) {
   config_.validate();
   if (dtype != DType::f32 && dtype != DType::f64)
-    throw Error(fmt::format("mingru: dtype {} is not supported (expected f32 or f64)",
-                            dtype_name(dtype)));
+    throw Error(
+        fmt::format("mingru: dtype {} is not supported (expected f32 or f64)", dtype_name(dtype)));
   std::mt19937_64 rng(seed);
   const int64_t H = config_.hidden_size;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
@@ -578,8 +577,7 @@ MinGru MinGru::from_state_dict(const std::map<std::string, Tensor>& state,
     std::smatch m;
     if (!std::regex_match(key, m, key_re))
       throw Error(fmt::format(
-          "mingru weights: unexpected key '{}' (expected 'weight_l{{k}}' and 'bias_l{{k}}')",
-          key));
+          "mingru weights: unexpected key '{}' (expected 'weight_l{{k}}' and 'bias_l{{k}}')", key));
     if (m[2].length() > 6)
       throw Error(fmt::format("mingru weights: layer index in '{}' is too large", key));
     max_layer = std::max<int64_t>(max_layer, std::stoll(m[2].str()));
@@ -676,8 +674,7 @@ MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput,
   if (t.dtype != dtype_)
     throw Error("mingru backward: the tape was recorded with weights of another dtype");
   if (!doutput.defined() && !dh_n.defined())
-    throw Error(
-        "mingru backward: neither grad_output nor grad_h_n given (expected at least one)");
+    throw Error("mingru backward: neither grad_output nor grad_h_n given (expected at least one)");
   const int64_t H = config_.hidden_size;
   Tensor dout, dhn;
   if (doutput.defined()) {
@@ -687,11 +684,11 @@ MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput,
     if (doutput.device() != Device::cpu())
       throw Error(fmt::format("mingru backward: grad_output is on {}, expected cpu",
                               doutput.device().str()));
-    const Shape expected = t.unbatched            ? Shape{t.T, H}
+    const Shape expected = t.unbatched           ? Shape{t.T, H}
                            : config_.batch_first ? Shape{t.N, t.T, H}
                                                  : Shape{t.T, t.N, H};
     check_shape("mingru backward", "grad_output", doutput, expected);
-    dout = t.unbatched            ? doutput.unsqueeze(1)
+    dout = t.unbatched           ? doutput.unsqueeze(1)
            : config_.batch_first ? doutput.transpose(0, 1)
                                  : doutput;
   }
@@ -700,8 +697,8 @@ MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput,
       throw Error(fmt::format("mingru backward: grad_h_n has dtype {}, expected {}",
                               dtype_name(dh_n.dtype()), dtype_name(dtype_)));
     if (dh_n.device() != Device::cpu())
-      throw Error(fmt::format("mingru backward: grad_h_n is on {}, expected cpu",
-                              dh_n.device().str()));
+      throw Error(
+          fmt::format("mingru backward: grad_h_n is on {}, expected cpu", dh_n.device().str()));
     check_shape("mingru backward", "grad_h_n", dh_n, t.h0_shape);
     dhn = t.unbatched ? dh_n.unsqueeze(1) : dh_n;
   }
@@ -713,7 +710,9 @@ MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput,
 }
 
 namespace ops {
-void set_mingru_chunk_bytes(int64_t bytes) { g_chunk_bytes.store(bytes); }
+void set_mingru_chunk_bytes(int64_t bytes) {
+  g_chunk_bytes.store(bytes);
+}
 }  // namespace ops
 
 }  // namespace grux

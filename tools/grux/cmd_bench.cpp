@@ -357,7 +357,8 @@ CpuTiming time_with_cpu(int reps, const std::function<void()>& fn) {
 void run_bench_mingru(const MinGruBenchArgs& a) {
   GruProblem p = GruProblem::parse(a.descriptor);
   p.dtype = parse_dtype(a.dtype);
-  if (p.D != 1) throw Error(fmt::format("problem {}: minGRU is unidirectional (expected d1)", a.descriptor));
+  if (p.D != 1)
+    throw Error(fmt::format("problem {}: minGRU is unidirectional (expected d1)", a.descriptor));
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
   check_fits_in_memory(p, a.train);
   const int threads = set_threads(a.threads);

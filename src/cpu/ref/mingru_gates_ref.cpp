@@ -41,8 +41,8 @@ T bias_at(const T* b, int64_t i) {
 }  // namespace
 
 template <typename T>
-void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
-                           const T* k, const T* bias, T* a, T* b) {
+void mingru_forward_coeffs(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H,
+                           const int64_t* len, const T* k, const T* bias, T* a, T* b) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
       if (padding(r, t0, N, len)) {
@@ -79,16 +79,17 @@ void mingru_backward_decay(int64_t r0, int64_t r1, int64_t rows, int64_t t0, int
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
       const int64_t rn = r + N;
-      a_next[r * H + j] = rn >= rows             ? T(0)
-                          : padding(rn, t0, N, len) ? T(1)
-                                                : T(1) - sigmoid(k[rn * 2 * H + j] + bias_at(bias, j));
+      a_next[r * H + j] = rn >= rows ? T(0)
+                          : padding(rn, t0, N, len)
+                              ? T(1)
+                              : T(1) - sigmoid(k[rn * 2 * H + j] + bias_at(bias, j));
     }
 }
 
 template <typename T>
 void mingru_backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, const int64_t* len,
-                     bool log_space, const T* k, const T* bias, const T* h0, const T* h,
-                     const T* G, T* dk, T* dh0) {
+                     bool log_space, const T* k, const T* bias, const T* h0, const T* h, const T* G,
+                     T* dk, T* dh0) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t j = 0; j < H; ++j) {
       if (padding(r, t0, N, len)) {
@@ -108,15 +109,16 @@ void mingru_backward(int64_t r0, int64_t r1, int64_t t0, int64_t N, int64_t H, c
     }
 }
 
-#define GRUX_INSTANTIATE(T)                                                                  \
-  template void mingru_forward_coeffs<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
-                                         const T*, const T*, T*, T*);                        \
-  template void mingru_forward_log_coeffs<T>(int64_t, int64_t, int64_t, int64_t, int64_t,             \
-                                             const int64_t*, const T*, const T*, T*, T*);    \
-  template void mingru_backward_decay<T>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,        \
-                                         const int64_t*, const T*, const T*, T*);            \
-  template void mingru_backward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, bool, \
-                                   const T*, const T*, const T*, const T*, const T*, T*, T*);
+#define GRUX_INSTANTIATE(T)                                                                     \
+  template void mingru_forward_coeffs<T>(int64_t, int64_t, int64_t, int64_t, int64_t,           \
+                                         const int64_t*, const T*, const T*, T*, T*);           \
+  template void mingru_forward_log_coeffs<T>(int64_t, int64_t, int64_t, int64_t, int64_t,       \
+                                             const int64_t*, const T*, const T*, T*, T*);       \
+  template void mingru_backward_decay<T>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,  \
+                                         const int64_t*, const T*, const T*, T*);               \
+  template void mingru_backward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
+                                   bool, const T*, const T*, const T*, const T*, const T*, T*,  \
+                                   T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE
