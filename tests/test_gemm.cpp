@@ -87,7 +87,8 @@ TEST(GemmPacked, MatchesReferenceAtTileEdgesF32) {
   std::mt19937_64 rng(1);
   for (int64_t units : {1, 2, 3})
     for (Shape3 s : {Shape3{1, 17, 5}, {2, 200, 33}, {3, 48, 1}, {5, 49, 191}, {6, 96, 192},
-                     {7, 95, 193}, {13, 16, 300}, {97, 100, 64}})
+                     {7, 95, 193}, {8, 48, 144}, {9, 33, 32}, {13, 16, 300}, {15, 47, 2},
+                     {17, 64, 257}, {97, 100, 64}})
       for (bool ta : {false, true})
         check_packed<float>(s, units, ta, (s.M + units) % 2 == 0, s.K % 2 == 1, units == 3, rng);
 }
