@@ -135,7 +135,7 @@ template <typename T>
 void sum_weight_partials(const ConvGeom& g, const T* partials, int64_t chunks, bool transposed,
                          T* dw, int threads) {
   const int64_t WN = g.D * g.Kg(), Kg = g.Kg(), Dg = g.Dg();
-#pragma omp parallel for schedule(static) num_threads(threads) if (WN > 4096 && threads > 1)
+#pragma omp parallel for schedule(static) num_threads(threads) if (WN * chunks > (1 << 20))
   for (int64_t i = 0; i < WN; ++i) {
     // dw index i = (gr * Dg + d) * Kg + r.
     int64_t j = i;
@@ -453,10 +453,16 @@ void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
           for (int64_t q0 = qx0; q0 < qx1; q0 += s.dx_block) {
             const int64_t len = std::min(s.dx_block, qx1 - q0);
             for (int64_t gr = 0; gr < g.G; ++gr) {
+              T* dxg = dx + (n * C + gr * Cg) * HW;
+              // Without padding the wide pixels are dx's own: the GEMM writes it directly.
+              if (!s.padded) {
+                gemm_b_rows<T>(Cg, wt + gr * Cg * s.KX, s.KX, s.KX, len,
+                               dyw0 + gr * Dg * s.chan + q0, offs_dy.data(), dxg + q0, HW);
+                continue;
+              }
               gemm_b_rows<T>(Cg, wt + gr * Cg * s.KX, s.KX, s.KX, len,
                              dyw0 + gr * Dg * s.chan + q0, offs_dy.data(), out, len);
-              unwiden<T>(out, Cg, q0, len, s.Wp, g.PH, g.PW, g.H, g.W, nullptr,
-                         dx + (n * C + gr * Cg) * HW);
+              unwiden<T>(out, Cg, q0, len, s.Wp, g.PH, g.PW, g.H, g.W, nullptr, dxg);
             }
           }
         }
