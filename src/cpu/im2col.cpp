@@ -135,13 +135,13 @@ template <typename T>
 void sum_weight_partials(const ConvGeom& g, const T* partials, int64_t chunks, bool transposed,
                          T* dw, int threads) {
   const int64_t WN = g.D * g.Kg(), Kg = g.Kg(), Dg = g.Dg();
+  // Walk the partials in memory order (j); dw index i = (gr * Dg + d) * Kg + r.
 #pragma omp parallel for schedule(static) num_threads(threads) if (WN * chunks > (1 << 20))
-  for (int64_t i = 0; i < WN; ++i) {
-    // dw index i = (gr * Dg + d) * Kg + r.
-    int64_t j = i;
-    if (transposed) {
-      const int64_t gd = i / Kg, r = i % Kg, gr = gd / Dg, d = gd % Dg;
-      j = (gr * Kg + r) * Dg + d;
+  for (int64_t j = 0; j < WN; ++j) {
+    int64_t i = j;
+    if (transposed) {  // j = (gr * Kg + r) * Dg + d
+      const int64_t grr = j / Dg, d = j % Dg, gr = grr / Kg, r = grr % Kg;
+      i = (gr * Dg + d) * Kg + r;
     }
     T s = partials[j];
     for (int64_t p = 1; p < chunks; ++p) s += partials[p * WN + j];
