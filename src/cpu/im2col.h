@@ -38,14 +38,16 @@ Im2colPlan im2col_plan(const ConvGeom& g, int threads);
 int64_t im2col_workspace_size(const ConvGeom& g, const Im2colPlan& plan, bool backward);
 
 // y (N, D, OH, OW) = x (N, C, H, W) conv w (D, C/G, KH, KW) + b (D); b may be null.
-// Per image n, pixel block B and group: y_n,g[:, B] = w_g (D/G, Kg) * col_n,g[:, B].
+// Per image n, pixel block B and group: y_n,g[:, B] = w_g (D/G, Kg) * col_n,g[:, B] (col read in
+// place from the image when plan.shifted).
 template <typename T>
 void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
                            const Im2colPlan& plan);
 
 // Gradients of sum(y * dy), each overwritten, any may be null:
 //   dw_g (D/G, Kg) = sum over n and blocks B of dy_n,g[:, B] * col_n,g[:, B]^T
-//   dcol_n,g[:, B] = w_g^T * dy_n,g[:, B], then dx_n += col2im(dcol_n[:, B])
+//   dx_n = col2im(w_g^T * dy_n,g) (strided), or the convolution of dy_n with w transposed and
+//     flipped (plan.shifted)
 //   db[d] = sum over n, oh, ow of dy.
 // dw is summed over a fixed partition of the batch (at most kWeightChunks chunks, each
 // summed in order, then the chunks in order): the same bits on any thread count.
