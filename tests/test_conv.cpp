@@ -176,6 +176,15 @@ const RandomCase kRandom[] = {
     // More output pixels than one im2col block (1024 here): blocks end inside an output row.
     {"multi_block",         2, 2,  40, 37, 1, 3, 3, 1,       1,       1,       1,  true},
     {"multi_block_strided", 1, 1,  70, 70, 1, 3, 3, 2,       1,       {1, 2},  1,  false},
+    // Stride 1 runs the GEMMs on shifted views of the image (im2col.cpp): no padding (the image
+    // read in place; the batch's last image copied), batch 1, groups, reduction lengths over
+    // the GEMM's K chunk (Kg 270, D/G*KH*KW 279), D/G around the panels of dy^T (17, 40).
+    {"s1_unpadded_n1",      1, 3,  9,  9,  5, 3, 3, 1,       0,       1,       1,  true},
+    {"s1_unpadded_dil",     3, 4,  10, 23, 9, 3, 2, 1,       0,       {2, 1},  1,  true},
+    {"s1_groups3_asym_pad", 2, 9,  7,  12, 6, 3, 3, 1,       {1, 2},  1,       3,  true},
+    {"s1_long_k",           2, 30, 9,  11, 31, 3, 3, 1,      1,       1,       1,  false},
+    {"s1_dg17_k1x3",        2, 2,  5,  50, 17, 1, 3, 1,      {0, 1},  {1, 3},  1,  true},
+    {"s1_dg40_groups2",     1, 4,  6,  7,  80, 2, 2, 1,      {2, 0},  1,       2,  true},
 };
 // clang-format on
 
@@ -310,6 +319,7 @@ const FdCase kFd[] = {
     {"c2_mixed",      2, 2, 4, 6, 7, 4, 3, 2, {2, 1}, {1, 2}, {1, 2}, 2},
     {"c2_pointwise",  2, 2, 3, 3, 4, 2, 1, 1, 1,      0,      1,      1},
     {"c1_dilated",    1, 2, 2, 1, 9, 4, 1, 3, {1, 2}, {0, 2}, {1, 2}, 2},
+    {"c2_s1_dil_grp", 2, 2, 4, 6, 7, 4, 3, 2, 1,      {1, 2}, {2, 1}, 2},
 };
 // clang-format on
 

@@ -87,7 +87,8 @@ TEST(GemmPacked, MatchesReferenceAtTileEdgesF32) {
   std::mt19937_64 rng(1);
   for (int64_t units : {1, 2, 3})
     for (Shape3 s : {Shape3{1, 17, 5}, {2, 200, 33}, {3, 48, 1}, {5, 49, 191}, {6, 96, 192},
-                     {7, 95, 193}, {13, 16, 300}, {97, 100, 64}})
+                     {7, 95, 193}, {8, 48, 144}, {9, 33, 32}, {13, 16, 300}, {15, 47, 2},
+                     {17, 64, 257}, {97, 100, 64}})
       for (bool ta : {false, true})
         check_packed<float>(s, units, ta, (s.M + units) % 2 == 0, s.K % 2 == 1, units == 3, rng);
 }
@@ -114,6 +115,94 @@ TEST(GemmPacked, ParallelEqualsSerialBitwise) {
   cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, nullptr, false, parallel.data(), N);
   omp_set_num_threads(before);
   EXPECT_EQ(serial, parallel);
+}
+
+// pack_b with each source column contiguous along k (W^T, the transposing path, 4 x 4 tiles in
+// registers): every packed element, at K and N around the tile and the panel, with a column map.
+template <typename T>
+void check_pack_transposed(int64_t K, int64_t N, int64_t units, bool map, std::mt19937_64& rng) {
+  const int64_t panel = units * cpu::kUnit<T>;
+  auto W = random_vec<T>(N * K, rng);  // (N x K): column n of B is row n of W
+  std::vector<int64_t> nmap(N);
+  for (int64_t n = 0; n < N; ++n) nmap[n] = N - 1 - n;
+  std::vector<T> packed(cpu::packed_size<T>(K, N, panel), T(-7));
+  cpu::pack_b<T>(K, N, panel, W.data(), 1, K, nullptr, map ? nmap.data() : nullptr,
+                 packed.data());
+  for (int64_t p = 0; p * panel < N; ++p)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < panel; ++j) {
+        const int64_t n = p * panel + j;
+        const T want = n < N ? W[(map ? nmap[n] : n) * K + k] : T(0);
+        ASSERT_EQ(packed[(p * K + k) * panel + j], want)
+            << "K=" << K << " N=" << N << " panel=" << panel << (map ? " map" : "") << " k=" << k
+            << " n=" << n;
+      }
+}
+
+TEST(PackB, TransposedMatchesLogicalOperand) {
+  std::mt19937_64 rng(5);
+  for (int64_t K : {1, 3, 4, 5, 8, 17})
+    for (int64_t N : {1, 15, 16, 33, 50})
+      for (int64_t units : {1, 2, 3}) {
+        check_pack_transposed<float>(K, N, units, (K + N) % 2 == 0, rng);
+        check_pack_transposed<double>(K, N, units, (K + N) % 2 == 1, rng);
+      }
+}
+
+// gemm_b_rows (B's rows read in place at offsets, unaligned, overlapping) and gemm_a_rows (A's
+// rows read in place, B packed, accumulate) against the reference on the operands written
+// out, at rows around the micro-kernel height, columns around the panel, K around the chunk.
+template <typename T>
+void check_rows(int64_t M, int64_t N, int64_t K, int64_t units, bool accumulate,
+                std::mt19937_64& rng) {
+  const std::string where = "M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                            " K=" + std::to_string(K) + " units=" + std::to_string(units) +
+                            (accumulate ? " accumulate" : "");
+  // Rows start at scattered, overlapping, unaligned places of one source array; gemm_b_rows
+  // may read up to a panel past each row.
+  const int64_t P = 3 * cpu::kUnit<T>;
+  const int64_t span = 3 * (std::max(N, K) + P);
+  auto src = random_vec<T>(span + std::max(N, K) + P, rng);
+  std::vector<int64_t> offs(std::max(M, K));
+  for (size_t i = 0; i < offs.size(); ++i) offs[i] = int64_t(rng() % uint64_t(span));
+  auto A = random_vec<T>(M * K, rng);
+  std::vector<T> logical_b(K * N), logical_a(M * K);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) logical_b[k * N + n] = src[offs[k] + n];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) logical_a[m * K + k] = src[offs[m] + k];
+
+  std::vector<T> C(M * N), R(M * N, T(0));
+  cpu::gemm_b_rows<T>(M, A.data(), K, K, N, src.data(), offs.data(), C.data(), N);
+  cpu::ref::gemm<T>(false, false, M, N, K, T(1), A.data(), K, logical_b.data(), N, T(0), R.data(),
+                    N);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << "gemm_b_rows " << where << " at " << i;
+
+  const int64_t panel = units * cpu::kUnit<T>;
+  auto Bsrc = random_vec<T>(K * N, rng);
+  Tensor packed = Tensor::empty({std::max<int64_t>(1, cpu::packed_size<T>(K, N, panel))},
+                                dtype_of<T>());
+  cpu::pack_b<T>(K, N, panel, Bsrc.data(), N, 1, nullptr, nullptr, packed.data<T>());
+  auto C0 = random_vec<T>(M * N, rng);
+  C = C0;
+  R = accumulate ? C0 : std::vector<T>(M * N, T(0));
+  cpu::gemm_a_rows<T>(M, src.data(), offs.data(), {K, N, panel, packed.data<T>()}, accumulate,
+                      C.data(), N);
+  cpu::ref::gemm<T>(false, false, M, N, K, T(1), logical_a.data(), K, Bsrc.data(), N, T(1),
+                    R.data(), N);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << "gemm_a_rows " << where << " at " << i;
+}
+
+TEST(GemmRows, MatchReferenceAtTileEdges) {
+  std::mt19937_64 rng(6);
+  for (Shape3 s : {Shape3{1, 1, 1}, {2, 47, 5}, {3, 48, 144}, {7, 49, 31}, {8, 96, 257},
+                   {9, 100, 300}, {16, 145, 8}, {17, 33, 64}})
+    for (int64_t units : {1, 2, 3}) {
+      check_rows<float>(s.M, s.N, s.K, units, units != 2, rng);
+      check_rows<double>(s.M, s.N, s.K, units, units == 2, rng);
+    }
 }
 
 TEST(Gemm, BlasMatchesReferenceAllTransposes) {

@@ -43,6 +43,8 @@ inline ::testing::AssertionResult all_close(const std::string& where, const std:
   int64_t first_bad = -1, bad = 0;
   for (int64_t i = 0; i < actual.numel(); ++i) {
     const double a = actual.at_flat(i), e = expected.at_flat(i);
+    // Equal infinities and NaN against NaN match; anything else against NaN does not.
+    if (a == e || (std::isnan(a) && std::isnan(e))) continue;
     const double d = std::abs(a - e);
     if (!(d <= tol.atol + tol.rtol * std::abs(e))) {
       if (first_bad < 0) first_bad = i;
@@ -64,6 +66,13 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937_64& rn
   Tensor t = Tensor::empty(shape, DType::f64);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = nd(rng);
   return t.to(dtype);
+}
+
+// max |t| over all elements (0 for an empty tensor).
+inline double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(t.at_flat(i)));
+  return m;
 }
 
 // The whole content of a file ("" if it cannot be read).

@@ -43,6 +43,21 @@ template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
                  const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1);
 
+// Operands read in place from rows of other arrays (convolution on shifted views of an image:
+// no column matrix, no packing). Same FMA chains as gemm_packed; single-threaded.
+//
+// C (M x N) = A B, op(A) = A (M x K, row stride lda), B(k, n) = b_base[b_offsets[k] + n].
+// B is taken in panels of 3 * kUnit<T> columns, whole: it reads b_base[b_offsets[k] + n] for
+// n up to N rounded up to that panel width (the columns past N are computed and dropped), so
+// the caller keeps that much readable past each row.
+template <typename T>
+void gemm_b_rows(int64_t M, const T* A, int64_t lda, int64_t K, int64_t N, const T* b_base,
+                 const int64_t* b_offsets, T* C, int64_t ldc);
+// C (M x B.N) = A B (+ C when accumulate), A(m, k) = a_base[a_offsets[m] + k] for k < B.K.
+template <typename T>
+void gemm_a_rows(int64_t M, const T* a_base, const int64_t* a_offsets, const PackedB<T>& B,
+                 bool accumulate, T* C, int64_t ldc);
+
 // The whole product, split over the OpenMP threads (row blocks x panels). Same result.
 template <typename T>
 void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "cpu/gemm_packed.h"
 #include "cpu/gemm_tiled.h"
 
 namespace grux::cpu {
@@ -22,15 +24,6 @@ Span valid_span(int64_t off, int64_t S, int64_t W, int64_t OW) {
   const int64_t hi = W - off <= 0 ? 0 : std::min(OW, (W - off + S - 1) / S);
   return {lo, std::max(lo, hi)};
 }
-
-// Images [first, last) of chunk p when N images are split into P near-equal chunks.
-int64_t chunk_begin(int64_t p, int64_t N, int64_t P) {
-  return p * N / P;
-}
-
-}  // namespace
-
-namespace {
 
 // Calls fn(oh, ow0, ow1, q) for the part of output row oh inside pixels [p0, p1): columns
 // [ow0, ow1) of that row, which sit at column q of the block.
@@ -96,35 +89,23 @@ void col2im(const ConvGeom& g, const T* col, int64_t p0, int64_t p1, T* x) {
       }
 }
 
-Im2colPlan im2col_plan(const ConvGeom& g, int threads) {
-  Im2colPlan p;
-  // Measured (bench_conv, 2 shared cores): dealing images to threads beats threading inside
-  // each GEMM by far here (the per-image GEMMs are thin, and every extra parallel region
-  // waits for a core shared with other work), so a batch of one runs on one thread.
-  p.threads = static_cast<int>(std::clamp<int64_t>(g.N, 1, std::max(1, threads)));
-  // Up to 4 MiB of f32 columns per block (L3-resident), 256..4096 pixels: fewer, larger GEMM
-  // calls amortise the BLAS's per-call packing, which dominated with 1 MiB blocks on thin
-  // problems (n8c16h64w64d32k3 forward + backward: 6.4 -> 5.45 ms at 2 threads; the ResNet-like
-  // n8c64h56w56d64k3p1 unchanged at 26.8 ms).
-  const int64_t bytes_per_pixel = g.C * g.KH * g.KW * 4;
-  p.block = std::clamp<int64_t>((int64_t(4) << 20) / bytes_per_pixel / 16 * 16, 256, 4096);
-  if (g.pointwise()) p.block = g.out_pixels();  // no columns: the image is read in place
-  p.block = std::min(p.block, g.out_pixels());
-  return p;
-}
+// ---- Strided convolutions: column blocks and BLAS GEMMs --------------------------------
 
-int64_t im2col_workspace_size(const ConvGeom& g, const Im2colPlan& plan, bool backward) {
-  const int64_t col = g.pointwise() ? 0 : g.C * g.KH * g.KW * plan.block;
-  int64_t n = plan.threads * col;
-  if (backward) n += std::min(g.N, kWeightChunks) * g.D * g.Kg();  // weight-gradient partials
-  return n;
+namespace {
+
+// Output pixels per column block: up to 4 MiB of f32 columns (L3-resident), 256..4096 pixels;
+// fewer, larger GEMM calls amortise the BLAS's per-call packing.
+int64_t blas_block(const ConvGeom& g) {
+  const int64_t bytes_per_pixel = g.C * g.KH * g.KW * 4;
+  const int64_t block = std::clamp<int64_t>((int64_t(4) << 20) / bytes_per_pixel / 16 * 16, 256, 4096);
+  return std::min(block, g.out_pixels());
 }
 
 template <typename T>
-void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
-                           const Im2colPlan& plan) {
+void forward_blas(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
+                  const Im2colPlan& plan) {
   const int64_t C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg(), P = g.out_pixels();
-  const int64_t col_size = g.pointwise() ? 0 : C * g.KH * g.KW * plan.block;
+  const int64_t col_size = C * g.KH * g.KW * plan.block;
   // One image: the bias, then block by block the columns and per group
   // y_n,g[:, B] += w_g * col_g (beta = 1 onto the bias).
   auto image = [&](int64_t n, T* col) {
@@ -133,15 +114,9 @@ void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b
     for (int64_t d = 0; d < D; ++d) std::fill(yn + d * P, yn + (d + 1) * P, b ? b[d] : T(0));
     for (int64_t p0 = 0; p0 < P; p0 += plan.block) {
       const int64_t p1 = std::min(P, p0 + plan.block), pb = p1 - p0;
-      const T* cols = xn + p0;  // pointwise: the image is its own column matrix (ld P)
-      int64_t ld = P;
-      if (!g.pointwise()) {
-        im2col(g, xn, p0, p1, col);
-        cols = col;
-        ld = pb;
-      }
+      im2col(g, xn, p0, p1, col);
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm_tiled<T>(false, false, Dg, pb, Kg, T(1), w + gr * Dg * Kg, Kg, cols + gr * Kg * ld, ld,
+        gemm_tiled<T>(false, false, Dg, pb, Kg, T(1), w + gr * Dg * Kg, Kg, col + gr * Kg * pb, pb,
                       T(1), yn + gr * Dg * P + p0, P, false);
     }
   };
@@ -149,12 +124,37 @@ void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b
   for (int64_t n = 0; n < g.N; ++n) image(n, work + omp_get_thread_num() * col_size);
 }
 
+// Images [first, last) of chunk p when N images are split into P near-equal chunks.
+int64_t chunk_begin(int64_t p, int64_t N, int64_t P) {
+  return p * N / P;
+}
+
+// dw from the chunks' partial sums, always added in chunk order (the same bits on any thread
+// count); partials (chunks, G, Kg, Dg) when transposed (the shifted path), else (chunks, D, Kg).
 template <typename T>
-void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw,
-                            T* db, T* work, const Im2colPlan& plan) {
+void sum_weight_partials(const ConvGeom& g, const T* partials, int64_t chunks, bool transposed,
+                         T* dw, int threads) {
+  const int64_t WN = g.D * g.Kg(), Kg = g.Kg(), Dg = g.Dg();
+  // Walk the partials in memory order (j); dw index i = (gr * Dg + d) * Kg + r.
+#pragma omp parallel for schedule(static) num_threads(threads) if (WN * chunks > (1 << 20))
+  for (int64_t j = 0; j < WN; ++j) {
+    int64_t i = j;
+    if (transposed) {  // j = (gr * Kg + r) * Dg + d
+      const int64_t grr = j / Dg, d = j % Dg, gr = grr / Kg, r = grr % Kg;
+      i = (gr * Dg + d) * Kg + r;
+    }
+    T s = partials[j];
+    for (int64_t p = 1; p < chunks; ++p) s += partials[p * WN + j];
+    dw[i] = s;
+  }
+}
+
+template <typename T>
+void backward_blas(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
+                   T* work, const Im2colPlan& plan) {
   const int64_t N = g.N, C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg();
   const int64_t P = g.out_pixels(), HW = g.in_pixels();
-  const int64_t col_size = g.pointwise() ? 0 : C * g.KH * g.KW * plan.block;
+  const int64_t col_size = C * g.KH * g.KW * plan.block;
   const int64_t chunks = std::min(N, kWeightChunks);
   T* partials = work + plan.threads * col_size;  // (chunks, D, Kg)
 
@@ -165,30 +165,21 @@ void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T*
     const T* xn = x + n * C * HW;
     const T* dyn = dy + n * D * P;
     T* dxn = dx ? dx + n * C * HW : nullptr;
-    if (dxn && !g.pointwise()) std::fill(dxn, dxn + C * HW, T(0));
+    if (dxn) std::fill(dxn, dxn + C * HW, T(0));
     for (int64_t p0 = 0; p0 < P; p0 += plan.block) {
       const int64_t p1 = std::min(P, p0 + plan.block), pb = p1 - p0;
       if (dw) {
-        const T* cols = xn + p0;
-        int64_t ld = P;
-        if (!g.pointwise()) {
-          im2col(g, xn, p0, p1, col);
-          cols = col;
-          ld = pb;
-        }
+        im2col(g, xn, p0, p1, col);
         const T beta = first_in_chunk && p0 == 0 ? T(0) : T(1);
         for (int64_t gr = 0; gr < G; ++gr)
           gemm_tiled<T>(false, true, Dg, Kg, pb, T(1), dyn + gr * Dg * P + p0, P,
-                        cols + gr * Kg * ld, ld, beta, part + gr * Dg * Kg, Kg, false);
+                        col + gr * Kg * pb, pb, beta, part + gr * Dg * Kg, Kg, false);
       }
       if (dxn) {
-        // Pointwise: dx_n is dcol_n itself, written directly by the GEMM.
-        T* dcol = g.pointwise() ? dxn + p0 : col;
-        const int64_t ld = g.pointwise() ? P : pb;
         for (int64_t gr = 0; gr < G; ++gr)
           gemm_tiled<T>(true, false, Kg, pb, Dg, T(1), w + gr * Dg * Kg, Kg, dyn + gr * Dg * P + p0,
-                        P, T(0), dcol + gr * Kg * ld, ld, false);
-        if (!g.pointwise()) col2im(g, dcol, p0, p1, dxn);
+                        P, T(0), col + gr * Kg * pb, pb, false);
+        col2im(g, col, p0, p1, dxn);
       }
     }
   };
@@ -200,16 +191,7 @@ void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T*
     for (int64_t n = n0; n < n1; ++n) image(n, n == n0, partials + p * D * Kg, col);
   }
 
-  if (dw) {
-    // The chunks' partial sums, always added in chunk order (same result on any thread count).
-    const int64_t WN = D * Kg;
-#pragma omp parallel for schedule(static) num_threads(plan.threads) if (WN > 4096)
-    for (int64_t i = 0; i < WN; ++i) {
-      T s = partials[i];
-      for (int64_t p = 1; p < chunks; ++p) s += partials[p * WN + i];
-      dw[i] = s;
-    }
-  }
+  if (dw) sum_weight_partials(g, partials, chunks, false, dw, plan.threads);
   if (db) {
 #pragma omp parallel for schedule(static) num_threads(plan.threads) if (N * D * P > 65536)
     for (int64_t d = 0; d < D; ++d) {
@@ -221,6 +203,326 @@ void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T*
       db[d] = s;
     }
   }
+}
+
+}  // namespace
+
+// ---- Stride 1: GEMMs on shifted views of the image ---------------------------------------
+//
+// With stride 1, output pixel (oh, ow) reads xp[c, oh + kh*DH, ow + kw*DW] of the zero-padded
+// image xp (C, Hp, Wp). Number the output pixels "wide", q = oh*Wp + ow with ow in [0, Wp):
+// the columns ow >= OW are junk, computed and dropped. Then row (c, kh, kw) of the column
+// matrix is xp_c itself shifted by kh*DH*Wp + kw*DW: a contiguous run, which grux's packed
+// GEMM reads in place (gemm_b_rows). No column matrix is written.
+//
+// grad_input is a stride-1 convolution too: dxp[c, q] = sum over (d, kh, kw) of
+// w[d, c, kh, kw] * dyw[d, q - kh*DH*Wp - kw*DW], where dyw is dy in the same wide numbering
+// with zero junk columns and (KH-1)*DH zero rows above and below: the same GEMM with the
+// filters transposed to (C/G, D/G*KH*KW); no col2im. grad_weight^T (Kg, D/G) += col (Kg,
+// pixels) * dyw^T (pixels, D/G), col's rows read in place from xp (gemm_a_rows); the zero
+// junk columns of dyw make the junk pixels add nothing.
+
+namespace {
+
+// Everything the shifted path derives from the geometry: sizes of the wide views, blocks
+// and the per-thread workspace (elements, each piece a multiple of 64 bytes).
+struct Shifted {
+  int64_t Hp, Wp, HWp;  // padded image
+  int64_t Q;            // wide output pixels: (OH-1)*Wp + OW
+  int64_t eh;           // zero rows of dyw above and below dy: (KH-1)*DH
+  int64_t margin;       // zeros before dyw's first channel (reads reach (KW-1)*DW before it)
+  int64_t chan;         // channel stride of dyw: (OH + 2 eh) * Wp
+  int64_t panel;        // gemm_b_rows's panel: it reads up to panel - 1 elements past a run
+  int64_t dpanel;       // packed panel width of dyw^T's D/G columns
+  int64_t KX;           // rows of the grad_input GEMM: D/G*KH*KW
+  int64_t fwd_block, dx_block, dw_block;  // wide pixels per GEMM call
+  bool padded;
+  // Per-thread workspace pieces.
+  int64_t xp, out, dyw, dyt, per_thread_fwd, per_thread_bwd;
+};
+
+int64_t round16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+template <typename T>
+Shifted shifted_layout(const ConvGeom& g) {
+  Shifted s{};
+  s.Hp = g.H + 2 * g.PH, s.Wp = g.W + 2 * g.PW, s.HWp = s.Hp * s.Wp;
+  s.Q = (g.OH - 1) * s.Wp + g.OW;
+  s.eh = (g.KH - 1) * g.DH;
+  s.margin = round16((g.KW - 1) * g.DW);
+  s.chan = (g.OH + 2 * s.eh) * s.Wp;
+  s.panel = 3 * kUnit<T>;
+  // The widest panel (of 1..3 units) that pads D/G least.
+  const int64_t Dg = g.Dg();
+  s.dpanel = kUnit<T>;
+  for (int64_t u = 3; u >= 1; --u)
+    if ((Dg + u * kUnit<T> - 1) / (u * kUnit<T>) * u <= (Dg + kUnit<T> - 1) / kUnit<T>) {
+      s.dpanel = u * kUnit<T>;
+      break;
+    }
+  s.KX = Dg * g.KH * g.KW;
+  // Output blocks (rows x pixels) of up to 64 KiB, 1..16 panels: they stay in L1/L2 until
+  // copied out.
+  auto block = [&](int64_t rows) {
+    const int64_t b = (int64_t(64) << 10) / (rows * int64_t(sizeof(T))) / s.panel * s.panel;
+    return std::clamp<int64_t>(b, s.panel, 16 * s.panel);
+  };
+  s.fwd_block = block(Dg);
+  s.dx_block = block(g.Cg());
+  // The weight gradient's GEMM reduces over the block's pixels: its B (pixels x D/G, packed)
+  // up to 128 KiB, 256..1024 pixels.
+  s.dw_block = std::clamp<int64_t>((int64_t(128) << 10) / (round16(Dg) * int64_t(sizeof(T))) / 16 * 16,
+                                   256, 1024);
+  s.padded = g.PH > 0 || g.PW > 0;
+  s.xp = round16(g.C * s.HWp + s.panel);
+  s.out = round16(std::max(Dg * s.fwd_block, g.Cg() * s.dx_block));
+  s.dyw = round16(s.margin + g.D * s.chan + s.panel);
+  s.dyt = round16(packed_size<T>(s.dw_block, Dg, s.dpanel));
+  s.per_thread_fwd = s.xp + s.out;
+  s.per_thread_bwd = s.xp + s.out + s.dyw + s.dyt;
+  return s;
+}
+
+// Zeroes xp's border and the slack past its end that gemm_b_rows reads (once per thread).
+template <typename T>
+void clear_padded_image(const ConvGeom& g, const Shifted& s, T* xp) {
+  std::fill(s.padded ? xp : xp + g.C * s.HWp, xp + s.xp, T(0));
+}
+
+// The image as the GEMMs read it, (C, Hp, Wp): x_n itself where it has no padding and the
+// GEMM may read past its end (`overread`: gemm_b_rows reads up to a panel past its last
+// row, which is still inside the batch except after the last image), else x_n copied into
+// the interior of xp.
+template <typename T>
+const T* padded_image(const ConvGeom& g, const Shifted& s, const T* x, int64_t n, bool overread,
+                      T* xp) {
+  const T* xn = x + n * g.C * g.in_pixels();
+  if (!s.padded && (!overread || n + 1 < g.N)) return xn;
+  if (!s.padded) {
+    std::memcpy(xp, xn, g.C * s.HWp * sizeof(T));
+    return xp;
+  }
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t h = 0; h < g.H; ++h)
+      std::memcpy(xp + c * s.HWp + (h + g.PH) * s.Wp + g.PW, xn + (c * g.H + h) * g.W,
+                  g.W * sizeof(T));
+  return xp;
+}
+
+// dst[r, i, j] = src[r, q - q0] (+ bias[r]) for the dense pixels (i, j) < (rows, cols) whose
+// wide pixel q = (i + i0)*Wp + j + j0 lies in [q0, q0 + n): a block of GEMM output (R rows,
+// row stride n) back to the dense layout (channel stride rows*cols).
+template <typename T>
+void unwiden(const T* src, int64_t R, int64_t q0, int64_t n, int64_t Wp, int64_t i0, int64_t j0,
+             int64_t rows, int64_t cols, const T* bias, T* dst) {
+  const int64_t ia = std::max<int64_t>(0, q0 / Wp - i0);
+  const int64_t ib = std::min(rows, (q0 + n - 1) / Wp - i0 + 1);
+  for (int64_t r = 0; r < R; ++r) {
+    const T* s = src + r * n;
+    T* d = dst + r * rows * cols;
+    const T add = bias ? bias[r] : T(0);
+    for (int64_t i = ia; i < ib; ++i) {
+      const int64_t base = (i + i0) * Wp + j0 - q0;  // s[base + j] is pixel (i, j)
+      const int64_t ja = std::max<int64_t>(0, -base), jb = std::min(cols, n - base);
+      T* di = d + i * cols;
+      if (bias)
+        for (int64_t j = ja; j < jb; ++j) di[j] = s[base + j] + add;
+      else if (jb > ja)
+        std::memcpy(di + ja, s + base + ja, (jb - ja) * sizeof(T));
+    }
+  }
+}
+
+// Row starts of a group's column matrix in xp (rows (c, kh, kw)), relative to the pixel.
+std::vector<int64_t> column_offsets(const ConvGeom& g, const Shifted& s) {
+  std::vector<int64_t> offs(g.Kg());
+  for (int64_t c = 0; c < g.Cg(); ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw)
+        offs[(c * g.KH + kh) * g.KW + kw] = c * s.HWp + kh * g.DH * s.Wp + kw * g.DW;
+  return offs;
+}
+
+template <typename T>
+void forward_shifted(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
+                     const Im2colPlan& plan) {
+  const Shifted s = shifted_layout<T>(g);
+  const int64_t Cg = g.Cg(), Dg = g.Dg(), Kg = g.Kg(), P = g.out_pixels();
+  const std::vector<int64_t> offs = column_offsets(g, s);
+#pragma omp parallel num_threads(plan.threads) if (plan.threads > 1)
+  {
+    T* xp = work + omp_get_thread_num() * s.per_thread_fwd;
+    T* out = xp + s.xp;
+    clear_padded_image(g, s, xp);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* xs = padded_image(g, s, x, n, true, xp);
+      for (int64_t q0 = 0; q0 < s.Q; q0 += s.fwd_block) {
+        const int64_t len = std::min(s.fwd_block, s.Q - q0);
+        for (int64_t gr = 0; gr < g.G; ++gr) {
+          gemm_b_rows<T>(Dg, w + gr * Dg * Kg, Kg, Kg, len, xs + gr * Cg * s.HWp + q0,
+                         offs.data(), out, len);
+          unwiden(out, Dg, q0, len, s.Wp, 0, 0, g.OH, g.OW, b ? b + gr * Dg : nullptr,
+                  y + (n * g.D + gr * Dg) * P);
+        }
+      }
+    }
+  }
+}
+
+// sum of row[0, n) in a fixed order that vectorizes (16 running sums, then added in order).
+template <typename T>
+T row_sum(const T* row, int64_t n) {
+  T acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += row[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += row[i];
+  T sum = 0;
+  for (int j = 0; j < 16; ++j) sum += acc[j];
+  return sum;
+}
+
+template <typename T>
+void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw,
+                      T* db, T* work, const Im2colPlan& plan) {
+  const Shifted s = shifted_layout<T>(g);
+  const int64_t N = g.N, C = g.C, D = g.D, Cg = g.Cg(), Dg = g.Dg(), Kg = g.Kg();
+  const int64_t P = g.out_pixels(), HW = g.in_pixels(), KHW = g.KH * g.KW;
+  const int64_t chunks = std::min(N, kWeightChunks);
+  // Shared workspace after the threads' pieces: the transposed filters, then the partials.
+  T* wt = work + plan.threads * s.per_thread_bwd;  // (G, Cg, Dg*KH*KW)
+  T* partials = wt + round16(D * Kg);              // (chunks, G, Kg, Dg)
+  T* db_partials = partials + chunks * D * Kg;     // (chunks, D)
+  for (int64_t gr = 0; gr < g.G; ++gr)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t d = 0; d < Dg; ++d)
+        for (int64_t k = 0; k < KHW; ++k)
+          wt[(gr * Cg + c) * s.KX + d * KHW + k] = w[((gr * Dg + d) * Cg + c) * KHW + k];
+  const std::vector<int64_t> offs_x = column_offsets(g, s);
+  // Row (d, kh, kw) of grad_input's B: dyw_d shifted back by the tap.
+  std::vector<int64_t> offs_dy(s.KX);
+  for (int64_t d = 0; d < Dg; ++d)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw)
+        offs_dy[(d * g.KH + kh) * g.KW + kw] = d * s.chan - kh * g.DH * s.Wp - kw * g.DW;
+  // grad_input's wide pixels: the image's interior rows in xp's numbering.
+  const int64_t qx0 = g.PH * s.Wp + g.PW, qx1 = (g.PH + g.H - 1) * s.Wp + g.PW + g.W;
+
+#pragma omp parallel num_threads(plan.threads) if (plan.threads > 1)
+  {
+    T* xp = work + omp_get_thread_num() * s.per_thread_bwd;
+    T *out = xp + s.xp, *dyw = out + s.out, *dyt = dyw + s.dyw;
+    T* dyw0 = dyw + s.margin + s.eh * s.Wp;  // where dy[0, 0, 0] goes
+    // Zero borders, junk columns and slack once; each image overwrites only the interiors.
+    if (dw) clear_padded_image(g, s, xp);
+    std::fill(dyw, dyw + s.dyw, T(0));
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < chunks; ++p) {
+      const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
+      T* part = partials + p * D * Kg;
+      T* dbp = db_partials + p * D;
+      for (int64_t n = n0; n < n1; ++n) {
+        // 1. dy_n into dyw, its sums into the chunk's db.
+        const T* dyn = dy + n * D * P;
+        for (int64_t d = 0; d < D; ++d) {
+          for (int64_t oh = 0; oh < g.OH; ++oh)
+            std::memcpy(dyw0 + d * s.chan + oh * s.Wp, dyn + (d * g.OH + oh) * g.OW,
+                        g.OW * sizeof(T));
+          if (db) dbp[d] = (n == n0 ? T(0) : dbp[d]) + row_sum(dyn + d * P, P);
+        }
+        // 2. dw^T_g += col_g * dyw_g^T, block by block.
+        if (dw) {
+          const T* xs = padded_image(g, s, x, n, false, xp);
+          for (int64_t q0 = 0; q0 < s.Q; q0 += s.dw_block) {
+            const int64_t len = std::min(s.dw_block, s.Q - q0);
+            const bool accumulate = !(n == n0 && q0 == 0);
+            for (int64_t gr = 0; gr < g.G; ++gr) {
+              pack_b<T>(len, Dg, s.dpanel, dyw0 + gr * Dg * s.chan + q0, 1, s.chan, nullptr,
+                        nullptr, dyt);
+              gemm_a_rows<T>(Kg, xs + gr * Cg * s.HWp + q0, offs_x.data(),
+                             PackedB<T>{len, Dg, s.dpanel, dyt}, accumulate, part + gr * Kg * Dg,
+                             Dg);
+            }
+          }
+        }
+        // 3. dx_n: the transposed, flipped filters over dyw.
+        if (dx) {
+          for (int64_t q0 = qx0; q0 < qx1; q0 += s.dx_block) {
+            const int64_t len = std::min(s.dx_block, qx1 - q0);
+            for (int64_t gr = 0; gr < g.G; ++gr) {
+              T* dxg = dx + (n * C + gr * Cg) * HW;
+              // Without padding the wide pixels are dx's own: the GEMM writes it directly.
+              if (!s.padded) {
+                gemm_b_rows<T>(Cg, wt + gr * Cg * s.KX, s.KX, s.KX, len,
+                               dyw0 + gr * Dg * s.chan + q0, offs_dy.data(), dxg + q0, HW);
+                continue;
+              }
+              gemm_b_rows<T>(Cg, wt + gr * Cg * s.KX, s.KX, s.KX, len,
+                             dyw0 + gr * Dg * s.chan + q0, offs_dy.data(), out, len);
+              unwiden<T>(out, Cg, q0, len, s.Wp, g.PH, g.PW, g.H, g.W, nullptr, dxg);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (dw) sum_weight_partials(g, partials, chunks, true, dw, plan.threads);
+  if (db)
+    for (int64_t d = 0; d < D; ++d) {
+      T sum = db_partials[d];
+      for (int64_t p = 1; p < chunks; ++p) sum += db_partials[p * D + d];
+      db[d] = sum;
+    }
+}
+
+}  // namespace
+
+// ---- Plan and entry points -----------------------------------------------------------------
+
+Im2colPlan im2col_plan(const ConvGeom& g, int threads) {
+  Im2colPlan p;
+  // Measured (bench_conv, 2 shared cores): dealing images to threads beats threading inside
+  // each GEMM by far here (the per-image GEMMs are thin, and every extra parallel region
+  // waits for a core shared with other work), so a batch of one runs on one thread.
+  p.threads = static_cast<int>(std::clamp<int64_t>(g.N, 1, std::max(1, threads)));
+  p.shifted = g.SH == 1 && g.SW == 1;
+  p.block = p.shifted ? 0 : blas_block(g);
+  return p;
+}
+
+int64_t im2col_workspace_size(const ConvGeom& g, const Im2colPlan& plan, bool backward) {
+  const int64_t chunks = std::min(g.N, kWeightChunks);
+  if (plan.shifted) {
+    // Both dtypes' layouts are sized in elements; take the larger (f32's panels are wider).
+    const Shifted s = shifted_layout<float>(g), s64 = shifted_layout<double>(g);
+    if (!backward) return plan.threads * std::max(s.per_thread_fwd, s64.per_thread_fwd);
+    return plan.threads * std::max(s.per_thread_bwd, s64.per_thread_bwd) + round16(g.D * g.Kg()) +
+           chunks * g.D * g.Kg() + chunks * g.D;
+  }
+  int64_t n = plan.threads * g.C * g.KH * g.KW * plan.block;
+  if (backward) n += chunks * g.D * g.Kg();  // weight-gradient partials
+  return n;
+}
+
+template <typename T>
+void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
+                           const Im2colPlan& plan) {
+  if (plan.shifted)
+    forward_shifted(g, x, w, b, y, work, plan);
+  else
+    forward_blas(g, x, w, b, y, work, plan);
+}
+
+template <typename T>
+void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw,
+                            T* db, T* work, const Im2colPlan& plan) {
+  if (plan.shifted)
+    backward_shifted(g, dy, x, w, dx, dw, db, work, plan);
+  else
+    backward_blas(g, dy, x, w, dx, dw, db, work, plan);
 }
 
 #define GRUX_INSTANTIATE(T)                                                                      \

@@ -1,11 +1,13 @@
-// `grux bench`: times GRU problems (inference, training, streaming cell), conv2d problems and
-// large GEMMs, after checking the optimized result against the reference kernels; one JSON
-// line each, with the cost model's roofline bound (and, with --predict, its prediction).
+// `grux bench`: times GRU problems (inference, training, streaming cell), minGRU problems
+// against the GRU of the same size, conv2d problems and large GEMMs, after checking the
+// optimized result against the reference kernels; one JSON line each, with the cost model's
+// roofline bound for GRU problems (and, with --predict, its prediction).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <random>
@@ -17,6 +19,7 @@
 #include "grux/cost.h"
 #include "grux/gru.h"
 #include "grux/io.h"
+#include "grux/mingru.h"
 #include "grux/runtime.h"
 
 namespace grux::cli {
@@ -251,6 +254,118 @@ void run_bench_gru(const BenchArgs& a) {
       100 * bound.ms / t.median_ms, bound.read_gbps, predicted);
 }
 
+// ---- minGRU --------------------------------------------------------------------------------
+
+struct MinGruBenchArgs {
+  std::string descriptor, dtype = "f32";
+  bool train = false, log_space = false;
+  bool inject_mismatch = false;  // testing only
+  int threads = 0, reps = 10;
+};
+
+// Wall time (median, minimum) and the median process CPU time (all threads) of `reps` runs
+// after a warm-up. On a shared machine the CPU time shows the work done whatever the share
+// of the cores the run was given.
+struct CpuTiming {
+  double median_ms, min_ms, cpu_median_ms;
+};
+CpuTiming time_with_cpu(int reps, const std::function<void()>& fn) {
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  };
+  fn();
+  std::vector<double> wall, cpu;
+  for (int i = 0; i < reps; ++i) {
+    const double c0 = cpu_now();
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    wall.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    cpu.push_back(cpu_now() - c0);
+  }
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], wall.front(), cpu[cpu.size() / 2]};
+}
+
+// A minGRU problem of the GRU's size (l{L}t{T}n{N}i{I}h{H}), timed with grux's GRU layer of
+// the same size in the same process. Checked first on the first Ts = min(T, 32) steps against
+// the reference kernels; the full run's first Ts output steps must then match that small run
+// (outputs at t < Ts do not depend on later inputs), so the full-size path is checked too.
+void run_bench_mingru(const MinGruBenchArgs& a) {
+  GruProblem p = GruProblem::parse(a.descriptor);
+  p.dtype = parse_dtype(a.dtype);
+  if (p.D != 1)
+    throw Error(fmt::format("problem {}: minGRU is unidirectional (expected d1)", a.descriptor));
+  if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
+  check_fits_in_memory(p, a.train);
+  const int threads = set_threads(a.threads);
+  MinGruConfig cfg;
+  cfg.input_size = p.I;
+  cfg.hidden_size = p.H;
+  cfg.num_layers = p.L;
+  cfg.bias = p.bias;
+  cfg.log_space = a.log_space;
+  const MinGru m(cfg, p.dtype, 1);
+  std::mt19937_64 rng(2);
+  const Tensor x = uniform({p.T, p.N, p.I}, p.dtype, rng);
+  const Tensor dy = a.train ? uniform({p.T, p.N, p.H}, p.dtype, rng) : Tensor();
+  auto run = [&](const Tensor& xs, const Tensor& dys) {
+    if (!a.train) {
+      MinGruOutput y = m.forward(xs);
+      return std::vector<Tensor>{y.output, y.h_n};
+    }
+    MinGruTape tape;
+    MinGruOutput y = m.forward_train(xs, {}, {}, tape);
+    MinGruGrads g = m.backward(tape, dys, {});
+    std::vector<Tensor> out{y.output, y.h_n, g.dinput};
+    for (const auto& [k, v] : g.state_dict(cfg)) out.push_back(v);
+    return out;
+  };
+  // 1. Check.
+  const int64_t Ts = std::min<int64_t>(p.T, 32);
+  const Tensor xs = x.slice(0, 0, Ts), dys = a.train ? dy.slice(0, 0, Ts) : Tensor();
+  std::vector<Tensor> got = run(xs, dys);
+  std::vector<Tensor> full = run(x, dy);
+  if (a.inject_mismatch) {
+    full[0] = full[0].clone();
+    full[0].reshape({-1}).set({0}, full[0].at_flat(0) + 0.5);
+  }
+  set_reference_kernels(true);
+  const std::vector<Tensor> want = run(xs, dys);
+  set_reference_kernels(false);
+  const std::string name = p.descriptor() + (a.log_space ? "_log" : "");
+  check_against_reference(name + " (first steps)", got, want);
+  check_against_reference(name + " (full run, first steps)", {full[0].slice(0, 0, Ts)}, {got[0]});
+  full.clear();
+  // 2. Time the minGRU, then the GRU of the same size.
+  const CpuTiming t = time_with_cpu(a.reps, [&] { run(x, dy); });
+  Gru gru(p.config(), p.dtype, 1);
+  const CpuTiming tg = time_with_cpu(a.reps, [&] {
+    if (!a.train) {
+      gru.forward(x);
+      return;
+    }
+    GruTape tape;
+    GruOutput y = gru.forward_train(x, {}, {}, tape);
+    gru.backward(tape, dy, {});
+  });
+  double flops = 0;  // 2 * rows * 2H * in per layer, x3 with backward
+  for (int64_t l = 0; l < p.L; ++l)
+    flops += 2.0 * p.T * p.N * 2 * p.H * (l == 0 ? p.I : p.H) * (a.train ? 3 : 1);
+  fmt::print(
+      "{{\"op\":\"mingru\",\"problem\":\"{}\",\"mode\":\"{}\",\"log_space\":{},"
+      "\"threads\":{},\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},"
+      "\"cpu_ms\":{:.4f},\"gflops\":{:.2f},\"gru_median_ms\":{:.4f},\"gru_min_ms\":{:.4f},"
+      "\"gru_cpu_ms\":{:.4f},\"speedup_vs_gru\":{:.2f},\"speedup_vs_gru_cpu\":{:.2f},"
+      "\"checked\":true}}\n",
+      p.descriptor(), a.train ? "train" : "forward", a.log_space, threads, dtype_name(p.dtype),
+      a.reps, t.median_ms, t.min_ms, t.cpu_median_ms, flops / (t.median_ms * 1e6), tg.median_ms,
+      tg.min_ms, tg.cpu_median_ms, tg.median_ms / t.median_ms, tg.cpu_median_ms / t.cpu_median_ms);
+}
+
 void run_bench_gemm(const BenchArgs& a) {
   const DType dtype = parse_dtype(a.dtype);
   const int threads = set_threads(a.threads);
@@ -345,7 +460,7 @@ Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU problems, conv2d problems and GEMMs; one JSON line per problem (results are "
+      "Time GRU, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem (results are "
       "checked against the reference kernels first; a wrong result exits with code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
@@ -369,6 +484,24 @@ Action add_bench_command(CLI::App& app) {
               "predicted_bound) from the calibrated profile (grux calibrate)");
   g->add_option("--profile", a->profile, "profile for --predict (default: grux calibrate's)");
   g->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
+  auto ma = std::make_shared<MinGruBenchArgs>();
+  CLI::App* mg = c->add_subcommand(
+      "mingru",
+      "Time a minGRU stack (Feng et al. 2024) of a GRU problem's size and, in the same process, "
+      "grux's GRU layer of that size. DESCRIPTOR is the GRU's l{L}t{T}n{N}i{I}h{H} (d1 only), "
+      "e.g. l1t4096n8i256h256. Default mode: forward. gflops counts the minGRU's GEMM flops "
+      "(2*N*T*2H*in per layer, x3 for --train); speedup_vs_gru = gru_median_ms / median_ms; "
+      "cpu_ms / gru_cpu_ms are median process CPU times (all threads) and speedup_vs_gru_cpu "
+      "their ratio, steadier than wall times on a shared machine. "
+      "First min(T, 32) steps are checked against the reference kernels, and the full run's "
+      "first steps against that run; a wrong result exits with code 3 and prints no time.");
+  mg->add_option("DESCRIPTOR", ma->descriptor, "problem, e.g. l1t4096n8i256h256")->required();
+  mg->add_flag("--train", ma->train, "time forward + backward");
+  mg->add_flag("--log-space", ma->log_space, "the log-space variant");
+  mg->add_option("--threads", ma->threads, "threads (default: all cores)");
+  mg->add_option("--reps", ma->reps, "timed runs after one warm-up")->capture_default_str();
+  mg->add_option("--dtype", ma->dtype, "f32 or f64")->capture_default_str();
+  mg->add_flag("--inject-mismatch", ma->inject_mismatch)->group("");  // hidden: for tests
   CLI::App* m = c->add_subcommand(
       "gemm",
       "Large square GEMM rates of the BLAS in use and of grux's packed GEMM; gflops "
@@ -399,9 +532,13 @@ Action add_bench_command(CLI::App& app) {
   // Hidden, for tests: perturb the result; lower the full-check limit.
   cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");
   cv->add_option("--full-check-flops", ca->full_check_flops)->group("");
-  return [a, g, cv, ca] {
+  auto scan = add_bench_scan_command(c);
+  return [a, g, cv, ca, mg, ma, scan] {
+    if (scan()) return;
     if (cv->parsed())
       run_bench_conv2d(*ca);
+    else if (mg->parsed())
+      run_bench_mingru(*ma);
     else if (g->parsed())
       run_bench_gru(*a);
     else

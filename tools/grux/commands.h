@@ -42,5 +42,9 @@ Action add_generate_command(CLI::App& app);
 Action add_model_command(CLI::App& app);
 Action add_cost_command(CLI::App& app);
 Action add_calibrate_command(CLI::App& app);
+Action add_scan_command(CLI::App& app);
+// Registers `bench scan` on the bench command; the returned call runs it if it was chosen
+// (and says whether it was).
+std::function<bool()> add_bench_scan_command(CLI::App* bench);
 
 }  // namespace grux::cli

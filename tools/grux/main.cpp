@@ -9,7 +9,7 @@
 #include "grux/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"grux: fast, exact recurrent-sequence operators (GRU) on the CPU, and a GRU language model trainer"};
+  CLI::App app{"grux: fast, exact recurrent-sequence operators (GRU, parallel scans, convolution) on the CPU, and a GRU language model trainer"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "grux 0.1.0");
   std::map<CLI::App*, grux::cli::Action> actions;
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   add(grux::cli::add_model_command);
   add(grux::cli::add_cost_command);
   add(grux::cli::add_calibrate_command);
+  add(grux::cli::add_scan_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
