@@ -285,10 +285,27 @@ Shifted shifted_layout(const ConvGeom& g) {
   return s;
 }
 
+// Zeroes what surrounds the interiors of `planes` planes (stride apart, rows of Wp): all but
+// columns [c0, c0 + cols) of rows [r0, r0 + rows) of each, which the images overwrite.
+template <typename T>
+void clear_frame(T* p, int64_t planes, int64_t stride, int64_t Wp, int64_t r0, int64_t rows,
+                 int64_t c0, int64_t cols) {
+  for (int64_t c = 0; c < planes; ++c) {
+    T* plane = p + c * stride;
+    int64_t from = 0;  // the next element not yet zeroed or covered
+    for (int64_t i = r0; i < r0 + rows; ++i) {
+      std::fill(plane + from, plane + i * Wp + c0, T(0));
+      from = i * Wp + c0 + cols;
+    }
+    std::fill(plane + from, plane + stride, T(0));
+  }
+}
+
 // Zeroes xp's border and the slack past its end that gemm_b_rows reads (once per thread).
 template <typename T>
 void clear_padded_image(const ConvGeom& g, const Shifted& s, T* xp) {
-  std::fill(s.padded ? xp : xp + g.C * s.HWp, xp + s.xp, T(0));
+  if (s.padded) clear_frame(xp, g.C, s.HWp, s.Wp, g.PH, g.H, g.PW, g.W);
+  std::fill(xp + g.C * s.HWp, xp + s.xp, T(0));
 }
 
 // The image as the GEMMs read it, (C, Hp, Wp): x_n itself where it has no padding and the
@@ -418,7 +435,9 @@ void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
     T* dyw0 = dyw + s.margin + s.eh * s.Wp;  // where dy[0, 0, 0] goes
     // Zero borders, junk columns and slack once; each image overwrites only the interiors.
     if (dw) clear_padded_image(g, s, xp);
-    std::fill(dyw, dyw + s.dyw, T(0));
+    std::fill(dyw, dyw + s.margin, T(0));
+    clear_frame(dyw + s.margin, D, s.chan, s.Wp, s.eh, g.OH, int64_t(0), g.OW);
+    std::fill(dyw + s.margin + D * s.chan, dyw + s.dyw, T(0));
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < chunks; ++p) {
       const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
