@@ -95,6 +95,17 @@ CostReport gru_cost(const GruProblem& p) {
   const wide R = p.rows(), H = p.H, N = p.N, TN = wide(p.T) * p.N;
   const int64_t S = p.lengths.empty() ? p.T : *std::max_element(p.lengths.begin(), p.lengths.end());
   const std::string what = "gru " + p.descriptor();
+  {
+    // Per row, unit and layer-direction at most 6 in + 6H + 21 forward and twice that backward
+    // (ops), or 4 in + 6H values moved: 64 (in + H) bounds both, in + H <= (I + 2H) + H.
+    const double rows = static_cast<double>(R) + static_cast<double>(TN) + double(p.N);
+    check_countable(64.0 * double(p.L) * double(p.D) * rows * double(p.H) *
+                        (double(p.I) + 3.0 * double(p.H) + 8) * 8.0,
+                    what);
+    check_countable(64.0 * double(p.L) * double(p.D) * double(S) * double(p.H) *
+                        (double(p.I) + 3.0 * double(p.H) + 8),
+                    what);
+  }
 
   WideCounts counts;
   wide params = 0, tape = 0, infer_peak = 0;
@@ -235,6 +246,8 @@ CostReport gru_cell_cost(const GruCellProblem& p) {
   r.variant = variant_of(p.bias, p.form);
   r.dtype = p.dtype;
   const std::string what = "gru_cell " + p.descriptor();
+  check_countable(64.0 * (double(p.N) + 1) * double(p.H) * (double(p.I) + double(p.H) + 8) * 8,
+                  what);
   const wide es = static_cast<wide>(dtype_size(p.dtype));
   const wide N = p.N, I = p.I, H = p.H;
   layer_counts(N, I, H, p.bias, p.form, /*carry=*/false).store(r);

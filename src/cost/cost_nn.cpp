@@ -45,6 +45,10 @@ CostReport conv_cost(const ConvShape& s) {
   r.variant = "bias";
   r.dtype = s.dtype;
   const std::string what = s.op + " " + s.problem;
+  cost_detail::check_countable(
+      64.0 * (double(s.N) * double(s.D) * double(s.out_space) * double(s.taps) +
+              double(s.N) * double(s.C) * double(s.in_space) + double(s.D) * double(s.taps)),
+      what);
   const wide es = static_cast<wide>(dtype_size(s.dtype));
   const wide outputs = s.N * s.D * s.out_space;  // P
   const wide macs = outputs * s.taps;            // M
@@ -103,6 +107,9 @@ CostReport linear_cost(const LinearProblem& p) {
   r.variant = p.bias ? "bias" : "no bias";
   r.dtype = p.dtype;
   const std::string what = "linear " + p.descriptor();
+  check_countable(64.0 * (double(p.B) * double(p.O) * double(p.I) + double(p.B) * double(p.I) +
+                          double(p.B) * double(p.O) + double(p.O)),
+                  what);
   const wide es = static_cast<wide>(dtype_size(p.dtype));
   const wide B = p.B, I = p.I, O = p.O;
   WideCounts c;

@@ -24,6 +24,15 @@ inline int64_t narrow(wide v, const std::string& what) {
   return static_cast<int64_t>(v);
 }
 
+// Refuses, before any counting, a problem whose counts could overflow even the 128-bit
+// intermediates (`estimate`, in floating point, bounds every count and byte total of the report
+// from above). Problems that pass are counted exactly and then narrowed, where a result beyond
+// 63 bits is refused with the same message.
+inline void check_countable(double estimate, const std::string& what) {
+  if (!(estimate < 1e30))
+    throw Error(fmt::format("{}: the count does not fit in 64 bits (problem too large)", what));
+}
+
 // An OpCount being built, in wide integers.
 struct WideCount {
   wide matmul = 0, bias = 0, elementwise = 0, activation = 0;
