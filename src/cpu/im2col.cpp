@@ -1,5 +1,7 @@
-// im2col / col2im and the GEMM-based conv2d forward and backward. Rows of the column matrix
-// are ordered (c, kh, kw), so a group's rows are contiguous and each group is one GEMM.
+// The GEMM-based conv2d forward and backward: for stride 1 on shifted views of the image (grux's
+// packed GEMM reads the column matrix in place), otherwise through im2col / col2im and the BLAS.
+// Rows of the column matrix are ordered (c, kh, kw), so a group's rows are contiguous and each
+// group is one GEMM.
 #include "cpu/im2col.h"
 
 #include <omp.h>
