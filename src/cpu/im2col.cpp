@@ -1,5 +1,7 @@
-// im2col / col2im and the GEMM-based conv2d forward and backward. Rows of the column matrix
-// are ordered (c, kh, kw), so a group's rows are contiguous and each group is one GEMM.
+// The GEMM-based conv2d forward and backward: for stride 1 on shifted views of the image (grux's
+// packed GEMM reads the column matrix in place), otherwise through im2col / col2im and the BLAS.
+// Rows of the column matrix are ordered (c, kh, kw), so a group's rows are contiguous and each
+// group is one GEMM.
 #include "cpu/im2col.h"
 
 #include <omp.h>
@@ -373,7 +375,10 @@ void forward_shifted(const ConvGeom& g, const T* x, const T* w, const T* b, T* y
     T* xp = work + omp_get_thread_num() * s.per_thread_fwd;
     T* out = xp + s.xp;
     clear_padded_image(g, s, xp);
-#pragma omp for schedule(static)
+    // Images are handed out one at a time: a thread that loses its core to another process
+    // leaves its images to the others instead of holding up the barrier. Which thread takes
+    // an image does not change its result.
+#pragma omp for schedule(dynamic, 1)
     for (int64_t n = 0; n < g.N; ++n) {
       const T* xs = padded_image(g, s, x, n, true, xp);
       for (int64_t q0 = 0; q0 < s.Q; q0 += s.fwd_block) {
@@ -438,7 +443,9 @@ void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
     std::fill(dyw, dyw + s.margin, T(0));
     clear_frame(dyw + s.margin, D, s.chan, s.Wp, s.eh, g.OH, int64_t(0), g.OW);
     std::fill(dyw + s.margin + D * s.chan, dyw + s.dyw, T(0));
-#pragma omp for schedule(static)
+    // Chunks handed out one at a time (as the forward's images); a chunk's images are summed
+    // in order by whichever thread takes it.
+#pragma omp for schedule(dynamic, 1)
     for (int64_t p = 0; p < chunks; ++p) {
       const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
       T* part = partials + p * D * Kg;
