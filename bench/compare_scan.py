@@ -26,8 +26,9 @@ Ratio = seed ms / grux ms; target >= 5x. Then (unless --seed-only) the other tar
 issue in the same run, each at the better of 1 and 2 threads: `grux bench scan sum t16777216`
 and `affine n8t4096c1536` (pct_of_limit: % of memcpy bandwidth), the callable / built-in
 ratio of `grux bench scan matmul t8192d64`, and `grux bench mingru l1t4096n8i256h256`
-(speedup_vs_gru); a table of all five closes the output. A missing or failing grux binary is reported and
-the PyTorch side is still timed (exit status 1 then).
+(speedup_vs_gru, and speedup_bound: the GRU's time over that of the minGRU's GEMM alone,
+the most any minGRU could gain); a table of all five closes the output. A missing or
+failing grux binary is reported and the PyTorch side is still timed (exit status 1 then).
 
 Checks before timing: prefix_scan equals a sequential float64 loop of matmuls on a small
 case (T = 37, d = 5, not a power of two); if the binary exists, `grux scan matmul --input
@@ -208,8 +209,12 @@ def other_targets(exe):
             if r is None or key not in r:
                 print(f"  {label}, {t} thread(s): {e or 'no ' + key}", flush=True)
                 continue
+            extra = ""
+            if "speedup_bound" in r:
+                extra = (f"; speedup_bound {float(r['speedup_bound']):.2f} (GRU ms / ms of the "
+                         f"minGRU's GEMM alone, {float(r['gemm_median_ms']):.2f} ms)")
             print(f"  {' '.join(args)} --threads {t}: {key} {float(r[key]):.3f}, median "
-                  f"{float(r['median_ms']):.2f} ms (other cores {mark(r['_other_cores'])})",
+                  f"{float(r['median_ms']):.2f} ms (other cores {mark(r['_other_cores'])}){extra}",
                   flush=True)
             got.append(float(r[key]))
         if got:

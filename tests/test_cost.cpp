@@ -513,6 +513,153 @@ TEST(CostConv, ClosedFormsAndBytes) {
   EXPECT_EQ(c1.fwd(kMac).total(), 2 * 6 * 5 * 2 * 3);
 }
 
+// ---- Scans and minGRU ----------------------------------------------------------------------
+
+ScanProblem scan(const char* d) {
+  return ScanProblem::parse(d);
+}
+
+TEST(CostScan, ElementwiseClosedForms) {
+  // t10c3: 3 sequences of 10, 9 combines each.
+  const CostReport s = scan_cost(ScanCostOp::sum, scan("t10c3"));
+  EXPECT_EQ(s.op, "scan_sum");
+  EXPECT_EQ(s.fwd(kSeed).total(), 27);
+  EXPECT_EQ(s.bwd(kSeed).total(), 27);  // the reverse cumsum of dy
+  EXPECT_EQ(s.fwd(kGemm).total(), 0);
+  EXPECT_EQ(s.fwd(kMac).total(), 0);
+  // n2t5c3: 6 sequences, 24 combines; prod backward: dy*y (30), reverse sum (24), /x (30).
+  const CostReport p = scan_cost(ScanCostOp::prod, scan("n2t5c3"));
+  EXPECT_EQ(p.fwd(kSeed).total(), 24);
+  EXPECT_EQ(p.bwd(kSeed).total(), 30 + 24 + 30);
+  EXPECT_EQ(scan_cost(ScanCostOp::max, scan("n2t5c3")).bwd(kSeed).total(), 30);
+  EXPECT_EQ(scan_cost(ScanCostOp::min, scan("n2t5c3")).fwd(kSeed).total(), 24);
+  EXPECT_EQ(scan_cost(ScanCostOp::logaddexp, scan("t10c3")).fwd(kSeed).total(), 6 * 27);
+  // Diagonal affine n1t6c2: 10 combines of x and +; backward 3 per combine.
+  const CostReport a = scan_cost(ScanCostOp::affine, scan("t6c2"));
+  EXPECT_EQ(a.fwd(kSeed).total(), 20);
+  EXPECT_EQ(a.bwd(kSeed).total(), 30);
+  // Bytes: x and y, 30 f32 each; a and b in, h out for affine.
+  EXPECT_EQ(p.memory.inference_bytes, 4 * 60);
+  EXPECT_EQ(p.inference_traffic.cached.read, 4 * 30);
+  EXPECT_EQ(p.inference_traffic.cached.written, 4 * 30);
+  EXPECT_EQ(a.inference_traffic.reread.read, 4 * 24);
+  EXPECT_EQ(a.inference_traffic.reread.written, 4 * 12);
+  ScanProblem f64 = scan("n2t5c3");
+  f64.dtype = DType::f64;
+  EXPECT_EQ(scan_cost(ScanCostOp::sum, f64).memory.inference_bytes, 8 * 60);
+}
+
+TEST(CostScan, MatrixScansCountTheirProducts) {
+  // matmul t5d4: 4 products of 4x4 matrices: 16 dots of length 4 each.
+  const CostReport m = scan_cost(ScanCostOp::matmul, scan("t5d4"));
+  EXPECT_EQ(m.fwd(kGemm).total(), 2 * 4 * 4 * 4 * 4);
+  EXPECT_EQ(m.fwd(kMac).total(), 4 * 4 * 4 * 4);
+  EXPECT_EQ(m.fwd(kSeed).total(), 4 * 16 * 7);
+  EXPECT_EQ(m.bwd(kGemm).total(), 2 * m.fwd(kGemm).total());
+  EXPECT_EQ(m.bwd(kSeed).total(), 2 * 4 * 16 * 7 + 4 * 16);
+  // n3 chains: three times one chain.
+  EXPECT_EQ(scan_cost(ScanCostOp::matmul, scan("n3t5d4")).fwd(kSeed).total(),
+            3 * m.fwd(kSeed).total());
+  // Matrix affine t6d3: 5 steps of a 3x3 matrix-vector product plus the bias add.
+  const CostReport a = scan_cost(ScanCostOp::affine, scan("t6d3"));
+  EXPECT_EQ(a.fwd(kSeed).total(), 5 * 3 * (5 + 1));
+  EXPECT_EQ(a.fwd(kGemm).total(), 2 * 5 * 9);
+  // Backward: W^T g (5 * 3 dots of 3), its adds, and dW's 5 * 9 products.
+  EXPECT_EQ(a.bwd(kSeed).total(), 5 * 3 * 5 + 5 * 3 + 5 * 9);
+  EXPECT_EQ(a.memory.inference_bytes, 4 * (6 * 12 + 6 * 3));
+}
+
+TEST(CostScan, ShapeErrorsNameTheDescriptor) {
+  try {
+    scan_cost(ScanCostOp::matmul, scan("t10c4"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("scan_matmul"));
+    EXPECT_THAT(e.what(), HasSubstr("needs a matrix size d"));
+  }
+  EXPECT_THROW(scan_cost(ScanCostOp::sum, scan("t10d4")), Error);
+  EXPECT_THROW(scan_cost(ScanCostOp::matmul, scan("n9999999t9999999d99999")), Error);
+}
+
+GruProblem mingru(const char* d, bool bias = true) {
+  GruProblem p = GruProblem::parse(d);
+  p.bias = bias;
+  return p;
+}
+
+TEST(CostMinGru, ForwardMatchesTheCountedEquations) {
+  // The linear-variant minGRU, one layer after another, with the counting scalar:
+  // z = sigmoid(W_z x + b_z), v = W_h x + b_h, h = (1 - z) h + z v.
+  for (const char* d : {"l1t3n2i4h3", "l2t4n1i2h5", "l1t1n1i1h1"})
+    for (bool bias : {true, false}) {
+      const GruProblem p = mingru(d, bias);
+      g_ops = 0;
+      int64_t in = p.I;
+      for (int64_t l = 0; l < p.L; ++l) {
+        const auto w = filled(2 * p.H * in, 1.0 + l), b = filled(2 * p.H, 2.0 + l),
+                   x = filled(p.T * p.N * in, 3.0 + l);
+        std::vector<Num> h = filled(p.N * p.H, 4.0 + l);
+        for (int64_t t = 0; t < p.T; ++t)
+          for (int64_t n = 0; n < p.N; ++n)
+            for (int64_t u = 0; u < p.H; ++u) {
+              const int64_t row = t * p.N + n;
+              Num kz = dot(in, [&](int64_t i) { return w[u * in + i] * x[row * in + i]; });
+              Num v = dot(in, [&](int64_t i) { return w[(p.H + u) * in + i] * x[row * in + i]; });
+              if (bias) kz = kz + b[u], v = v + b[p.H + u];
+              const Num z = sigmoid_(kz);
+              Num& hn = h[n * p.H + u];
+              hn = (kOne - z) * hn + z * v;
+            }
+        in = p.H;
+      }
+      const CostReport r = mingru_cost(p);
+      EXPECT_EQ(r.fwd(kSeed).total(), g_ops) << d << " " << bias;
+    }
+}
+
+TEST(CostMinGru, ClosedFormsBytesAndLengths) {
+  // l1t7n3i5h4: 21 rows, 8 dots of length 5 per row (k_z and v).
+  const GruProblem p = mingru("l1t7n3i5h4");
+  const CostReport r = mingru_cost(p);
+  EXPECT_EQ(r.fwd(kGemm).total(), 2 * 21 * 8 * 5);  // GEMM mode: matrix products only
+  EXPECT_EQ(r.fwd(kGemm).matmul, 2 * 21 * 8 * 5);
+  EXPECT_EQ(r.bwd(kGemm).matmul, 2 * r.fwd(kGemm).matmul);  // dx and dW
+  EXPECT_EQ(r.memory.parameters, 8 * 5 + 8);
+  EXPECT_EQ(r.memory.parameter_bytes, 4 * 48);
+  // Against the GRU of the same size: minGRU's matrix products are 4HI per row, the GRU's
+  // 6H(I + H).
+  const CostReport g = gru_cost(p);
+  EXPECT_EQ(g.fwd(kGemm).matmul * 4 * 5, r.fwd(kGemm).matmul * 6 * (5 + 4));
+  // Every count is per row: lengths summing to 12 of the 21 rows count 12/21 of the work.
+  GruProblem lp = mingru("l2t7n3i5h4");
+  const CostReport full = mingru_cost(lp);
+  lp.set_lengths("uniform:1:7:5");
+  int64_t rows = 0;
+  for (int64_t v : lp.lengths) rows += v;
+  ASSERT_LT(rows, 21);
+  const CostReport part = mingru_cost(lp);
+  EXPECT_EQ(part.fwd(kSeed).total() * 21, full.fwd(kSeed).total() * rows);
+  // and count as one sequence of that many rows, backward too (where db and dW sum over rows).
+  const CostReport flat = mingru_cost(mingru(("l2t" + std::to_string(rows) + "n1i5h4").c_str()));
+  EXPECT_EQ(part.fwd(kSeed).total(), flat.fwd(kSeed).total());
+  EXPECT_EQ(part.bwd(kSeed).total(), flat.bwd(kSeed).total());
+  EXPECT_EQ(part.bwd(kGemm).total(), flat.bwd(kGemm).total());
+  EXPECT_THAT(part.variant, HasSubstr("lengths"));
+  // Two layers: the second reads H inputs.
+  EXPECT_EQ(full.memory.parameters, (8 * 5 + 8) + (8 * 4 + 8));
+}
+
+TEST(CostMinGru, Errors) {
+  try {
+    mingru_cost(mingru("l1d2t4n1i2h3"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unidirectional"));
+  }
+  EXPECT_THROW(mingru_cost(mingru("l9t999999999n999999999i999999999h999999999")), Error);
+  EXPECT_THROW(cost_of("mingru", "t10n2i3", {}), Error);
+}
+
 // ---- Activations, modes, registry ----------------------------------------------------------
 
 TEST(CostActivation, SeedOpsPerElement) {

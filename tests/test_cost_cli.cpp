@@ -143,6 +143,24 @@ TEST(CostCli, BadArgumentsAreOneLineErrors) {
   expect_user_error(grux_cli(tmp.path, "cost"), {"expected OP DESCRIPTOR"});
   expect_user_error(grux_cli(tmp.path, "cost gru l9d2t999999999n999999999i999999999h999999999"),
                     {"does not fit in 64 bits"});
+  expect_user_error(grux_cli(tmp.path, "cost scan_matmul t100c4"), {"needs a matrix size d"});
+  expect_user_error(grux_cli(tmp.path, "cost scan_sum t100d4"), {"channels c, not d"});
+  expect_user_error(grux_cli(tmp.path, "cost mingru l1d2t10n2i3h4"), {"unidirectional"});
+}
+
+TEST(CostCli, ScansAndMinGru) {
+  test::TempDir tmp;
+  const CliRun s = grux_cli(tmp.path, "cost scan_sum t10c3 --train");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("scan_sum t10c3"));
+  EXPECT_THAT(s.out, HasSubstr("27"));
+  EXPECT_THAT(s.out, HasSubstr("training step"));
+  const CliRun m =
+      grux_cli(tmp.path, "cost mingru l1t4096n8i256h256 --train --mode gemm --format json");
+  ASSERT_EQ(m.code, 0) << m.err;
+  const auto j = nlohmann::json::parse(m.out);
+  EXPECT_THAT(m.out, HasSubstr("\"op\":\"mingru\""));
+  EXPECT_THAT(m.out, HasSubstr(std::to_string(2LL * 4096 * 8 * 512 * 256)));
 }
 
 TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {

@@ -667,8 +667,9 @@ TEST(MinGruBench, PrintsOneCheckedJsonLine) {
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     for (const char* field :
-         {"\"op\":\"mingru\"", "\"problem\":\"l2d1t40n3i5h20\"", "\"median_ms\":",
-          "\"gru_median_ms\":", "\"speedup_vs_gru\":", "\"cpu_ms\":", "\"checked\":true"})
+         {"\"op\":\"mingru\"", "\"problem\":\"l2d1t40n3i5h20\"",
+          "\"median_ms\":", "\"gru_median_ms\":", "\"speedup_vs_gru\":", "\"cpu_ms\":",
+          "\"gemm_median_ms\":", "\"speedup_bound\":", "\"checked\":true"})
       EXPECT_THAT(r.out, ::testing::HasSubstr(field)) << extra;
   }
 }

@@ -5,7 +5,7 @@
 // LinearProblem, ConvProblem, Conv1dProblem). Counts are exact integers; a count that does not
 // fit in 63 bits is an error, never a silent wrap. docs/cost_model.md derives every formula.
 //
-// Adding an operator (the scans, minGRU): write one function `CostReport xxx_cost(const
+// Adding an operator: write one function `CostReport xxx_cost(const
 // XxxProblem&)` below and list it in cost_ops() (src/cost/registry.cpp); the CLI, the sweep
 // and the HTML report pick it up from there.
 #pragma once
@@ -19,6 +19,7 @@
 #include "grux/conv.h"
 #include "grux/gru.h"
 #include "grux/nn.h"
+#include "grux/scan.h"
 #include "grux/tensor.h"
 
 namespace grux {
@@ -126,6 +127,17 @@ CostReport linear_cost(const LinearProblem& p);
 // multiplied like any other input (as FLOP counters do).
 CostReport conv2d_cost(const ConvProblem& p);
 CostReport conv1d_cost(const Conv1dProblem& p);
+
+// The scans of grux scan over a ScanProblem ([n{N}]t{T}[c{C}][d{D}]), counted as the
+// sequential scan (T - 1 combines per sequence and channel, no initial state); backward as
+// the gradient PyTorch (or affine_scan_backward) computes. matmul needs d; the element-wise
+// ops take c; affine takes either (d: the matrix form, x_t = W_t x_{t-1} + b_t).
+enum class ScanCostOp { sum, prod, max, min, logaddexp, matmul, affine };
+const char* scan_cost_op_name(ScanCostOp op);  // "sum", ..., "affine"
+CostReport scan_cost(ScanCostOp op, const ScanProblem& p);
+// The minGRU stack (linear variant; include/grux/mingru.h) of a GRU problem's size:
+// l{L}t{T}n{N}i{I}h{H}, d1 only; bias or not; variable lengths count sum-of-lengths rows.
+CostReport mingru_cost(const GruProblem& p);
 
 // An elementwise activation over `n` elements. Descriptor: n{COUNT}, e.g. "n65536".
 enum class Activation { sigmoid, tanh, relu };

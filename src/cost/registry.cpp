@@ -71,6 +71,12 @@ CostReport gru_from(const std::string& d, const CostOptions& o, bool stream) {
   return stream ? gru_stream_cost(p) : gru_cost(p);
 }
 
+CostReport scan_from(ScanCostOp op, const std::string& d, const CostOptions& o) {
+  ScanProblem p = ScanProblem::parse(d);
+  p.dtype = o.dtype;
+  return scan_cost(op, p);
+}
+
 CostReport activation_from(Activation a, const std::string& d, const CostOptions& o) {
   ActivationProblem p = ActivationProblem::parse(a, d);
   p.dtype = o.dtype;
@@ -114,6 +120,43 @@ const std::vector<CostOp>& cost_ops() {
          ConvProblem p = ConvProblem::parse(d);
          p.dtype = o.dtype;
          return conv2d_cost(p);
+       }},
+      {"mingru", "minGRU stack (linear variant; grux bench mingru)", "l{L}d1t{T}n{N}i{I}h{H}",
+       "l1d1t4096n8i256h256", "ldtnih", "ld", true, false, true,
+       [](const std::string& d, const CostOptions& o) {
+         GruProblem p = GruProblem::parse(d);
+         p.bias = o.bias, p.dtype = o.dtype;
+         p.set_lengths(o.lengths);
+         return mingru_cost(p);
+       }},
+      {"scan_sum", "cumulative sum (grux scan sum)", "[n{N}]t{T}[c{C}]", "t16777216", "ntc", "nc",
+       false, false, false,
+       [](const std::string& d, const CostOptions& o) { return scan_from(ScanCostOp::sum, d, o); }},
+      {"scan_prod", "cumulative product (grux scan prod)", "[n{N}]t{T}[c{C}]", "t16777216", "ntc",
+       "nc", false, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         return scan_from(ScanCostOp::prod, d, o);
+       }},
+      {"scan_max", "cumulative max (grux scan max)", "[n{N}]t{T}[c{C}]", "t16777216", "ntc", "nc",
+       false, false, false,
+       [](const std::string& d, const CostOptions& o) { return scan_from(ScanCostOp::max, d, o); }},
+      {"scan_min", "cumulative min (grux scan min)", "[n{N}]t{T}[c{C}]", "t16777216", "ntc", "nc",
+       false, false, false,
+       [](const std::string& d, const CostOptions& o) { return scan_from(ScanCostOp::min, d, o); }},
+      {"scan_logaddexp", "logcumsumexp (grux scan logaddexp)", "[n{N}]t{T}[c{C}]", "t16777216",
+       "ntc", "nc", false, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         return scan_from(ScanCostOp::logaddexp, d, o);
+       }},
+      {"scan_matmul", "cumulative matrix products (grux scan matmul)", "[n{N}]t{T}d{D}", "t8192d64",
+       "ntd", "n", false, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         return scan_from(ScanCostOp::matmul, d, o);
+       }},
+      {"scan_affine", "affine recurrence h_t = a_t h_{t-1} + b_t (grux scan affine)",
+       "[n{N}]t{T}[c{C}|d{D}]", "n8t4096c1536", "ntcd", "ncd", false, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         return scan_from(ScanCostOp::affine, d, o);
        }},
       {"sigmoid", "elementwise sigmoid", "n{COUNT}", "n65536", "n", "", false, false, false,
        [](const std::string& d, const CostOptions& o) {

@@ -20,6 +20,7 @@
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/mingru.h"
+#include "grux/nn.h"
 #include "grux/runtime.h"
 
 namespace grux::cli {
@@ -352,6 +353,23 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
     GruOutput y = gru.forward_train(x, {}, {}, tape);
     gru.backward(tape, dy, {});
   });
+  // 3. The minGRU's GEMMs alone (the layers' projections, and with --train their dx and dW
+  // products), as nn.Linear runs them: no minGRU can be faster than these, so
+  // speedup_bound = gru_median_ms / gemm_median_ms is the most any scan could reach.
+  std::vector<Tensor> gx, gw, gb, gdy;
+  for (int64_t l = 0; l < p.L; ++l) {
+    const int64_t in = l == 0 ? p.I : p.H;
+    gx.push_back(uniform({p.T * p.N, in}, p.dtype, rng));
+    gw.push_back(uniform({2 * p.H, in}, p.dtype, rng));
+    gb.push_back(p.bias ? uniform({2 * p.H}, p.dtype, rng) : Tensor());
+    gdy.push_back(a.train ? uniform({p.T * p.N, 2 * p.H}, p.dtype, rng) : Tensor());
+  }
+  const CpuTiming tb = time_with_cpu(a.reps, [&] {
+    for (int64_t l = 0; l < p.L; ++l) {
+      linear_forward(gx[l], gw[l], gb[l]);
+      if (a.train) linear_backward(gx[l], gw[l], p.bias, gdy[l], /*want_dx=*/true);
+    }
+  });
   double flops = 0;  // 2 * rows * 2H * in per layer, x3 with backward
   for (int64_t l = 0; l < p.L; ++l)
     flops += 2.0 * p.T * p.N * 2 * p.H * (l == 0 ? p.I : p.H) * (a.train ? 3 : 1);
@@ -360,10 +378,11 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
       "\"threads\":{},\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},"
       "\"cpu_ms\":{:.4f},\"gflops\":{:.2f},\"gru_median_ms\":{:.4f},\"gru_min_ms\":{:.4f},"
       "\"gru_cpu_ms\":{:.4f},\"speedup_vs_gru\":{:.2f},\"speedup_vs_gru_cpu\":{:.2f},"
-      "\"checked\":true}}\n",
+      "\"gemm_median_ms\":{:.4f},\"speedup_bound\":{:.2f},\"checked\":true}}\n",
       p.descriptor(), a.train ? "train" : "forward", a.log_space, threads, dtype_name(p.dtype),
       a.reps, t.median_ms, t.min_ms, t.cpu_median_ms, flops / (t.median_ms * 1e6), tg.median_ms,
-      tg.min_ms, tg.cpu_median_ms, tg.median_ms / t.median_ms, tg.cpu_median_ms / t.cpu_median_ms);
+      tg.min_ms, tg.cpu_median_ms, tg.median_ms / t.median_ms, tg.cpu_median_ms / t.cpu_median_ms,
+      tb.median_ms, tg.median_ms / tb.median_ms);
 }
 
 void run_bench_gemm(const BenchArgs& a) {
@@ -460,7 +479,8 @@ Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem (results are "
+      "Time GRU, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem (results "
+      "are "
       "checked against the reference kernels first; a wrong result exits with code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
@@ -492,7 +512,9 @@ Action add_bench_command(CLI::App& app) {
       "e.g. l1t4096n8i256h256. Default mode: forward. gflops counts the minGRU's GEMM flops "
       "(2*N*T*2H*in per layer, x3 for --train); speedup_vs_gru = gru_median_ms / median_ms; "
       "cpu_ms / gru_cpu_ms are median process CPU times (all threads) and speedup_vs_gru_cpu "
-      "their ratio, steadier than wall times on a shared machine. "
+      "their ratio, steadier than wall times on a shared machine. gemm_median_ms times the "
+      "minGRU's GEMMs alone (as nn.Linear: projections, and dx, dW with --train) and "
+      "speedup_bound = gru_median_ms / gemm_median_ms, the most any minGRU could gain. "
       "First min(T, 32) steps are checked against the reference kernels, and the full run's "
       "first steps against that run; a wrong result exits with code 3 and prints no time.");
   mg->add_option("DESCRIPTOR", ma->descriptor, "problem, e.g. l1t4096n8i256h256")->required();

@@ -100,7 +100,7 @@ void add_profile_options(CLI::App* c, std::string& profile, int& threads, Profil
 std::string op_list() {
   std::string s;
   for (const CostOp& op : cost_ops())
-    s += fmt::format("\n  {:<11} {:<44} {}", op.name, op.syntax, op.what);
+    s += fmt::format("\n  {:<14} {:<42} {}", op.name, op.syntax, op.what);
   return s;
 }
 
@@ -178,10 +178,10 @@ Action add_cost_command(CLI::App& app) {
   c->add_flag("--train", a->train, "also the backward pass and the training totals");
   c->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
   c->add_option("--format", a->format, "table, csv, json or md")->capture_default_str();
-  c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear: without bias");
+  c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear, mingru: without bias");
   c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
   c->add_option("--lengths", a->lengths,
-                "gru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
+                "gru, mingru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
   add_profile_options(c, a->profile, a->threads, a->overrides);
 
   auto sw = std::make_shared<SweepArgs>();
@@ -200,9 +200,10 @@ Action add_cost_command(CLI::App& app) {
   w->add_option("--mode", sw->base.mode, "seed, gemm or mac")->capture_default_str();
   w->add_flag("--train", sw->base.train, "also backward and training metrics");
   w->add_option("--dtype", sw->base.dtype, "f32 or f64")->capture_default_str();
-  w->add_flag("--no-bias", sw->base.no_bias, "without bias (gru, gru_stream, gru_cell, linear)");
+  w->add_flag("--no-bias", sw->base.no_bias,
+              "without bias (gru, gru_stream, gru_cell, linear, mingru)");
   w->add_flag("--reset-before", sw->base.reset_before, "the reset-before form (gru, gru_cell)");
-  w->add_option("--lengths", sw->base.lengths, "gru: variable lengths, uniform:LO:HI:SEED");
+  w->add_option("--lengths", sw->base.lengths, "gru, mingru: variable lengths, uniform:LO:HI:SEED");
   add_profile_options(w, sw->base.profile, sw->base.threads, sw->base.overrides);
   w->add_option("--bench", sw->bench,
                 "html: JSON lines printed by grux bench gru|conv2d, drawn on the roofline chart");
