@@ -825,6 +825,39 @@ TEST(CostRoofline, ProfileJsonRoundTripAndErrors) {
   EXPECT_THROW(MachineProfile::from_json(neg, "neg.json"), Error);
 }
 
+TEST(CostRoofline, GruPhasesComputeAtTheMeasuredFractionOfThePeak) {
+  MachineProfile prof = round_profile();
+  Phase gru, plain;
+  gru.gemm_flops = plain.gemm_flops = 1e9;  // 10 ms at 100 GFLOP/s
+  gru.gru_kernel = true;
+  gru.split = 4;  // up to 4 threads share it
+  // Without a measured fraction both run at the peak.
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).ms, 10, 1e-9);
+  prof.threads[1].gru_gemm_efficiency = 0.5;
+  prof.threads[4].gru_gemm_efficiency = 0.8;
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).compute_ms, 20, 1e-9);
+  EXPECT_NEAR(predict({plain}, DType::f32, prof, 1).compute_ms, 10, 1e-9);
+  EXPECT_NEAR(predict({gru}, DType::f64, prof, 1).compute_ms, 40, 1e-9);  // 50 GFLOP/s x 0.5
+  // Two threads: 200 GFLOP/s x 0.6, both interpolated between the 1- and 4-thread entries.
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 2).compute_ms, 1e3 / (200 * 0.6), 1e-9);
+  // The profile keeps it; a fraction above 1 is an error; an override of the peak drops it.
+  const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");
+  EXPECT_DOUBLE_EQ(back.at(4).gru_gemm_efficiency, 0.8);
+  std::string big = prof.to_json();
+  big.replace(big.find("\"gru_gemm_efficiency\": 0.5"), 26, "\"gru_gemm_efficiency\": 1.5");
+  EXPECT_THROW(MachineProfile::from_json(big, "big.json"), Error);
+  ProfileOverrides o;
+  o.peak_gflops = 100;
+  apply_overrides(prof, o, DType::f32);
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).compute_ms, 10, 1e-9);
+  // The GRU's input projection and recurrence are GRU-kernel phases; its backward is not.
+  const CostReport r = gru_cost(GruProblem::parse("t10n4i8h16"));
+  for (const Phase& ph : r.training_phases)
+    EXPECT_EQ(ph.gru_kernel, ph.name.find("backward") == std::string::npos &&
+                                 ph.name.find("dW") == std::string::npos)
+        << ph.name;
+}
+
 TEST(CostRoofline, OverridesAndPreset) {
   MachineProfile prof = round_profile();
   ProfileOverrides o;

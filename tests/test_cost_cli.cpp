@@ -180,6 +180,10 @@ TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
   EXPECT_EQ(pj["format"], "grux-profile-1");
   EXPECT_GT(pj["threads"]["1"]["sgemm_gflops"].get<double>(), 0);
   EXPECT_GT(pj["threads"]["1"]["read_gbps"].size(), 1u);
+  const double eff = pj["threads"]["1"]["gru_gemm_efficiency"].get<double>();
+  EXPECT_GT(eff, 0);
+  EXPECT_LE(eff, 1);
+  EXPECT_THAT(r.out, HasSubstr("of the GEMM peak"));
   r = grux_cli(tmp.path,
                "cost gru l1d1t100n64i256h512 --train --threads 1 --format json --profile " + prof);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -196,7 +200,15 @@ TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
     EXPECT_LE(p["roofline_ms"].get<double>(),
               (p["compute_ms"].get<double>() + p["traffic_ms"].get<double>()) * (1 + 1e-12));
   }
-  // Overrides: a GEMM peak of 1 GFLOP/s makes W3 take 15.1 s of compute.
+  // Without overrides the GRU's GEMMs run at the measured fraction of the peak.
+  const double peak = pj["threads"]["1"]["sgemm_gflops"].get<double>();
+  r = grux_cli(tmp.path,
+               "cost gru l1d1t100n64i256h512 --threads 1 --format json --profile " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
+              15099.4944 / (peak * eff), 1e-6 * 15099.4944 / (peak * eff));
+  // Overrides: a GEMM peak of 1 GFLOP/s makes W3 take 15.1 s of compute (the override stands
+  // for the GRU's GEMMs too).
   r = grux_cli(tmp.path,
                "cost gru l1d1t100n64i256h512 --threads 1 --format json --peak-gflops 1 "
                "--profile " +

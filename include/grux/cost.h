@@ -88,6 +88,7 @@ struct Phase {
   int64_t split = 1;         // at most this many threads share the weights
   double stream_bytes = 0;   // activations read + written once, at memory bandwidth
   double steps = 0;          // sequential steps (each pays the step overhead)
+  bool gru_kernel = false;   // the GRU forward's GEMMs: at ThreadProfile::gru_gemm_efficiency
 };
 
 // ---- The report --------------------------------------------------------------------------
@@ -227,6 +228,12 @@ struct ThreadProfile {
   // and traffic are negligible, timed per step. `step_us` for whole-sequence runs,
   // `stream_step_us` for one frame through the streaming API.
   double step_us = 0, stream_step_us = 0;
+  // The fraction of the GEMM peak that grux's GRU forward reaches in context (its gates,
+  // weight packing and per-step barriers included), measured on a mid-size problem that is
+  // none of the standard workloads (l1t50n48i192h384). Phases marked `gru_kernel` compute at
+  // this fraction of the peak, as weight passes stream at `stream_gbps`; 0 (older profiles,
+  // the preset) computes them at the peak.
+  double gru_gemm_efficiency = 0;
 };
 
 struct MachineProfile {
@@ -298,6 +305,9 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
 // `threads` threads holds about `bytes_per_thread` of them: W_hh bytes per step time (the
 // step's barrier and gate pass included).
 double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read = 2e8);
+// GEMM GFLOP/s that grux's GRU forward reaches in context (gates, packing and barriers
+// included) on l1t50n48i192h384 (l1t20n16i64h128 when `quick`) with the current threads.
+double measure_gru_gflops(bool quick = false);
 // GB/s (bytes read + bytes written) of `threads` threads copying `bytes` with memcpy.
 double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
 // Microseconds per step that a tiny GRU (N = 1, I = 16, H = 16 per thread) takes beyond its

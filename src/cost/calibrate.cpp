@@ -137,6 +137,16 @@ double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double b
   return whh * double(p.T) / s / 1e9;
 }
 
+double measure_gru_gflops(bool quick) {
+  GruProblem p = GruProblem::parse(quick ? "l1t20n16i64h128" : "l1t50n48i192h384");
+  Gru gru(p.config(), DType::f32, 1);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Tensor x = Tensor::empty({p.T, p.N, p.I}, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(u(rng));
+  return p.gemm_flops() / best_seconds(quick ? 2 : 5, [&] { gru.forward(x); }) / 1e9;
+}
+
 double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps) {
   const int64_t per = std::max<int64_t>(bytes / threads / 64 * 64, 4096);
   std::vector<std::vector<char>> src(threads), dst(threads);
@@ -222,6 +232,7 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
       up(acc.read_gbps[i].second, t.read_gbps[i].second);
     for (size_t i = 0; i < acc.stream_gbps.size(); ++i)
       up(acc.stream_gbps[i].second, t.stream_gbps[i].second);
+    up(acc.gru_gemm_efficiency, t.gru_gemm_efficiency);
     acc.step_us = std::min(acc.step_us, t.step_us);
     acc.stream_step_us = std::min(acc.stream_step_us, t.stream_step_us);
   };
@@ -240,6 +251,7 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
           t.read_gbps.push_back(
               {b, measure_read_bandwidth(static_cast<int64_t>(b), k, quick ? 2e7 : 4e8)});
         }
+        t.gru_gemm_efficiency = std::min(1.0, measure_gru_gflops(quick) / t.sgemm_gflops);
         // The step cost is what a step takes beyond its roofline: measured against this
         // round's rates, so that a slow round does not count as step cost.
         const auto [seq, str] = measure_step_overhead(t, k, quick ? 200 : 2000);

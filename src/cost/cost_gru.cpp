@@ -151,6 +151,7 @@ CostReport gru_cost(const GruProblem& p) {
       proj.weight_passes = static_cast<double>((R + 95) / 96);
       proj.split = split;
       proj.stream_bytes = static_cast<double>(R * in + R * 3 * H) * e;
+      proj.gru_kernel = true;
       Phase rec;
       rec.name = fmt::format("layer {} direction {}: recurrence", l, d);
       rec.gemm_flops = static_cast<double>(2 * R * 3 * H * H);
@@ -159,6 +160,7 @@ CostReport gru_cost(const GruProblem& p) {
       rec.split = split;
       rec.stream_bytes = static_cast<double>(R * 3 * H + R * H + 2 * N * H) * e;
       rec.steps = static_cast<double>(S);
+      rec.gru_kernel = true;
       r.inference_phases.push_back(proj);
       r.inference_phases.push_back(rec);
       Phase rec_t = rec;  // training: the tape's extra columns (hn) are written too

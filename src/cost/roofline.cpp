@@ -28,6 +28,8 @@ ThreadProfile lerp(const ThreadProfile& a, const ThreadProfile& b, double t) {
   r.memcpy_gbps = mix(a.memcpy_gbps, b.memcpy_gbps);
   r.step_us = mix(a.step_us, b.step_us);
   r.stream_step_us = mix(a.stream_step_us, b.stream_step_us);
+  if (a.gru_gemm_efficiency > 0 && b.gru_gemm_efficiency > 0)
+    r.gru_gemm_efficiency = mix(a.gru_gemm_efficiency, b.gru_gemm_efficiency);
   // The bandwidth curves may be sampled at different sizes: sample both at a's sizes.
   for (const auto& [bytes, gbps] : a.read_gbps)
     r.read_gbps.push_back({bytes, mix(gbps, read_bandwidth_at(b, bytes))});
@@ -64,7 +66,8 @@ std::string MachineProfile::to_json() const {
   j["units"] = {{"gemm", "GFLOP/s"},
                 {"bandwidth", "GB/s (1e9 bytes)"},
                 {"read_gbps", "[bytes per thread, GB/s of all threads]"},
-                {"step", "microseconds"}};
+                {"step", "microseconds"},
+                {"gru_gemm_efficiency", "fraction of the GEMM peak"}};
   for (const auto& [k, t] : threads) {
     nlohmann::ordered_json e;
     e["sgemm_gflops"] = t.sgemm_gflops;
@@ -74,6 +77,7 @@ std::string MachineProfile::to_json() const {
     e["memcpy_gbps"] = t.memcpy_gbps;
     e["step_us"] = t.step_us;
     e["stream_step_us"] = t.stream_step_us;
+    if (t.gru_gemm_efficiency > 0) e["gru_gemm_efficiency"] = t.gru_gemm_efficiency;
     e["read_gbps"] = nlohmann::json::array();
     for (const auto& [bytes, gbps] : t.read_gbps) e["read_gbps"].push_back({bytes, gbps});
     e["stream_gbps"] = nlohmann::json::array();
@@ -116,6 +120,12 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
     t.memcpy_gbps = positive(e, "memcpy_gbps", w);
     t.step_us = positive(e, "step_us", w);
     t.stream_step_us = positive(e, "stream_step_us", w);
+    if (e.contains("gru_gemm_efficiency")) {  // optional: without it, the GEMM peak
+      t.gru_gemm_efficiency = positive(e, "gru_gemm_efficiency", w);
+      if (t.gru_gemm_efficiency > 1)
+        throw Error(fmt::format("{}: 'gru_gemm_efficiency' {} (expected a fraction in [0, 1])", w,
+                                t.gru_gemm_efficiency));
+    }
     if (!e.contains("read_gbps") || !e["read_gbps"].is_array() || e["read_gbps"].empty())
       throw Error(fmt::format("{}: 'read_gbps' must be a non-empty array of [bytes, GB/s]", w));
     for (const auto& pt : e["read_gbps"]) {
@@ -194,8 +204,10 @@ void apply_overrides(MachineProfile& profile, const ProfileOverrides& o, DType d
       throw Error(fmt::format("{} {} (expected a number >= 0; 0 keeps the profile's)", name, v));
   bool any = false;
   for (auto& [k, t] : profile.threads) {
-    if (o.peak_gflops > 0)
+    if (o.peak_gflops > 0) {
       (dtype == DType::f64 ? t.dgemm_gflops : t.sgemm_gflops) = o.peak_gflops, any = true;
+      t.gru_gemm_efficiency = 0;  // the given rate stands for the GRU's GEMMs too
+    }
     if (o.mem_gbps > 0) {
       t.memcpy_gbps = o.mem_gbps;
       if (!t.read_gbps.empty()) t.read_gbps.back().second = o.mem_gbps;
@@ -244,7 +256,8 @@ Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineP
     // A phase whose weights split fewer ways than there are threads runs on that many.
     const int team = static_cast<int>(std::clamp<int64_t>(ph.split, 1, threads));
     const ThreadProfile t = team == threads ? all : profile.at(team);
-    const double peak = dtype == DType::f64 ? t.dgemm_gflops : t.sgemm_gflops;
+    double peak = dtype == DType::f64 ? t.dgemm_gflops : t.sgemm_gflops;
+    if (ph.gru_kernel && t.gru_gemm_efficiency > 0) peak *= t.gru_gemm_efficiency;
     double c = 0, m = 0;
     if (ph.gemm_flops > 0 && peak > 0) c = ph.gemm_flops / (peak * 1e9);
     if (ph.weight_bytes > 0) {

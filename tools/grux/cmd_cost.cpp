@@ -91,7 +91,8 @@ void add_profile_options(CLI::App* c, std::string& profile, int& threads, Profil
                 "machine profile for the prediction (default: grux calibrate's; the preset if "
                 "there is none)");
   c->add_option("--threads", threads, "threads of the predicted run (default: all cores)");
-  c->add_option("--peak-gflops", o.peak_gflops, "override the GEMM peak (GFLOP/s)");
+  c->add_option("--peak-gflops", o.peak_gflops,
+                "override the GEMM peak (GFLOP/s; also the rate of the GRU's GEMMs)");
   c->add_option("--mem-gbps", o.mem_gbps, "override the memory bandwidth (GB/s)");
   c->add_option("--cache-gbps", o.cache_gbps, "override the cache-resident read bandwidth (GB/s)");
   c->add_option("--step-us", o.step_us, "override the per-step cost of a GRU (microseconds)");
