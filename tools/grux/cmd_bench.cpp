@@ -479,9 +479,9 @@ Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem (results "
-      "are "
-      "checked against the reference kernels first; a wrong result exits with code 3).");
+      "Time GRU, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem "
+      "(results are checked against the reference kernels first; a wrong result exits with "
+      "code 3).");
   c->require_subcommand(1);
   CLI::App* g = c->add_subcommand(
       "gru",
