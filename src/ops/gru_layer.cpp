@@ -43,12 +43,17 @@ TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier*
 namespace {
 // Runs body(me) on a team of threads that split one layer-direction's hidden units, with a
 // spinning barrier sized to the team OpenMP actually gives (one thread when nested in a
-// caller's parallel region).
+// caller's parallel region), or on `persistent` when it is given and of the right size.
 template <typename Body>
-void run_team(int64_t H, int64_t unit, Body body) {
+void run_team(int64_t H, int64_t unit, Body body, ThreadTeam* persistent = nullptr) {
   const int team = gru_team_size(H, unit);
   SpinBarrier barrier;
   barrier.reset(team);
+  if (persistent && persistent->size() == team && team > 1 && !omp_in_parallel()) {
+    auto job = [&](int member) { body(team_share(H, unit, member, team, &barrier)); };
+    persistent->run(job);
+    return;
+  }
 #pragma omp parallel num_threads(team)
   {
     if (omp_get_num_threads() != team) {
@@ -123,7 +128,8 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
-                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh) {
+                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh,
+                       ThreadTeam* team) {
   const int64_t H = P.H, G = 3 * H, rows = lay.rows();
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
@@ -142,7 +148,7 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
       gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H,
                        /*sync_end=*/s + 1 < lay.S);
     }
-  });
+  }, team);
 }
 
 namespace {
@@ -246,7 +252,8 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
 #define GRUX_INSTANTIATE(T)                                                                     \
   template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool);                 \
   template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,               \
-                                     const SeqLayout&, const T*, const T*, T*, T*, T*, T*);     \
+                                     const SeqLayout&, const T*, const T*, T*, T*, T*, T*,      \
+                                     ThreadTeam*);                                              \
   template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,              \
                                       const SeqLayout&, const T*, const T*, const T*, const T*, \
                                       T*, T*, GruLayerWeights&, T*);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_team.h"
 #include "ops/gru_cell.h"
 
 namespace grux::ops {
@@ -40,9 +41,12 @@ int gru_team_size(int64_t H, int64_t unit);
 //   xp (rows x in): packed layer input. h0s (N x H): initial state in sorted order.
 //   Outputs: g (rows x 3H) gate activations (interleaved), aux (rows x H) hn or rh,
 //   hs (rows x H) states. gh (N x 3H): scratch.
+// `team`, when given and of gru_team_size(), runs the time loop instead of an OpenMP region
+// (the stream's frames are too short for OpenMP's fork and join).
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
-                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh);
+                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh,
+                       ThreadTeam* team = nullptr);
 
 // Backward over all steps of one layer-direction, given the forward's g and aux, and its
 // states: h0s (N rows, sorted order) followed by hs (rows), in one buffer.

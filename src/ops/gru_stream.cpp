@@ -2,7 +2,10 @@
 // same layer kernels as a whole-sequence forward, so results are bit-identical to it.
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <cstring>
+#include <memory>
 
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
@@ -58,6 +61,19 @@ struct GruStream::Impl {
   }
 
   ops::SeqLayout lay;  // for chunks of lay.T frames (kept: most calls repeat the last size)
+  // The threads that run the frames, kept between calls (sized like an OpenMP team would be
+  // at the time of the call; none when called from inside a parallel region).
+  std::unique_ptr<ThreadTeam> team;
+  template <typename T>
+  ThreadTeam* frame_team() {
+    const int size = omp_in_parallel() ? 1 : ops::gru_team_size(gru->config().hidden_size, cpu::kUnit<T>);
+    if (size <= 1) return nullptr;
+    if (!team || team->size() != size) {
+      team.reset();
+      team = std::make_unique<ThreadTeam>(size);
+    }
+    return team.get();
+  }
 
   template <typename T>
   void run(const T* src, const Frames& f, T* out) {
@@ -72,11 +88,12 @@ struct GruStream::Impl {
       for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < I; ++i) xpd[(s * N + n) * I + i] = src[s * st0 + n * st1 + i * st2];
     const T* layer_in = xpd;
+    ThreadTeam* frames_team = frame_team<T>();
     for (int64_t l = 0; l < c.num_layers; ++l) {
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
       ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(), h,
-                                gh.data<T>());
+                                gh.data<T>(), frames_team);
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }

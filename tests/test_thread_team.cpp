@@ -1,0 +1,69 @@
+// The persistent thread team that runs a stream's frames: every member runs every job once,
+// run() returns only after all have finished, and sleeping workers wake for the next job.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/thread_team.h"
+
+namespace grux {
+namespace {
+
+TEST(ThreadTeam, EveryMemberRunsEveryJobOnceAndRunWaitsForAll) {
+  for (int size : {1, 2, 3}) {
+    ThreadTeam team(size);
+    ASSERT_EQ(team.size(), size);
+    std::vector<int> runs(size, 0);  // plain ints: run() must make the writes visible
+    std::vector<std::atomic<int>> calls(size);
+    for (int job = 0; job < 2000; ++job) {
+      auto body = [&](int member) {
+        ASSERT_GE(member, 0);
+        ASSERT_LT(member, size);
+        // A slow member: run() must still wait for it.
+        if (member == size - 1 && job % 97 == 0)
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        ++runs[member];
+        calls[member].fetch_add(1);
+      };
+      team.run(body);
+      for (int m = 0; m < size; ++m) ASSERT_EQ(runs[m], job + 1) << "size " << size << " member " << m;
+    }
+    for (int m = 0; m < size; ++m) EXPECT_EQ(calls[m].load(), 2000);
+  }
+}
+
+TEST(ThreadTeam, WorkersThatFellAsleepWakeForTheNextJob) {
+  ThreadTeam team(2);
+  int ran = 0;
+  auto body = [&](int member) {
+    if (member == 1) ++ran;
+  };
+  for (int round = 1; round <= 5; ++round) {
+    // Longer than the workers spin: they are asleep when the job comes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    team.run(body);
+    EXPECT_EQ(ran, round);
+  }
+}
+
+TEST(ThreadTeam, DestructionWakesAndJoinsIdleOrSleepingWorkers) {
+  using Clock = std::chrono::steady_clock;
+  for (const bool asleep : {false, true}) {
+    auto team = std::make_unique<ThreadTeam>(3);
+    int ran = 0;
+    auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+    team->run(body);
+    EXPECT_EQ(ran, 3);
+    if (asleep) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const auto t0 = Clock::now();
+    team.reset();  // must not wait for a job or a timeout
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1)) << (asleep ? "asleep" : "spinning");
+  }
+}
+
+}  // namespace
+}  // namespace grux
