@@ -30,7 +30,8 @@ TEST(ThreadTeam, EveryMemberRunsEveryJobOnceAndRunWaitsForAll) {
         calls[member].fetch_add(1);
       };
       team.run(body);
-      for (int m = 0; m < size; ++m) ASSERT_EQ(runs[m], job + 1) << "size " << size << " member " << m;
+      for (int m = 0; m < size; ++m)
+        ASSERT_EQ(runs[m], job + 1) << "size " << size << " member " << m;
     }
     for (int m = 0; m < size; ++m) EXPECT_EQ(calls[m].load(), 2000);
   }

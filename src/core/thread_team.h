@@ -40,7 +40,7 @@ class ThreadTeam {
   std::vector<std::thread> workers_;
   void* job_ = nullptr;
   Fn fn_ = nullptr;
-  bool stop_ = false;  // written before an epoch bump, read after it
+  bool stop_ = false;                           // written before an epoch bump, read after it
   alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped once per job
   alignas(64) std::atomic<int> pending_{0};     // workers still running the current job
   alignas(64) std::atomic<int> sleepers_{0};    // workers asleep (or about to be) on wake_

@@ -45,7 +45,7 @@ namespace {
 // spinning barrier sized to the team OpenMP actually gives (one thread when nested in a
 // caller's parallel region), or on `persistent` when it is given and of the right size.
 template <typename Body>
-void run_team(int64_t H, int64_t unit, Body body, ThreadTeam* persistent = nullptr) {
+void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, Body body) {
   const int team = gru_team_size(H, unit);
   SpinBarrier barrier;
   barrier.reset(team);
@@ -128,13 +128,12 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
-                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh,
-                       ThreadTeam* team) {
+                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh, ThreadTeam* team) {
   const int64_t H = P.H, G = 3 * H, rows = lay.rows();
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
-  run_team(H, cpu::kUnit<T>, [&](const TeamShare& me) {
+  run_team(team, H, cpu::kUnit<T>, [&](const TeamShare& me) {
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
     //    row blocks that stay in L2 while my panels stream by.
     constexpr int64_t kRowBlock = 96;
@@ -148,7 +147,7 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
       gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H,
                        /*sync_end=*/s + 1 < lay.S);
     }
-  }, team);
+  });
 }
 
 namespace {
@@ -201,7 +200,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
          drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
   Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
-  run_team(H, U, [&](const TeamShare& me) {
+  run_team(nullptr, H, U, [&](const TeamShare& me) {
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
     T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
     T* dh_prev = carry.data<T>() + N * H;  // produced by step s

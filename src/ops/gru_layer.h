@@ -24,9 +24,7 @@ struct SeqLayout {
   std::vector<int64_t> off;     // first packed row of step s (S + 1 entries)
   int64_t rows() const { return off[S]; }
   // Time index of packed row (s, j) in direction dir (0 forward, 1 reverse).
-  int64_t time(int64_t s, int64_t j, int dir) const {
-    return dir == 0 ? s : len[perm[j]] - 1 - s;
-  }
+  int64_t time(int64_t s, int64_t j, int dir) const { return dir == 0 ? s : len[perm[j]] - 1 - s; }
 };
 
 // Layout for N sequences of padded length T; `lengths` null means all T. Lengths must

@@ -1,7 +1,6 @@
 // Streaming GRU: feed frames or chunks, keep the state between calls. Each chunk runs the
 // same layer kernels as a whole-sequence forward, so results are bit-identical to it.
 #include <fmt/format.h>
-
 #include <omp.h>
 
 #include <cstring>
@@ -66,7 +65,8 @@ struct GruStream::Impl {
   std::unique_ptr<ThreadTeam> team;
   template <typename T>
   ThreadTeam* frame_team() {
-    const int size = omp_in_parallel() ? 1 : ops::gru_team_size(gru->config().hidden_size, cpu::kUnit<T>);
+    const int size =
+        omp_in_parallel() ? 1 : ops::gru_team_size(gru->config().hidden_size, cpu::kUnit<T>);
     if (size <= 1) return nullptr;
     if (!team || team->size() != size) {
       team.reset();
