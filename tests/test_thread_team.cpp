@@ -1,6 +1,8 @@
 // The persistent thread team that runs a stream's frames: every member runs every job once,
 // run() returns only after all have finished, and sleeping workers wake for the next job.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -64,6 +66,43 @@ TEST(ThreadTeam, DestructionWakesAndJoinsIdleOrSleepingWorkers) {
     team.reset();  // must not wait for a job or a timeout
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1)) << (asleep ? "asleep" : "spinning");
   }
+}
+
+TEST(ThreadTeam, OneTeamPerCallingThreadSharedByItsCallers) {
+  ThreadTeam* mine = &calling_thread_team(2);
+  EXPECT_EQ(mine->size(), 2);
+  EXPECT_EQ(&calling_thread_team(2), mine);  // every stream of this thread uses the same one
+  ThreadTeam* other = nullptr;
+  std::thread t([&] { other = &calling_thread_team(2); });
+  t.join();
+  EXPECT_NE(other, mine);
+  ThreadTeam& bigger = calling_thread_team(3);  // another size: made anew
+  EXPECT_EQ(bigger.size(), 3);
+  int ran = 0;
+  auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+  bigger.run(body);
+  EXPECT_EQ(ran, 3);
+}
+
+TEST(ThreadTeam, AChildProcessAfterForkGetsATeamOfItsOwn) {
+  ThreadTeam& parent = calling_thread_team(2);
+  auto nothing = [](int) {};
+  parent.run(nothing);  // the parent's worker exists and has run
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(10);  // a hang fails the test instead of blocking it
+    int ran = 0;
+    auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+    ThreadTeam& child = calling_thread_team(2);
+    child.run(body);
+    _exit(ran == 2 && &child != &parent ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(&calling_thread_team(2), &parent);  // the parent keeps its team
 }
 
 }  // namespace

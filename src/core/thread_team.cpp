@@ -1,6 +1,9 @@
 #include "core/thread_team.h"
 
+#include <pthread.h>
+
 #include <chrono>
+#include <memory>
 
 namespace grux {
 
@@ -10,10 +13,37 @@ inline void cpu_relax() {
   __builtin_ia32_pause();
 #endif
 }
-// How long an idle worker spins before it sleeps: long enough to catch the next frame of a
-// back-to-back stream, short enough not to hold a core that other work needs.
-constexpr auto kSpinFor = std::chrono::microseconds(200);
+// An idle worker spins (kSpinFor), then yields between checks so that other threads can have
+// the core (until kWaitFor), then sleeps: it catches the next frame of a back-to-back stream
+// within a microsecond without holding a core that other work needs.
+constexpr auto kSpinFor = std::chrono::microseconds(20);
+constexpr auto kWaitFor = std::chrono::microseconds(200);
 }  // namespace
+
+namespace {
+// Bumped in a child process after fork(): the child has none of the parent's workers, so a
+// team made before the fork must not be used (it would wait forever) nor joined.
+std::atomic<unsigned> fork_generation{0};
+}  // namespace
+
+ThreadTeam& calling_thread_team(int size) {
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
+    return true;
+  }();
+  (void)registered;
+  thread_local std::unique_ptr<ThreadTeam> team;
+  thread_local unsigned team_generation = 0;
+  const unsigned generation = fork_generation.load();
+  if (team && team_generation != generation)
+    (void)team.release();  // the parent's: its threads do not exist here
+  if (!team || team->size() != size) {
+    team.reset();
+    team = std::make_unique<ThreadTeam>(size);
+    team_generation = generation;
+  }
+  return *team;
+}
 
 ThreadTeam::ThreadTeam(int size) {
   for (int m = 1; m < size; ++m) workers_.emplace_back([this, m] { worker(m); });
@@ -53,14 +83,22 @@ void ThreadTeam::worker(int member) {
   uint32_t seen = 0;
   for (;;) {
     uint32_t e = epoch_.load(std::memory_order_acquire);
-    const auto spin_start = std::chrono::steady_clock::now();
+    const auto idle_since = std::chrono::steady_clock::now();
+    bool yielding = false;
     for (int spins = 1; e == seen; ++spins) {
-      cpu_relax();
-      if (spins % 256 == 0 && std::chrono::steady_clock::now() - spin_start > kSpinFor) {
-        sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
-        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      if (yielding)
+        std::this_thread::yield();
+      else
+        cpu_relax();
+      if (yielding || spins % 64 == 0) {
+        const auto idle = std::chrono::steady_clock::now() - idle_since;
+        yielding = idle > kSpinFor;
+        if (idle > kWaitFor) {
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          std::unique_lock<std::mutex> lock(mutex_);
+          wake_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
+          sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        }
       }
       e = epoch_.load(std::memory_order_acquire);
     }

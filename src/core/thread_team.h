@@ -1,9 +1,9 @@
 // A persistent team of threads for parallel work too short for OpenMP's fork and join: a
 // streaming GRU's frame takes a few microseconds, and an OpenMP parallel region of two
 // threads costs about 0.44 us to open and close on the 2-core machine (12% of a W1 frame).
-// The caller is member 0; the other members are threads the team owns, which spin for a
-// short while after each job (frames usually come back to back) and then sleep until the
-// next job, so an idle team does not hold a core.
+// The caller is member 0; the other members are threads the team owns. After each job they
+// spin for 20 us, then yield the core between checks until 200 us (frames usually come back
+// to back), then sleep until the next job, so an idle team does not hold a core.
 #pragma once
 
 #include <atomic>
@@ -47,5 +47,10 @@ class ThreadTeam {
   std::mutex mutex_;
   std::condition_variable wake_;
 };
+
+// The calling thread's team of `size` members, kept for the thread's lifetime (made anew
+// when another size is asked for). One per thread, like OpenMP's thread pools: any number of
+// streams stepped from one thread share it, so their workers never pile up spinning.
+ThreadTeam& calling_thread_team(int size);
 
 }  // namespace grux

@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <cstring>
-#include <memory>
 
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
@@ -60,19 +59,13 @@ struct GruStream::Impl {
   }
 
   ops::SeqLayout lay;  // for chunks of lay.T frames (kept: most calls repeat the last size)
-  // The threads that run the frames, kept between calls (sized like an OpenMP team would be
-  // at the time of the call; none when called from inside a parallel region).
-  std::unique_ptr<ThreadTeam> team;
+  // The threads that run the frames: the calling thread's persistent team, sized like an
+  // OpenMP team would be at the time of the call (none inside a parallel region).
   template <typename T>
-  ThreadTeam* frame_team() {
+  ThreadTeam* frame_team() const {
     const int size =
         omp_in_parallel() ? 1 : ops::gru_team_size(gru->config().hidden_size, cpu::kUnit<T>);
-    if (size <= 1) return nullptr;
-    if (!team || team->size() != size) {
-      team.reset();
-      team = std::make_unique<ThreadTeam>(size);
-    }
-    return team.get();
+    return size > 1 ? &calling_thread_team(size) : nullptr;
   }
 
   template <typename T>
