@@ -18,9 +18,7 @@ inline void cpu_relax() {
 // within a microsecond without holding a core that other work needs.
 constexpr auto kSpinFor = std::chrono::microseconds(20);
 constexpr auto kWaitFor = std::chrono::microseconds(200);
-}  // namespace
 
-namespace {
 // Bumped in a child process after fork(): the child has none of the parent's workers, so a
 // team made before the fork must not be used (it would wait forever) nor joined.
 std::atomic<unsigned> fork_generation{0};
