@@ -41,6 +41,15 @@ double best_seconds(int reps, const std::function<void()>& fn) {
   return best;
 }
 
+// A GRU input (T, N, I) for problem p, uniform in [-1, 1), f32.
+Tensor gru_input(const GruProblem& p, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  Tensor x = Tensor::empty({p.T, p.N, p.I}, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(u(rng));
+  return x;
+}
+
 template <typename T>
 GemmRates gemm_rates(int reps, int64_t n) {
   std::mt19937_64 rng(1);
@@ -140,10 +149,7 @@ double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double b
 double measure_gru_gflops(bool quick) {
   GruProblem p = GruProblem::parse(quick ? "l1t20n16i64h128" : "l1t50n48i192h384");
   Gru gru(p.config(), DType::f32, 1);
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<double> u(-1, 1);
-  Tensor x = Tensor::empty({p.T, p.N, p.I}, DType::f32);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(u(rng));
+  const Tensor x = gru_input(p, 3);
   return p.gemm_flops() / best_seconds(quick ? 2 : 5, [&] { gru.forward(x); }) / 1e9;
 }
 
@@ -176,10 +182,7 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
   GruProblem p;
   p.T = steps, p.N = 1, p.I = 16, p.H = 16 * threads;
   Gru gru(p.config(), DType::f32, 1);
-  std::mt19937_64 rng(2);
-  std::uniform_real_distribution<double> u(-1, 1);
-  Tensor x = Tensor::empty({p.T, 1, p.I}, DType::f32);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(u(rng));
+  const Tensor x = gru_input(p, 2);
   MachineProfile one;
   one.threads[threads] = rates;
   const double seq_s = best_seconds(5, [&] { gru.forward(x); });

@@ -69,22 +69,11 @@ int64_t split_of(int64_t H, DType dtype) {
   return std::max<int64_t>(1, (H + unit - 1) / unit);
 }
 
-void check_lengths(const GruProblem& p) {
-  if (!p.lengths.empty()) {
-    if (static_cast<int64_t>(p.lengths.size()) != p.N)
-      throw Error(fmt::format("gru {}: {} lengths for n{} sequences", p.descriptor(),
-                              p.lengths.size(), p.N));
-    for (int64_t v : p.lengths)
-      if (v < 1 || v > p.T)
-        throw Error(fmt::format("gru {}: length {} outside [1, T = {}]", p.descriptor(), v, p.T));
-  }
-}
-
 }  // namespace
 
 CostReport gru_cost(const GruProblem& p) {
   using namespace cost_detail;
-  check_lengths(p);
+  check_lengths("gru", p);
   CostReport r;
   r.op = "gru";
   r.problem = p.descriptor();

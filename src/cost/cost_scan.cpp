@@ -157,15 +157,7 @@ CostReport mingru_cost(const GruProblem& p) {
   using namespace cost_detail;
   if (p.D != 1)
     throw Error(fmt::format("mingru {}: minGRU is unidirectional (expected d1)", p.descriptor()));
-  if (!p.lengths.empty()) {
-    if (static_cast<int64_t>(p.lengths.size()) != p.N)
-      throw Error(fmt::format("mingru {}: {} lengths for n{} sequences", p.descriptor(),
-                              p.lengths.size(), p.N));
-    for (int64_t v : p.lengths)
-      if (v < 1 || v > p.T)
-        throw Error(
-            fmt::format("mingru {}: length {} outside [1, T = {}]", p.descriptor(), v, p.T));
-  }
+  check_lengths("mingru", p);
   CostReport r;
   r.op = "mingru";
   r.problem = p.descriptor();

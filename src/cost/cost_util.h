@@ -33,6 +33,17 @@ inline void check_countable(double estimate, const std::string& what) {
     throw Error(fmt::format("{}: the count does not fit in 64 bits (problem too large)", what));
 }
 
+// A problem's sequence lengths, when it has them: one per sequence, each in [1, T].
+inline void check_lengths(const char* op, const GruProblem& p) {
+  if (p.lengths.empty()) return;
+  if (static_cast<int64_t>(p.lengths.size()) != p.N)
+    throw Error(fmt::format("{} {}: {} lengths for n{} sequences", op, p.descriptor(),
+                            p.lengths.size(), p.N));
+  for (int64_t v : p.lengths)
+    if (v < 1 || v > p.T)
+      throw Error(fmt::format("{} {}: length {} outside [1, T = {}]", op, p.descriptor(), v, p.T));
+}
+
 // An OpCount being built, in wide integers.
 struct WideCount {
   wide matmul = 0, bias = 0, elementwise = 0, activation = 0;
