@@ -1,6 +1,6 @@
 // GEMM kernels against the reference triple loop at tile edges: rows around the micro-kernel
 // height and the few-row path, columns around the panel width (1, 2, 3 units), K around the
-// L1 chunk; transposed A, bias, accumulate, index maps. And the packed kernel's invariance:
+// L1 chunk, B large enough to be prefetched; transposed A, bias, accumulate, index maps. And the packed kernel's invariance:
 // a row's result is bit-identical alone or in any batch, and with any split of the panels.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -88,7 +88,9 @@ TEST(GemmPacked, MatchesReferenceAtTileEdgesF32) {
   for (int64_t units : {1, 2, 3})
     for (Shape3 s : {Shape3{1, 17, 5}, {2, 200, 33}, {3, 48, 1}, {5, 49, 191}, {6, 96, 192},
                      {7, 95, 193}, {8, 48, 144}, {9, 33, 32}, {13, 16, 300}, {15, 47, 2},
-                     {17, 64, 257}, {97, 100, 64}})
+                     {17, 64, 257}, {97, 100, 64},
+                     // B over 512 KB: the first row block prefetches it (streamed from L3).
+                     {20, 400, 520}})
       for (bool ta : {false, true})
         check_packed<float>(s, units, ta, (s.M + units) % 2 == 0, s.K % 2 == 1, units == 3, rng);
 }

@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include <hwy/highway.h>
+#include <hwy/cache_control.h>
 
 #include <algorithm>
 #include <cstring>
@@ -59,12 +60,25 @@ struct ARows {
   }
 };
 
+// How far ahead (in k rows of a panel) the first row block prefetches a B that streams from
+// L3 or DRAM: 32 rows of a 3-unit f32 panel are 6 KB, about one DRAM latency of FMAs ahead.
+// `grux bench gru t32n16i2048h2048 --threads 1` (W_hh 50 MB), 0 / 16 / 24 / 32 / 64 rows:
+// about 183 / 176 / 164 / 164 / 176 ms (three runs each).
+constexpr int64_t kPrefetchRows = 32;
+
 // Panel p (P columns) of a packed B: K x P row-major at data + p * K * P (64-byte aligned).
 template <int64_t P, typename T>
 struct BPacked {
   const T* data;
   int64_t K;
-  BPacked from_panel(int64_t p) const { return {data + p * K * P, K}; }
+  int64_t pf = 0;  // software-prefetch this many k rows ahead (0: none)
+  BPacked from_panel(int64_t p) const { return {data + p * K * P, K, pf}; }
+  BPacked with_prefetch(int64_t d) const { return {data, K, d}; }
+  void prefetch(int p, int64_t k) const {
+    if (pf == 0) return;
+    const T* a = data + (p * K + k + pf) * P;
+    for (int64_t i = 0; i < P; i += 64 / int64_t(sizeof(T))) hwy::Prefetch(a + i);
+  }
   template <class D>
   hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
     return hn::Load(d, data + (p * K + k) * P + j);
@@ -77,6 +91,8 @@ struct BRows {
   const T* base;
   const int64_t* offsets;
   BRows from_panel(int64_t p) const { return {base + p * P, offsets}; }
+  BRows with_prefetch(int64_t) const { return *this; }
+  void prefetch(int, int64_t) const {}
   template <class D>
   hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
     return hn::LoadU(d, base + offsets[k] + p * P + j);
@@ -115,8 +131,10 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   }
   for (int64_t k = k0; k < k1; ++k) {
     Vec b[NP * NV];
-    for (int p = 0; p < NP; ++p)
+    for (int p = 0; p < NP; ++p) {
+      b_op.prefetch(p, k);
       for (int64_t v = 0; v < NV; ++v) b[p * NV + v] = b_op.load(d, p, k, v * L);
+    }
     for (int r = 0; r < MR; ++r) {
       const Vec a = hn::Set(d, A.at(r, k));
       for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::MulAdd(a, b[v], acc[r][v]);
@@ -170,6 +188,7 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   const bool chunked = kc < K;
   HWY_ALIGN T saved[kMr * NP * P];
   const int64_t cols = std::min<int64_t>(n_cols, NP * P);
+  const BOp b_rest = b_op.with_prefetch(0);  // rows after the first find B in cache
   auto rows = [&](auto mr_tag, int64_t m) {
     constexpr int MR = decltype(mr_tag)::value;
     const AOp a = a_op.from_row(m);
@@ -187,7 +206,8 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
     }
     for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
       const int64_t k1 = std::min(K, k0 + kc);
-      MicroKernel<MR, NP, S>(k0, k1, k0 == 0, k1 == K, a, b_op, cols, bias, old, ld_old, c, ldc);
+      MicroKernel<MR, NP, S>(k0, k1, k0 == 0, k1 == K, a, m == 0 ? b_op : b_rest, cols, bias,
+                             old, ld_old, c, ldc);
       if (K == 0) break;
     }
   };
@@ -245,9 +265,13 @@ void GemmPacked(int64_t M, int64_t K, int64_t N, int64_t panel, const T* A, int6
                 bool trans_a, const T* packed, const T* bias, bool accumulate, T* C, int64_t ldc,
                 int64_t p0, int64_t p1) {
   const int S = static_cast<int>(panel / kUnit<T>);
+  // Panels too big to stay in L2 between calls (half of a 1 MB L2) stream from L3 or DRAM
+  // every time; the first row block prefetches them kPrefetchRows k rows ahead.
+  const bool streamed = (p1 - p0) * K * panel * int64_t(sizeof(T)) > (512 << 10);
+  const int64_t pf = streamed ? kPrefetchRows : 0;
 #define GRUX_GEMM_CASE(s)                                                                  \
   if (S == s) {                                                                            \
-    const BPacked<s * kUnit<T>, T> b{packed, K};                                           \
+    const BPacked<s * kUnit<T>, T> b{packed, K, pf};                                       \
     if (trans_a)                                                                           \
       GemmPanelsChunked<s>(M, K, N, APlain<true, T>{A, lda}, b, bias, accumulate, C, ldc, p0, \
                            p1);                                                            \
