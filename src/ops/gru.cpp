@@ -282,17 +282,34 @@ Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Te
 
 // ---- Packing -------------------------------------------------------------------------
 
+// Both copies below walk the (time, sequence) pairs time step by time step, the steps dealt
+// to the threads in turn (schedule(static, 1)): with lengths, early steps hold more valid rows
+// than late ones, and contiguous blocks of steps would leave one thread most of the work.
+// pos[n]: sorted position of sequence n; packed row of (t, n) = off[s] + pos[n], s the step.
+std::vector<int64_t> sorted_positions(const SeqLayout& lay) {
+  std::vector<int64_t> pos(lay.N);
+  for (int64_t j = 0; j < lay.N; ++j) pos[lay.perm[j]] = j;
+  return pos;
+}
+
+// Step of time t of sequence n in direction dir (valid when t < len[n]).
+int64_t step_of(const SeqLayout& lay, int64_t t, int64_t n, int dir) {
+  return dir == 0 ? t : lay.len[n] - 1 - t;
+}
+
 // dst (rows x C) <- src (T, N, >= c0 + C) columns [c0, c0 + C), in packed order of `dir`.
 template <typename T>
 void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0, int64_t C,
                    T* dst) {
   const T* base = src.data<T>();
   const int64_t st0 = src.stride(0), st1 = src.stride(1), st2 = src.stride(2);
-#pragma omp parallel for schedule(static) if (lay.rows() * C > (1 << 17))
-  for (int64_t s = 0; s < lay.S; ++s) {
-    for (int64_t j = 0; j < lay.bs[s]; ++j) {
-      const T* p = base + lay.time(s, j, dir) * st0 + lay.perm[j] * st1 + c0 * st2;
-      T* q = dst + (lay.off[s] + j) * C;
+  const std::vector<int64_t> pos = sorted_positions(lay);
+#pragma omp parallel for schedule(static, 1) if (lay.rows() * C > (1 << 17))
+  for (int64_t t = 0; t < lay.S; ++t) {
+    for (int64_t n = 0; n < lay.N; ++n) {
+      if (t >= lay.len[n]) continue;
+      const T* p = base + t * st0 + n * st1 + c0 * st2;
+      T* q = dst + (lay.off[step_of(lay, t, n, dir)] + pos[n]) * C;
       if (st2 == 1)
         std::memcpy(q, p, C * sizeof(T));
       else
@@ -301,16 +318,21 @@ void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0,
   }
 }
 
-// dst (T, N, CC) contiguous, columns [c0, c0 + C) <- (or +=) src (rows x C) packed.
+// dst (T, N, CC) contiguous, columns [c0, c0 + C) <- (or +=) src (rows x C) packed. Without
+// `accumulate`, the padding rows' columns (t >= len[n]) are set to zero.
 template <typename T>
 void scatter_packed(const SeqLayout& lay, int dir, const T* src, int64_t C, T* dst, int64_t CC,
                     int64_t c0, bool accumulate) {
-  // Steps write disjoint rows of dst (each (time, sequence) pair once per direction).
-#pragma omp parallel for schedule(static) if (lay.rows() * C > (1 << 17))
-  for (int64_t s = 0; s < lay.S; ++s) {
-    for (int64_t j = 0; j < lay.bs[s]; ++j) {
-      const T* p = src + (lay.off[s] + j) * C;
-      T* q = dst + (lay.time(s, j, dir) * lay.N + lay.perm[j]) * CC + c0;
+  const std::vector<int64_t> pos = sorted_positions(lay);
+#pragma omp parallel for schedule(static, 1) if (lay.T * lay.N * C > (1 << 17))
+  for (int64_t t = 0; t < lay.T; ++t) {
+    for (int64_t n = 0; n < lay.N; ++n) {
+      T* q = dst + (t * lay.N + n) * CC + c0;
+      if (t >= lay.len[n]) {
+        if (!accumulate) std::memset(q, 0, C * sizeof(T));
+        continue;
+      }
+      const T* p = src + (lay.off[step_of(lay, t, n, dir)] + pos[n]) * C;
       if (accumulate)
         for (int64_t c = 0; c < C; ++c) q[c] += p[c];
       else
@@ -359,11 +381,8 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   Tensor layer_in = p.x;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = c.layer_input_size(l);
-    // Every valid (time, sequence) row is written below; only padding rows are zeroed.
+    // Every row is written below (valid ones copied, padding ones zeroed), by direction.
     Tensor out = Tensor::empty({T_, N, D * H}, dt);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t t = lay.len[n]; t < T_; ++t)
-        std::memset(out.data<T>() + (t * N + n) * D * H, 0, D * H * sizeof(T));
     Tensor xp = Tensor::empty({rows, in}, dt);
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
