@@ -239,7 +239,11 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
   // Few rows, or narrow panels: several panels at once give the FMA pipes enough independent
   // chains (a panel's element chains are the same whichever panels it is grouped with).
   if (M <= 2) {
-    for (; p + 4 <= p1; p += 4) run(std::integral_constant<int, 4>{});
+    // Groups of 4, and the rest as groups of 3 or 2 (4 + 1 as 3 + 2): a lone panel of one row
+    // has too few independent chains to hide the FMA latency.
+    for (; p + 4 <= p1 && p1 - p != 5; p += 4) run(std::integral_constant<int, 4>{});
+    if (p + 3 <= p1) run(std::integral_constant<int, 3>{}), p += 3;
+    if (p + 2 <= p1) run(std::integral_constant<int, 2>{}), p += 2;
   } else if constexpr (S < 3) {
     constexpr int G = S == 1 ? 3 : 2;
     for (; p + G <= p1; p += G) run(std::integral_constant<int, G>{});
