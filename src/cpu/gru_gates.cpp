@@ -64,8 +64,8 @@ HWY_INLINE V ExpF32(D d, V x) {
   return hn::Mul(p, hn::BitCast(d, scale));
 }
 
-// tanh in f32: for |x| < 0.625 x p(x^2), p a degree-5 polynomial fitted (weighted least squares
-// on Chebyshev nodes, coefficients rounded to f32) to tanh(x) / x, at most 1.22 ulp there;
+// tanh in f32: for |x| < 0.625 x p(x^2), p a degree-5 polynomial fitted to tanh(x) / x by
+// tests/reference/fit_gate_tanh.py (coefficients rounded to f32), at most 1.22 ulp there;
 // above, 1 - 2 / (exp(2|x|) + 1), at most 1.7 ulp with a 1-ulp exp; the sign put back.
 template <class D, class V>
 HWY_INLINE V TanhF32(D d, V x) {
