@@ -165,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,
 // 1e-37 absolute, where the exact value is below f32's normal range); measured 2.0 and 1.23.
 // (Highway's Exp and Tanh, used before, gave 2.0 and 2.49.)
 TEST(GateKernel, SigmoidAndTanhF32WithinAFewUlpOfF64) {
-  std::vector<double> xs = {0.0, 1e-30, -1e-30, 1e-6, -1e-6, 86.9, -86.9, 87.0, -87.0,
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> xs = {nan, 0.0, 1e-30, -1e-30, 1e-6, -1e-6, 86.9, -86.9, 87.0, -87.0,
                             88.0, -88.0, 89.0, -89.0, 104.0, -104.0, 1e4, -1e4};
   for (int i = 0; i <= 200000; ++i) xs.push_back(-100.0 + 200.0 * i / 200000);
   const int64_t H = static_cast<int64_t>(xs.size());
@@ -184,7 +185,13 @@ TEST(GateKernel, SigmoidAndTanhF32WithinAFewUlpOfF64) {
     return std::abs(got - want) <= 1e-37 ? 0.0 : std::abs(got - want) / ulp;
   };
   double worst_sigmoid = 0, worst_tanh = 0;
-  for (int64_t j = 0; j < H; ++j) {
+  // NaN in, NaN out (as PyTorch), not a clamp bound's value.
+  EXPECT_TRUE(std::isnan(g[cpu::gate_col3<float>(H, 0, 0)]) &&
+              std::isnan(g[cpu::gate_col3<float>(H, 1, 0)]) &&
+              std::isnan(g[cpu::gate_col3<float>(H, 2, 0)]))
+      << "sigmoid / tanh of NaN: " << g[cpu::gate_col3<float>(H, 0, 0)] << " "
+      << g[cpu::gate_col3<float>(H, 1, 0)] << " " << g[cpu::gate_col3<float>(H, 2, 0)];
+  for (int64_t j = 1; j < H; ++j) {
     const float x = static_cast<float>(xs[j]), xn = static_cast<float>(xs[j] / 10);
     const float r = g[cpu::gate_col3<float>(H, 0, j)], z = g[cpu::gate_col3<float>(H, 1, j)];
     const float n = g[cpu::gate_col3<float>(H, 2, j)];

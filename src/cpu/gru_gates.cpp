@@ -79,7 +79,9 @@ HWY_INLINE V TanhF32(D d, V x) {
   p = hn::MulAdd(p, u, hn::Set(d, 0.13331127166748047f));
   p = hn::MulAdd(p, u, hn::Set(d, -0.3333325982093811f));
   p = hn::MulAdd(p, u, one);
-  const V e = ExpF32(d, hn::Min(hn::Add(a, a), hn::Set(d, 88.0f)));
+  // Clamps keep the argument second: x86's min / max return it when it is NaN, so NaN
+  // propagates (as in PyTorch) instead of becoming the bound.
+  const V e = ExpF32(d, hn::Min(hn::Set(d, 88.0f), hn::Add(a, a)));
   const V large = hn::Sub(one, hn::Div(hn::Set(d, 2.0f), hn::Add(e, one)));
   return hn::Xor(hn::IfThenElse(hn::Lt(a, hn::Set(d, 0.625f)), hn::Mul(a, p), large), sign);
 }
@@ -101,7 +103,7 @@ HWY_INLINE V Sigmoid(D d, V x) {
   using T = hn::TFromD<D>;
   const V one = hn::Set(d, T(1));
   if constexpr (sizeof(T) == 4) {
-    const V arg = hn::Max(hn::Min(hn::Neg(x), hn::Set(d, T(88))), hn::Set(d, T(-87)));
+    const V arg = hn::Max(hn::Set(d, T(-87)), hn::Min(hn::Set(d, T(88)), hn::Neg(x)));
     return hn::Div(one, hn::Add(one, ExpF32(d, arg)));
   } else {
     return hn::Div(one, hn::Add(one, hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, T(700))))));
