@@ -73,7 +73,7 @@ struct BPacked {
   int64_t K;
   int64_t pf = 0;  // software-prefetch this many k rows ahead (0: none)
   BPacked from_panel(int64_t p) const { return {data + p * K * P, K, pf}; }
-  BPacked with_prefetch(int64_t d) const { return {data, K, d}; }
+  BPacked without_prefetch() const { return {data, K, 0}; }
   void prefetch(int p, int64_t k) const {
     if (pf == 0) return;
     const T* a = data + (p * K + k + pf) * P;
@@ -91,7 +91,7 @@ struct BRows {
   const T* base;
   const int64_t* offsets;
   BRows from_panel(int64_t p) const { return {base + p * P, offsets}; }
-  BRows with_prefetch(int64_t) const { return *this; }
+  BRows without_prefetch() const { return *this; }
   void prefetch(int, int64_t) const {}
   template <class D>
   hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
@@ -188,7 +188,7 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   const bool chunked = kc < K;
   HWY_ALIGN T saved[kMr * NP * P];
   const int64_t cols = std::min<int64_t>(n_cols, NP * P);
-  const BOp b_rest = b_op.with_prefetch(0);  // rows after the first find B in cache
+  const BOp b_rest = b_op.without_prefetch();  // rows after the first find B in cache
   auto rows = [&](auto mr_tag, int64_t m) {
     constexpr int MR = decltype(mr_tag)::value;
     const AOp a = a_op.from_row(m);

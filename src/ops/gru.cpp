@@ -292,11 +292,6 @@ std::vector<int64_t> sorted_positions(const SeqLayout& lay) {
   return pos;
 }
 
-// Step of time t of sequence n in direction dir (valid when t < len[n]).
-int64_t step_of(const SeqLayout& lay, int64_t t, int64_t n, int dir) {
-  return dir == 0 ? t : lay.len[n] - 1 - t;
-}
-
 // dst (rows x C) <- src (T, N, >= c0 + C) columns [c0, c0 + C), in packed order of `dir`.
 template <typename T>
 void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0, int64_t C,
@@ -309,7 +304,7 @@ void gather_packed(const SeqLayout& lay, int dir, const Tensor& src, int64_t c0,
     for (int64_t n = 0; n < lay.N; ++n) {
       if (t >= lay.len[n]) continue;
       const T* p = base + t * st0 + n * st1 + c0 * st2;
-      T* q = dst + (lay.off[step_of(lay, t, n, dir)] + pos[n]) * C;
+      T* q = dst + (lay.off[lay.step(t, n, dir)] + pos[n]) * C;
       if (st2 == 1)
         std::memcpy(q, p, C * sizeof(T));
       else
@@ -332,7 +327,7 @@ void scatter_packed(const SeqLayout& lay, int dir, const T* src, int64_t C, T* d
         if (!accumulate) std::memset(q, 0, C * sizeof(T));
         continue;
       }
-      const T* p = src + (lay.off[step_of(lay, t, n, dir)] + pos[n]) * C;
+      const T* p = src + (lay.off[lay.step(t, n, dir)] + pos[n]) * C;
       if (accumulate)
         for (int64_t c = 0; c < C; ++c) q[c] += p[c];
       else

@@ -25,6 +25,8 @@ struct SeqLayout {
   int64_t rows() const { return off[S]; }
   // Time index of packed row (s, j) in direction dir (0 forward, 1 reverse).
   int64_t time(int64_t s, int64_t j, int dir) const { return dir == 0 ? s : len[perm[j]] - 1 - s; }
+  // Its inverse: the step of time t of original sequence n (valid when t < len[n]).
+  int64_t step(int64_t t, int64_t n, int dir) const { return dir == 0 ? t : len[n] - 1 - t; }
 };
 
 // Layout for N sequences of padded length T; `lengths` null means all T. Lengths must
