@@ -196,6 +196,8 @@ def main():
             status = f"{r.line.get('gflops')} GFLOP/s"
         else:
             status = f"{r.ms} ms"
+            if r.line.get("handoff_ns") is not None:
+                status += f", handoff {r.line['handoff_ns']} ns"
         print(f"[{label} {tool} {k}t] {status} ({time.time() - t0:.0f}s wall, others used "
               f"{r.other_cores:.2f} cores)", file=sys.stderr, flush=True)
         raw.append({**(r.line or {}), "workload": label, "tool": tool, "cmd": " ".join(cmd),
@@ -342,6 +344,14 @@ def main():
                    f"{'yes' if ok else 'NO'} |")
     out.append("")
     out.append(f"All targets met: {'yes' if met_all and targets else 'no'}")
+    # Where the host put grux's threads: the round trip of a cache line between them, which
+    # a time step shared by threads pays about twice (it moves the batch-1 rows most).
+    hand = [f"{wid} {r.line['handoff_ns']:.0f}" for wid, *_ in selected
+            for k, r in sorted(res.get((wid, "grux"), {}).items())
+            if k > 1 and r.line and r.line.get("handoff_ns") is not None]
+    if hand:
+        out.append("\nCore-to-core round trip in grux's kept runs at 2+ threads (handoff_ns): "
+                   + ", ".join(hand) + " ns.")
     kept = list(gemm.values()) + [r for cell in res.values() for r in cell.values()]
     disturbed = [r for r in kept if r.disturbed]
     if disturbed:

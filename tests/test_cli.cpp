@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using test::CliRun;
 using test::expect_user_error;
@@ -222,8 +223,8 @@ TEST_F(CliBadInput, OutputDirectoryIsAFile) {
 
 TEST(CliBench, GruPrintsOneCheckedJsonLine) {
   test::TempDir tmp;
-  for (const char* extra :
-       {"", " --train", " --reset-before --dtype f64", " --lengths uniform:2:7:3"}) {
+  for (const char* extra : {"", " --train", " --reset-before --dtype f64",
+                            " --lengths uniform:2:7:3", " --prepacked --lengths uniform:2:7:3"}) {
     CliRun r =
         grux_cli(tmp.path, std::string("bench gru l2d2t7n5i3h17 --threads 1 --reps 2") + extra);
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
@@ -232,10 +233,21 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
          {"\"op\":\"gru\"", "\"problem\":\"l2d2t7n5i3h17", "\"median_ms\":", "\"min_ms\":",
           "\"gflops\":", "\"pct_of_gemm_peak\":", "\"checked\":true"})
       EXPECT_THAT(r.out, HasSubstr(field)) << extra;
+    // One thread hands nothing over.
+    EXPECT_THAT(r.out, Not(HasSubstr("handoff_ns"))) << extra;
+    EXPECT_EQ(r.out.find("\"prepacked\":true") != std::string::npos,
+              std::string(extra).find("--prepacked") != std::string::npos)
+        << extra;
   }
   CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");
   ASSERT_EQ(cell.code, 0) << cell.err;
   EXPECT_THAT(cell.out, HasSubstr("\"mode\":\"cell\""));
+  // Two threads: the round trip between them, a positive number of ns.
+  CliRun two = grux_cli(tmp.path, "bench gru t9n2i3h40 --threads 2 --reps 2");
+  ASSERT_EQ(two.code, 0) << two.err;
+  const size_t at = two.out.find("\"handoff_ns\":");
+  ASSERT_NE(at, std::string::npos) << two.out;
+  EXPECT_GT(std::stod(two.out.substr(at + 13)), 0) << two.out;
   CliRun gemm = grux_cli(tmp.path, "bench gemm --threads 1 --reps 1");
   ASSERT_EQ(gemm.code, 0) << gemm.err;
   EXPECT_THAT(gemm.out, HasSubstr("\"op\":\"gemm\""));
@@ -258,6 +270,10 @@ TEST(CliBench, BadArguments) {
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --dtype f16"), {"f16"});
   expect_user_error(grux_cli(tmp.path, "bench gru l1d2t5n2i3h4 --cell"), {"unidirectional"});
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --train --cell"), {"--cell"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --prepacked --train"),
+                    {"--prepacked", "--train"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --cell --prepacked"),
+                    {"--prepacked", "--cell"});
   expect_user_error(grux_cli(tmp.path, "bench gru t100000n100000i1000h1000"), {"GiB", "memory"});
 }
 

@@ -97,8 +97,78 @@ const InvCase kInvCases[] = {
     {"lbr_f32_H100_len",         LBR, DType::f32, 100, 1, false, true},
 };
 // clang-format on
+// GruInference (weights packed once) returns Gru::forward's bits, call after call, in every
+// layout: batched, batch_first, unbatched, with h0 and lengths; at 1 and 2 threads.
+TEST_P(Invariance, PackedOnceEqualsForward) {
+  const InvCase& k = GetParam();
+  GruConfig c = config_for(k);
+  const int64_t T = 6, N = 5, LD = k.layers * c.directions();
+  std::mt19937_64 rng(10);
+  Tensor x = test::random_tensor({T, N, 7}, k.dtype, rng);
+  Tensor h0 = test::random_tensor({LD, N, k.H}, k.dtype, rng);
+  Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({N}, {2, 6, 1, 5, 6}) : Tensor();
+  for (const bool batch_first : {false, true}) {
+    c.batch_first = batch_first;
+    Gru gru(c, k.dtype, 5);
+    const GruInference inf(gru);
+    const Tensor xb = batch_first ? x.transpose(0, 1).contiguous() : x;
+    for (const int threads : {1, 2}) {
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      const std::string where = std::string(k.name) + (batch_first ? " batch_first" : "") +
+                                " threads " + std::to_string(threads);
+      for (int call = 0; call < 2; ++call) {
+        const GruOutput want = gru.forward(xb, h0, lengths), got = inf.forward(xb, h0, lengths);
+        EXPECT_TRUE(test::all_close(where, "output", got.output, want.output, {0, 0}));
+        EXPECT_TRUE(test::all_close(where, "h_n", got.h_n, want.h_n, {0, 0}));
+      }
+      // Unbatched: (T, I) and (L*D, H).
+      const GruOutput want = gru.forward(x.select(1, 1), h0.select(1, 1));
+      const GruOutput got = inf.forward(x.select(1, 1), h0.select(1, 1));
+      EXPECT_TRUE(test::all_close(where, "unbatched output", got.output, want.output, {0, 0}));
+      EXPECT_TRUE(test::all_close(where, "unbatched h_n", got.h_n, want.h_n, {0, 0}));
+      omp_set_num_threads(before);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Bits, Invariance, ::testing::ValuesIn(kInvCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// GruInference keeps the weights it packed: a later change to the Gru's weights is not seen
+// (as documented), and a new GruInference sees it. Bad input gets Gru::forward's errors.
+TEST(PackedOnce, KeepsItsWeightsAndChecksInputs) {
+  GruConfig c;
+  c.input_size = 5;
+  c.hidden_size = 40;
+  Gru gru(c, DType::f32, 2);
+  std::mt19937_64 rng(4);
+  Tensor x = test::random_tensor({7, 3, 5}, DType::f32, rng);
+  const GruInference before(gru);
+  const Tensor old = gru.forward(x).output;
+  gru.mutable_weights()[0].w_hh.fill(0.25);
+  const Tensor changed = gru.forward(x).output;
+  ASSERT_FALSE(test::all_close("packed once", "changed", changed, old, {0, 0}));
+  EXPECT_TRUE(test::all_close("packed once", "kept", before.forward(x).output, old, {0, 0}));
+  EXPECT_TRUE(
+      test::all_close("packed once", "new", GruInference(gru).forward(x).output, changed, {0, 0}));
+  for (const Tensor& bad : {test::random_tensor({7, 3, 6}, DType::f32, rng),
+                            test::random_tensor({7, 3, 5}, DType::f64, rng)}) {
+    std::string want, got;
+    try {
+      gru.forward(bad);
+    } catch (const Error& e) {
+      want = e.what();
+    }
+    try {
+      before.forward(bad);
+    } catch (const Error& e) {
+      got = e.what();
+    }
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(got, want);
+  }
+}
 
 
 // Optimized against reference kernels, forward and every gradient, at the shapes where the
@@ -219,6 +289,12 @@ TEST(Threads, CallsFromInsideACallersParallelRegion) {
 #pragma omp parallel for num_threads(2)
   for (int i = 0; i < 4; ++i) got[i] = gru.forward(x).output;
   for (const Tensor& g : got) EXPECT_TRUE(test::all_close("nested", "output", g, serial, {0, 0}));
+  // The same for one GruInference shared by the threads.
+  const GruInference inf(gru);
+#pragma omp parallel for num_threads(2)
+  for (int i = 0; i < 4; ++i) got[i] = inf.forward(x).output;
+  for (const Tensor& g : got)
+    EXPECT_TRUE(test::all_close("nested", "packed once", g, serial, {0, 0}));
 }
 
 }  // namespace

@@ -105,5 +105,20 @@ TEST(ThreadTeam, AChildProcessAfterForkGetsATeamOfItsOwn) {
   EXPECT_EQ(&calling_thread_team(2), &parent);  // the parent keeps its team
 }
 
+TEST(ThreadTeam, HandoffRoundTripIsMeasuredBetweenTwoMembers) {
+  ThreadTeam one(1);
+  EXPECT_EQ(handoff_round_trip_ns(one), 0);
+  // Members 0 and 1 exchange; a third only runs the (empty for it) job, and the team is usable
+  // afterwards.
+  ThreadTeam three(3);
+  const double ns = handoff_round_trip_ns(three);
+  EXPECT_GT(ns, 0);
+  EXPECT_LT(ns, 1e7);  // 10 ms a round trip would be a hang in all but name
+  int ran = 0;
+  auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+  three.run(body);
+  EXPECT_EQ(ran, 3);
+}
+
 }  // namespace
 }  // namespace grux

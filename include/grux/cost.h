@@ -301,6 +301,12 @@ GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
 // GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
 // (first touched by its reader): the rate of the cache level holding such a buffer.
 double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8);
+// Round trip of one cache line between two threads of the team that a `threads`-thread GRU
+// stream would use (the calling thread's, src/core/thread_team.h), in ns; 0 when threads < 2.
+// A time step shared by threads pays about one for its barrier and one for the state it hands
+// over, so the batch-1 rows at 2 threads move with it (it depends on where the host places
+// the cores).
+double measure_handoff_ns(int threads);
 // GB/s at which the GRU's batch-1 recurrence streams its recurrent weights when each of
 // `threads` threads holds about `bytes_per_thread` of them: W_hh bytes per step time (the
 // step's barrier and gate pass included).

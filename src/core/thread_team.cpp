@@ -2,8 +2,10 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 namespace grux {
 
@@ -105,6 +107,48 @@ void ThreadTeam::worker(int member) {
     fn_(job_, member);
     pending_.fetch_sub(1, std::memory_order_release);
   }
+}
+
+double handoff_round_trip_ns(ThreadTeam& team) {
+  if (team.size() < 2) return 0;
+  constexpr int kRounds = 5, kExchanges = 20000;
+  struct alignas(64) Line {
+    std::atomic<int> value{0};
+  };
+  std::vector<double> ns;
+  for (int round = 0; round < kRounds; ++round) {
+    Line ping, pong;
+    double elapsed = 0;
+    // Each side waits for the other's last write, then answers it; yields after a long spin
+    // so that an oversubscribed machine still finishes (and shows in the result).
+    auto wait_for = [](const std::atomic<int>& a, int want) {
+      for (int spins = 0; a.load(std::memory_order_acquire) != want; ++spins)
+        if (spins < 4000)
+          cpu_relax();
+        else
+          std::this_thread::yield();
+    };
+    auto job = [&](int member) {
+      if (member == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 1; i <= kExchanges; ++i) {
+          ping.value.store(i, std::memory_order_release);
+          wait_for(pong.value, i);
+        }
+        elapsed =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      } else if (member == 1) {
+        for (int i = 1; i <= kExchanges; ++i) {
+          wait_for(ping.value, i);
+          pong.value.store(i, std::memory_order_release);
+        }
+      }
+    };
+    team.run(job);
+    ns.push_back(elapsed / kExchanges);
+  }
+  std::nth_element(ns.begin(), ns.begin() + kRounds / 2, ns.end());
+  return ns[kRounds / 2];
 }
 
 }  // namespace grux

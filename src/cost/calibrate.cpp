@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "core/thread_team.h"
 #include "cost/cost_util.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
@@ -129,6 +130,10 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
     }
   }
   return best;
+}
+
+double measure_handoff_ns(int threads) {
+  return threads < 2 ? 0 : handoff_round_trip_ns(calling_thread_team(threads));
 }
 
 double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read) {

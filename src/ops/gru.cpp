@@ -362,9 +362,11 @@ Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched) {
 
 // ---- Forward -------------------------------------------------------------------------
 
+// `prepacked`: the weights as pack_layer packed them (GruInference), or null to pack them here.
 template <typename T>
 GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
-                       const Problem& p, bool training, uint64_t seed, GruTapeData* tape) {
+                       const Problem& p, bool training, uint64_t seed, GruTapeData* tape,
+                       const std::vector<ops::PackedLayer<T>>* prepacked = nullptr) {
   const auto k = ops::gru_kernels<T>();
   const SeqLayout& lay = p.lay;
   const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
@@ -389,7 +391,9 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       std::memset(h0s, 0, N * H * sizeof(T));
       if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s);
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
-      ops::PackedLayer<T> P = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr);
+      ops::PackedLayer<T> packed_here;
+      if (!prepacked) packed_here = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr);
+      const ops::PackedLayer<T>& P = prepacked ? (*prepacked)[ld] : packed_here;
       ops::gru_layer_forward<T>(k, P, lay, xp.data<T>(), h0s, g.data<T>(), aux.data<T>(), hs,
                                 gh.data<T>());
       scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
@@ -400,7 +404,7 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         tape->states[ld] = states;
         tape->g[ld] = g;
         tape->aux[ld] = aux;
-        tape->packed<T>()[ld] = std::move(P);
+        tape->packed<T>()[ld] = std::move(packed_here);
       }
     }
     if (tape) tape->layer_inputs[l] = layer_in;
@@ -614,6 +618,42 @@ GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& leng
                     ? forward_impl<float>(config_, weights_, p, false, 0, nullptr)
                     : forward_impl<double>(config_, weights_, p, false, 0, nullptr);
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
+  if (p.unbatched) r.h_n = r.h_n.squeeze(1);
+  return r;
+}
+
+// ---- GruInference ----------------------------------------------------------------------
+
+struct GruInference::Impl {
+  const Gru* gru;
+  // Per layer * D + direction, packed once (one of the two, by dtype).
+  std::vector<ops::PackedLayer<float>> packed_f32;
+  std::vector<ops::PackedLayer<double>> packed_f64;
+};
+
+GruInference::GruInference(const Gru& gru) : impl_(std::make_unique<Impl>()) {
+  impl_->gru = &gru;
+  for (const GruLayerWeights& w : gru.weights()) {
+    if (gru.dtype() == DType::f32)
+      impl_->packed_f32.push_back(ops::pack_layer<float>(w, gru.config().form, false));
+    else
+      impl_->packed_f64.push_back(ops::pack_layer<double>(w, gru.config().form, false));
+  }
+}
+GruInference::~GruInference() = default;
+GruInference::GruInference(GruInference&&) noexcept = default;
+GruInference& GruInference::operator=(GruInference&&) noexcept = default;
+
+GruOutput GruInference::forward(const Tensor& input, const Tensor& h0,
+                                const Tensor& lengths) const {
+  const Gru& g = *impl_->gru;
+  const GruConfig& c = g.config();
+  Problem p = normalize(c, g.dtype(), input, h0, lengths);
+  GruOutput r =
+      g.dtype() == DType::f32
+          ? forward_impl<float>(c, g.weights(), p, false, 0, nullptr, &impl_->packed_f32)
+          : forward_impl<double>(c, g.weights(), p, false, 0, nullptr, &impl_->packed_f64);
+  r.output = to_caller_layout(r.output, c.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
 }

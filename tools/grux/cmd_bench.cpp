@@ -29,7 +29,7 @@ namespace {
 
 struct BenchArgs {
   std::string descriptor, lengths, dtype = "f32";
-  bool train = false, cell = false, reset_before = false;
+  bool train = false, cell = false, reset_before = false, prepacked = false;
   bool inject_mismatch = false;  // testing only: perturb the result to prove the check works
   bool predict = false;
   std::string profile;
@@ -176,6 +176,11 @@ void run_bench_gru(const BenchArgs& a) {
   p.dtype = parse_dtype(a.dtype);
   p.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
   if (a.train && a.cell) throw Error("--train and --cell cannot be combined");
+  if (a.prepacked && (a.train || a.cell))
+    throw Error(
+        fmt::format("--prepacked times the inference forward; it cannot be combined with "
+                    "{} (training packs its weights once per step, a stream once)",
+                    a.train ? "--train" : "--cell"));
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
   std::string name = p.descriptor() + p.set_lengths(a.lengths);
   if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
@@ -213,6 +218,12 @@ void run_bench_gru(const BenchArgs& a) {
       }
       return std::vector<Tensor>{all};
     };
+  } else if (a.prepacked) {
+    // Weights packed once, before the check and the timing (as oneDNN's reorders are).
+    run = [&, inf = std::make_shared<GruInference>(gru)] {
+      GruOutput y = inf->forward(x, {}, lengths);
+      return std::vector<Tensor>{y.output, y.h_n};
+    };
   } else {
     run = [&] {
       GruOutput y = gru.forward(x, {}, lengths);
@@ -229,6 +240,10 @@ void run_bench_gru(const BenchArgs& a) {
   std::vector<Tensor> want;
   if (a.cell) {
     want = {gru.forward(x).output};
+  } else if (a.prepacked) {
+    // Packed afresh from the weights, not the copy under test.
+    GruOutput y = gru.forward(x, {}, lengths);
+    want = {y.output, y.h_n};
   } else {
     want = run();
   }
@@ -242,6 +257,8 @@ void run_bench_gru(const BenchArgs& a) {
   const CostReport cost = a.cell ? gru_stream_cost(p) : gru_cost(p);
   const std::vector<Phase>& phases = a.train ? cost.training_phases : cost.inference_phases;
   const Bound bound = live_bound(phases, p.dtype, threads, peak.best());
+  const std::string handoff =
+      threads > 1 ? fmt::format(",\"handoff_ns\":{:.0f}", measure_handoff_ns(threads)) : "";
   const std::string predicted =
       a.predict ? prediction_fields(phases, p.dtype, threads, a.cell, a.profile, t.median_ms) : "";
   fmt::print(
@@ -249,10 +266,11 @@ void run_bench_gru(const BenchArgs& a) {
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"blas_gflops\":{:.2f},"
       "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
-      "\"read_gbps\":{:.1f}{},\"checked\":true}}\n",
+      "\"read_gbps\":{:.1f}{}{}{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
       100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms, bound.side,
-      100 * bound.ms / t.median_ms, bound.read_gbps, predicted);
+      100 * bound.ms / t.median_ms, bound.read_gbps, handoff,
+      a.prepacked ? ",\"prepacked\":true" : "", predicted);
 }
 
 // ---- minGRU --------------------------------------------------------------------------------
@@ -489,13 +507,18 @@ Action add_bench_command(CLI::App& app) {
       "l1d1t100n64i256h512. Default mode: forward of the whole stack. gflops counts GEMM "
       "flops (2*N*T*3H*(in+H) per layer and direction, x3 for --train); pct_of_gemm_peak "
       "divides by the best large square GEMM rate (the BLAS's or grux's) measured in the same "
-      "process at the same thread count.");
+      "process at the same thread count. With 2+ threads, handoff_ns is the round trip of a "
+      "cache line between two of the threads, also measured in the process: each time step "
+      "that threads share pays about two of them.");
   g->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
   g->add_flag("--train", a->train, "time forward + backward");
   g->add_flag("--cell", a->cell, "time T single-frame steps through the streaming API");
   g->add_option("--lengths", a->lengths,
                 "variable lengths: uniform:LO:HI:SEED, or an int64 .npy of shape (N,)");
   g->add_flag("--reset-before", a->reset_before, "the reset-before candidate form");
+  g->add_flag("--prepacked", a->prepacked,
+              "time GruInference::forward, the weights packed once before timing (default: "
+              "Gru::forward, which packs them on every call); adds \"prepacked\":true");
   g->add_option("--threads", a->threads, "threads (default: all cores)");
   g->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   g->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();

@@ -44,13 +44,16 @@ std::string duration_str(double s) {
                    : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
-// Saves the checkpoint, then the loss curve; each file is replaced atomically.
+// Saves the loss curve, then the checkpoint; each file is replaced atomically. The checkpoint
+// goes last: a kill in between leaves the curve a step ahead of it, and --resume (which
+// rewrites the curve from the checkpoint's history) repeats that step. The other order could
+// leave a finished checkpoint, which --resume refuses, beside a curve that lacks its end.
 void save_all(const Trainer& tr, const std::string& dir) {
-  tr.save_checkpoint(dir + "/checkpoint.safetensors");
   write_file_atomic(dir + "/loss.csv", loss_curve_csv(tr.history()));
   write_file_atomic(
       dir + "/loss.svg",
       loss_curve_svg(tr.history(), fmt::format("grux train: {} steps", tr.steps_done())));
+  tr.save_checkpoint(dir + "/checkpoint.safetensors");
 }
 
 void run_train(TrainArgs& a, CLI::App* sub) {
@@ -148,7 +151,11 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     }
     if (tr->val_tokens() > 0 && tr->steps_done() % o.eval_every == 0 && !tr->done()) evaluate();
     // Before a time budget is planned, the run's length is unknown: nothing to resume yet.
-    if (planned && a.checkpoint_every > 0 && tr->steps_done() % a.checkpoint_every == 0) {
+    // The last step is saved after the loop, with its evaluation: a checkpoint of a finished
+    // run saved here, then a kill before that evaluation, would leave a run that --resume
+    // calls complete but whose loss history lacks the final validation loss.
+    if (planned && a.checkpoint_every > 0 && tr->steps_done() % a.checkpoint_every == 0 &&
+        !tr->done()) {
       save_all(*tr, a.out);
     }
     if (a.time_s > 0 && seconds_since(t0) > a.time_s * 1.05 && !tr->done()) {
@@ -166,8 +173,9 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   }
   double val = NAN;
   // An interrupted run is evaluated where the uninterrupted run would be, not here: its loss
-  // history then stays identical to the uninterrupted run's after --resume.
-  if (tr->val_tokens() > 0 && !g_stop) val = evaluate();
+  // history then stays identical to the uninterrupted run's after --resume. A run interrupted
+  // during its last step is finished, and --resume would refuse it: evaluate it now.
+  if (tr->val_tokens() > 0 && (!g_stop || tr->done())) val = evaluate();
   save_all(*tr, a.out);
   const double train_s = seconds_since(t0) - eval_s;
   fmt::print(stderr,
