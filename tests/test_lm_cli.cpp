@@ -133,6 +133,36 @@ TEST(LmCli, KilledRunResumesToTheSameLosses) {
   EXPECT_EQ(slurp(out + "/loss.csv"), full_csv);
 }
 
+// A finished run's checkpoint without its final evaluation (what a kill between the two left
+// before grux saved them together): --resume evaluates it and writes the uninterrupted
+// run's curve; a finished, evaluated run is refused.
+TEST(LmCli, ResumeOfAFinishedRunCompletesAMissingFinalEvaluation) {
+  Fixture f;
+  const std::string args = "train " + f.small + " --steps 20 --eval-every 10";
+  CliRun r = grux_cli(f.dir.path, args + " --out " + f.dir.path + "/full");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string full_ck = f.dir.path + "/full/checkpoint.safetensors";
+  SafeTensors ck = read_safetensors(full_ck);
+  const Tensor vs = ck.tensors.at("history.val_step"), vl = ck.tensors.at("history.val_loss");
+  ASSERT_EQ(vs.numel(), 2);  // steps 10 and 20
+  ck.tensors["history.val_step"] = vs.slice(0, 0, 1).contiguous();
+  ck.tensors["history.val_loss"] = vl.slice(0, 0, 1).contiguous();
+  const std::string out = f.dir.path + "/stale";
+  fs::create_directories(out);
+  write_safetensors(out + "/checkpoint.safetensors", ck.tensors, ck.metadata);
+  const std::string resume = "train --resume " + out + "/checkpoint.safetensors --data " + f.data +
+                             " --threads 1 --out " + out;
+  r = grux_cli(f.dir.path, resume);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("final evaluation was missing"));
+  EXPECT_EQ(slurp(out + "/loss.csv"), slurp(f.dir.path + "/full/loss.csv"));
+  // Now it is complete, like the uninterrupted run.
+  expect_user_error(grux_cli(f.dir.path, resume), {"the run is complete"});
+  expect_user_error(grux_cli(f.dir.path, "train --resume " + full_ck + " --data " + f.data +
+                                             " --threads 1 --out " + f.dir.path + "/again"),
+                    {"the run is complete"});
+}
+
 // Ctrl-C (SIGINT) saves and exits with 130; resuming ends with the uninterrupted history.
 TEST(LmCli, InterruptSavesAndResumes) {
   Fixture f;

@@ -75,9 +75,24 @@ void run_train(TrainArgs& a, CLI::App* sub) {
                         "the settings saved in the checkpoint)",
                         opt));
     tr = std::make_unique<Trainer>(Trainer::resume(a.resume, text));
-    if (tr->done())
-      throw Error(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
-                              tr->steps_done(), tr->options().steps));
+    if (tr->done()) {
+      const Trainer::History& h = tr->history();
+      const bool evaluated =
+          tr->val_tokens() == 0 || (!h.val_step.empty() && h.val_step.back() == tr->steps_done());
+      if (evaluated)
+        throw Error(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
+                                tr->steps_done(), tr->options().steps));
+      // grux before 2026-11-23 checkpointed the last step before evaluating it: a kill in
+      // between left a finished run without its final validation loss. Finish it.
+      const double v = tr->evaluate();
+      save_all(*tr, a.out);
+      fmt::print(stderr,
+                 "the run was complete ({} steps) but its final evaluation was missing: "
+                 "validation loss {:.4f} nats/char\nwrote {}/checkpoint.safetensors, "
+                 "{}/loss.csv, {}/loss.svg\n",
+                 tr->steps_done(), v, a.out, a.out, a.out);
+      return;
+    }
   } else {
     a.o.model.dtype = a.dtype == "f64" ? DType::f64 : DType::f32;
     tr = std::make_unique<Trainer>(a.o, text);
