@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
@@ -152,6 +153,11 @@ TEST(PackedOnce, KeepsItsWeightsAndChecksInputs) {
   EXPECT_TRUE(test::all_close("packed once", "kept", before.forward(x).output, old, {0, 0}));
   EXPECT_TRUE(
       test::all_close("packed once", "new", GruInference(gru).forward(x).output, changed, {0, 0}));
+  // It does not need the Gru any more.
+  std::optional<Gru> temporary(gru);
+  const GruInference orphan(*temporary);
+  temporary.reset();
+  EXPECT_TRUE(test::all_close("packed once", "orphan", orphan.forward(x).output, changed, {0, 0}));
   for (const Tensor& bad : {test::random_tensor({7, 3, 6}, DType::f32, rng),
                             test::random_tensor({7, 3, 5}, DType::f64, rng)}) {
     std::string want, got;

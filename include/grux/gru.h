@@ -164,10 +164,10 @@ class Gru {
 // Whole-sequence inference with the weights packed once, for running one model on many
 // inputs. Gru::forward packs the weights into the layout its kernels read on every call: about
 // 3% of W2 (l1d1t1000n1i128h256) and 6% of t32n16i2048h2048 (weights from DRAM) on the 2-core
-// machine. Same arguments and results as gru.forward() (bit-identical). Keeps a reference to
-// `gru` (which must outlive it) and a packed copy of its weights (about their size again):
-// later changes to the weights are not seen, make a new GruInference. forward() may run on
-// several threads at once.
+// machine. Same arguments and results as gru.forward() (bit-identical). Keeps its own packed
+// copy of the weights (about their size again) and of the configuration, not a reference to
+// `gru`: later changes to the weights are not seen (make a new GruInference), and `gru` may
+// go away. forward() may run on several threads at once.
 class GruInference {
  public:
   explicit GruInference(const Gru& gru);

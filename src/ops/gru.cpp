@@ -625,14 +625,16 @@ GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& leng
 // ---- GruInference ----------------------------------------------------------------------
 
 struct GruInference::Impl {
-  const Gru* gru;
+  GruConfig config;
+  DType dtype;
   // Per layer * D + direction, packed once (one of the two, by dtype).
   std::vector<ops::PackedLayer<float>> packed_f32;
   std::vector<ops::PackedLayer<double>> packed_f64;
 };
 
 GruInference::GruInference(const Gru& gru) : impl_(std::make_unique<Impl>()) {
-  impl_->gru = &gru;
+  impl_->config = gru.config();
+  impl_->dtype = gru.dtype();
   for (const GruLayerWeights& w : gru.weights()) {
     if (gru.dtype() == DType::f32)
       impl_->packed_f32.push_back(ops::pack_layer<float>(w, gru.config().form, false));
@@ -646,13 +648,12 @@ GruInference& GruInference::operator=(GruInference&&) noexcept = default;
 
 GruOutput GruInference::forward(const Tensor& input, const Tensor& h0,
                                 const Tensor& lengths) const {
-  const Gru& g = *impl_->gru;
-  const GruConfig& c = g.config();
-  Problem p = normalize(c, g.dtype(), input, h0, lengths);
-  GruOutput r =
-      g.dtype() == DType::f32
-          ? forward_impl<float>(c, g.weights(), p, false, 0, nullptr, &impl_->packed_f32)
-          : forward_impl<double>(c, g.weights(), p, false, 0, nullptr, &impl_->packed_f64);
+  const GruConfig& c = impl_->config;
+  Problem p = normalize(c, impl_->dtype, input, h0, lengths);
+  // The weights themselves are not read: only their packed copies.
+  GruOutput r = impl_->dtype == DType::f32
+                    ? forward_impl<float>(c, {}, p, false, 0, nullptr, &impl_->packed_f32)
+                    : forward_impl<double>(c, {}, p, false, 0, nullptr, &impl_->packed_f64);
   r.output = to_caller_layout(r.output, c.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
