@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "cpu/gemm.h"
+#include "cpu/blas.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gru_gates_ref.h"
@@ -44,7 +44,7 @@ void BM_input_projection(benchmark::State& state) {
   const grux::cpu::PackedB<float> B{K, N, panel, P.data<float>()};
   for (auto _ : state) {
     if (packed) grux::cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, b.data(), false, C.data(), N);
-    else grux::cpu::gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
+    else grux::cpu::blas_gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,

@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
 # Every test from a fresh machine: install what is missing, build (Release), run the whole
-# suite with CTest and the main job (about 3 minutes of training); then build with
-# AddressSanitizer + UndefinedBehaviorSanitizer and run the whole suite again. Exits non-zero
-# if anything fails.
+# suite with CTest, run it again on every other SIMD target this CPU can run, then the main job
+# (about 3 minutes of training); then build with AddressSanitizer + UndefinedBehaviorSanitizer
+# and run the whole suite again. Exits non-zero if anything fails.
+#
+# No grux result depends on the environment (README, "What results depend on"); the runs below
+# check that under three OpenBLAS settings: unset (what users have), the generic Prescott kernel
+# (what OpenBLAS 0.3.21 falls back to on a CPU it does not recognise) and the machine's own
+# core type.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 
-echo "== Release build and tests"
+ctest_all() { ctest --no-tests=error --output-on-failure -j"$(nproc)" "$@"; }
+
+echo "== Release build and tests (OPENBLAS_CORETYPE unset)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON
-ctest --test-dir build --no-tests=error --output-on-failure -j"$(nproc)"
-./build/grux demo --reps 3
+(unset OPENBLAS_CORETYPE GRUX_SIMD_TARGET; ctest_all --test-dir build)
+./build/grux info
+
+# The kernels again on each other SIMD target (GRUX_SIMD_TARGET; the best one ran above),
+# with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats and the slow
+# Toeplitz gradient checks (no SIMD of their own) run once above.
+for target in $(./build/grux info --simd-targets | tail -n +2); do
+  echo "== Release tests on SIMD target $target (OPENBLAS_CORETYPE=Prescott)"
+  GRUX_SIMD_TARGET=$target OPENBLAS_CORETYPE=Prescott \
+    ctest_all --test-dir build -E 'report_chromium|^Cost|toeplitz'
+done
+
 echo "== The main job (as scripts/demo.sh): train the default language model, then generate"
+./build/grux demo --reps 3
 ./build/grux train --out out/test-main-job
 ./build/grux generate --checkpoint out/test-main-job/checkpoint.safetensors --length 300
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON
+# OpenBLAS told the machine's own core type (what a user who sets it has).
+core=""
+if grep -qw avx512f /proc/cpuinfo; then core=SkylakeX; elif grep -qw avx2 /proc/cpuinfo; then core=Haswell; fi
+echo "(OPENBLAS_CORETYPE=${core:-unset})"
 # OpenMP's runtime keeps thread pools alive at exit; leak reports there are not ours.
-ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+env -u GRUX_SIMD_TARGET ${core:+OPENBLAS_CORETYPE=$core} \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --no-tests=error --output-on-failure -j"$(nproc)"

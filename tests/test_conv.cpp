@@ -1,6 +1,5 @@
 // conv1d / conv2d: every PyTorch golden case with every algorithm, the three algorithms agreeing
 // on random problems, f64 finite-difference gradients, thread-count invariance, error paths.
-#include <cblas.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -378,17 +377,11 @@ INSTANTIATE_TEST_SUITE_P(AllAlgos, ConvGradCheck,
 
 // ---- Threads -------------------------------------------------------------------------------
 
-// Sets OpenMP and OpenBLAS thread counts for a scope.
+// Sets the OpenMP thread count (grux's kernels) for a scope.
 struct Threads {
   int saved = omp_get_max_threads();
-  explicit Threads(int n) {
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-  }
-  ~Threads() {
-    omp_set_num_threads(saved);
-    openblas_set_num_threads(saved);
-  }
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
 };
 
 // Results are bit-identical on 1, 2 and 3 threads: batch-parallel (N >= threads) and

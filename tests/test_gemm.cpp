@@ -1,7 +1,8 @@
 // GEMM kernels against the reference triple loop at tile edges: rows around the micro-kernel
 // height and the few-row path, columns around the panel width (1, 2, 3 units), K around the
-// L1 chunk, B large enough to be prefetched; transposed A, bias, accumulate, index maps. And the packed kernel's invariance:
-// a row's result is bit-identical alone or in any batch, and with any split of the panels.
+// L1 chunk, B large enough to be prefetched; transposed A and B, bias, accumulate, index maps.
+// And the invariance of every GEMM grux computes with: a row's result is bit-identical alone or
+// in any batch, with any split of the panels and on any thread count.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -58,12 +59,8 @@ void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumul
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n)
       logical[k * N + n] = src[(maps ? kmap[k] : k) * N + (maps ? nmap[n] : n)];
-  if (!accumulate) std::fill(R.begin(), R.end(), T(0));
-  if (bias)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) R[m * N + n] += b[n];
-  cpu::ref::gemm<T>(trans_a, false, M, N, K, T(1), A.data(), lda, logical.data(), N, T(1),
-                    R.data(), N);
+  cpu::ref::gemm<T>(trans_a, false, M, N, K, A.data(), lda, logical.data(), N,
+                    bias ? b.data() : nullptr, accumulate, R.data(), N);
   for (int64_t i = 0; i < M * N; ++i)
     ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << where << " at row " << i / N << " col " << i % N;
   // The packed reference twin agrees too.
@@ -176,8 +173,8 @@ void check_rows(int64_t M, int64_t N, int64_t K, int64_t units, bool accumulate,
 
   std::vector<T> C(M * N), R(M * N, T(0));
   cpu::gemm_b_rows<T>(M, A.data(), K, K, N, src.data(), offs.data(), C.data(), N);
-  cpu::ref::gemm<T>(false, false, M, N, K, T(1), A.data(), K, logical_b.data(), N, T(0), R.data(),
-                    N);
+  cpu::ref::gemm<T>(false, false, M, N, K, A.data(), K, logical_b.data(), N, nullptr, false,
+                    R.data(), N);
   for (int64_t i = 0; i < M * N; ++i)
     ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << "gemm_b_rows " << where << " at " << i;
 
@@ -188,11 +185,11 @@ void check_rows(int64_t M, int64_t N, int64_t K, int64_t units, bool accumulate,
   cpu::pack_b<T>(K, N, panel, Bsrc.data(), N, 1, nullptr, nullptr, packed.data<T>());
   auto C0 = random_vec<T>(M * N, rng);
   C = C0;
-  R = accumulate ? C0 : std::vector<T>(M * N, T(0));
+  R = C0;
   cpu::gemm_a_rows<T>(M, src.data(), offs.data(), {K, N, panel, packed.data<T>()}, accumulate,
                       C.data(), N);
-  cpu::ref::gemm<T>(false, false, M, N, K, T(1), logical_a.data(), K, Bsrc.data(), N, T(1),
-                    R.data(), N);
+  cpu::ref::gemm<T>(false, false, M, N, K, logical_a.data(), K, Bsrc.data(), N, nullptr,
+                    accumulate, R.data(), N);
   for (int64_t i = 0; i < M * N; ++i)
     ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << "gemm_a_rows " << where << " at " << i;
 }
@@ -207,23 +204,96 @@ TEST(GemmRows, MatchReferenceAtTileEdges) {
     }
 }
 
-TEST(Gemm, BlasMatchesReferenceAllTransposes) {
+// cpu::gemm (op(B) packed per call) against the reference for every transpose combination,
+// with bias and accumulate, at the panel-width choices and tails; then its promises: a row's
+// bits do not depend on the other rows or the thread count, and equal those of the packed
+// kernel the GRU uses. Nothing here goes near the machine's BLAS.
+template <typename T>
+void check_gemm(Shape3 s, bool ta, bool tb, bool bias, bool accumulate, std::mt19937_64& rng) {
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const std::string where = "M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                            " K=" + std::to_string(K) + (ta ? " trans_a" : "") +
+                            (tb ? " trans_b" : "") + (bias ? " bias" : "") +
+                            (accumulate ? " accumulate" : "");
+  // Leading dimensions wider than the rows, so strides are exercised.
+  const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+  auto A = random_vec<T>((ta ? K : M) * lda, rng), B = random_vec<T>((tb ? N : K) * ldb, rng);
+  auto b = random_vec<T>(N, rng), C0 = random_vec<T>(M * ldc, rng);
+  std::vector<T> C = C0, R = C0;
+  cpu::gemm<T>(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, bias ? b.data() : nullptr,
+               accumulate, C.data(), ldc);
+  cpu::ref::gemm<T>(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, bias ? b.data() : nullptr,
+                    accumulate, R.data(), ldc);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], gemm_tol<T>(K) * (accumulate ? 2 : 1))
+          << where << " at row " << m << " col " << n;
+  for (int64_t m = 0; m < M; ++m)  // the padding between rows is never written
+    for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], C0[m * ldc + n]) << where;
+  // Row invariance: each row alone gives the same bits as inside the whole product.
+  for (int64_t m = 0; m < M; m += std::max<int64_t>(1, M / 4)) {
+    std::vector<T> row(C0.begin() + m * ldc, C0.begin() + m * ldc + N);
+    cpu::gemm<T>(ta, tb, 1, N, K, ta ? A.data() + m : A.data() + m * lda, lda, B.data(), ldb,
+                 bias ? b.data() : nullptr, accumulate, row.data(), N);
+    for (int64_t n = 0; n < N; ++n)
+      ASSERT_EQ(row[n], C[m * ldc + n]) << where << ": row " << m << " alone differs at col " << n;
+  }
+}
+
+TEST(Gemm, MatchesReferenceAllTransposes) {
   std::mt19937_64 rng(4);
-  const int64_t M = 7, N = 9, K = 11;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      auto A = random_vec<double>(M * K, rng), B = random_vec<double>(K * N, rng);
-      auto C = random_vec<double>(M * N, rng);
-      auto R = C;
-      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-      cpu::gemm<double>(ta, tb, M, N, K, 0.5, A.data(), lda, B.data(), ldb, 2.0, C.data(), N);
-      cpu::ref::gemm<double>(ta, tb, M, N, K, 0.5, A.data(), lda, B.data(), ldb, 2.0, R.data(), N);
-      for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(C[i], R[i], 1e-13) << ta << tb << i;
-    }
-  // K == 0 scales C by beta.
-  std::vector<double> C{1, 2}, A, B;
-  cpu::gemm<double>(false, false, 1, 2, 0, 1.0, A.data(), 1, B.data(), 2, 3.0, C.data(), 2);
-  EXPECT_EQ(C[1], 6.0);
+  for (Shape3 s : {Shape3{1, 1, 1}, {2, 7, 3}, {7, 9, 11}, {8, 16, 256}, {9, 17, 257},
+                   {33, 47, 64}, {40, 96, 100}, {3, 130, 513}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        check_gemm<float>(s, ta, tb, (s.M + ta) % 2 == 0, (s.N + tb) % 2 == 1, rng);
+        check_gemm<double>(s, ta, tb, (s.M + tb) % 2 == 1, (s.K + ta) % 2 == 0, rng);
+      }
+}
+
+TEST(Gemm, KZeroGivesBiasPlusOldC) {
+  std::vector<double> C{1, 2}, A, B, bias{10, 20};
+  cpu::gemm<double>(false, false, 1, 2, 0, A.data(), 1, B.data(), 2, bias.data(), true, C.data(),
+                    2);
+  EXPECT_EQ(C, (std::vector<double>{11, 22}));
+  cpu::gemm<double>(false, false, 1, 2, 0, A.data(), 1, B.data(), 2, nullptr, false, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<double>{0, 0}));
+}
+
+TEST(Gemm, PanelWidthPadsLeast) {
+  EXPECT_EQ(cpu::gemm_panel_width<float>(48), 48);
+  EXPECT_EQ(cpu::gemm_panel_width<float>(64), 32);  // 2 panels of 32, not 48 + 16 of 48
+  EXPECT_EQ(cpu::gemm_panel_width<float>(16), 16);
+  EXPECT_EQ(cpu::gemm_panel_width<float>(5), 16);
+  EXPECT_EQ(cpu::gemm_panel_width<double>(24), 24);
+  EXPECT_EQ(cpu::gemm_panel_width<double>(16), 16);
+}
+
+// Same bits on 1, 2 and 3 threads, and the same bits as the packed kernel (the GRU's) on the
+// same operands: grux computes every product one way.
+TEST(Gemm, SameBitsOnAnyThreadCountAndAsPacked) {
+  std::mt19937_64 rng(5);
+  const int64_t M = 700, N = 260, K = 300;  // large enough to be split over the threads
+  auto A = random_vec<float>(M * K, rng), W = random_vec<float>(N * K, rng);
+  auto b = random_vec<float>(N, rng);
+  const int before = omp_get_max_threads();
+  std::vector<std::vector<float>> out;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    out.emplace_back(M * N);
+    cpu::gemm<float>(false, true, M, N, K, A.data(), K, W.data(), K, b.data(), false,
+                     out.back().data(), N);
+  }
+  omp_set_num_threads(before);
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(out[0], out[2]);
+  const int64_t panel = 3 * cpu::kUnit<float>;
+  Tensor packed = Tensor::empty({cpu::packed_size<float>(K, N, panel)}, DType::f32);
+  cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, packed.data<float>());
+  std::vector<float> via_packed(M * N);
+  cpu::gemm_packed<float>(M, A.data(), K, false, {K, N, panel, packed.data<float>()}, b.data(),
+                          false, via_packed.data(), N, 0, (N + panel - 1) / panel);
+  EXPECT_EQ(out[0], via_packed);
 }
 
 }  // namespace

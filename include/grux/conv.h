@@ -19,7 +19,7 @@ namespace grux {
 // loops: the direct loop nest (the reference; slow, for checking and teaching).
 // im2col: convolution as one GEMM per image and group (fast; default). Stride 1 reads the
 //   column matrix in place from the padded image (grux's packed GEMM); strided convolutions
-//   copy it out block by block (image-to-columns) for the BLAS.
+//   copy it out block by block (image-to-columns) for a GEMM.
 // toeplitz: the filter unrolled into a (doubly block) Toeplitz matrix, one GEMM per call;
 //   for teaching and small problems; refuses when the matrix exceeds kToeplitzMaxBytes.
 enum class ConvAlgo { loops, im2col, toeplitz };

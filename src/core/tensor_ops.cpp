@@ -292,16 +292,16 @@ Tensor sqrt(const Tensor& t) {
 
 namespace {
 
-// How the BLAS can read a rows x cols matrix whose element (i, j) is at i * rs + j * cs:
+// How the GEMM can read a rows x cols matrix whose element (i, j) is at i * rs + j * cs:
 // as row-major with leading dimension ld (trans = false), or as the transpose of a row-major
 // cols x rows matrix (trans = true; a transposed view). Neither when no stride is 1.
 // The stride of a size-1 dimension never matters, so it does not disqualify a layout.
-struct BlasLayout {
+struct GemmLayout {
   bool usable = false;
   bool trans = false;
   int64_t ld = 0;
 };
-BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+GemmLayout gemm_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols)))
     return {true, false, rows == 1 ? std::max<int64_t>(1, cols) : rs};
   if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows)))
@@ -309,14 +309,14 @@ BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return {};
 }
 
-// The operand itself when its last two dimensions suit the BLAS, else a contiguous copy
+// The operand itself when its last two dimensions suit the GEMM, else a contiguous copy
 // (which always does).
-Tensor blas_ready(const Tensor& t, BlasLayout& layout) {
+Tensor gemm_ready(const Tensor& t, GemmLayout& layout) {
   const int64_t r = t.dim();
-  layout = blas_layout(t.shape()[r - 2], t.shape()[r - 1], t.strides()[r - 2], t.strides()[r - 1]);
+  layout = gemm_layout(t.shape()[r - 2], t.shape()[r - 1], t.strides()[r - 2], t.strides()[r - 1]);
   if (layout.usable) return t;
   Tensor c = t.contiguous();
-  layout = blas_layout(c.shape()[r - 2], c.shape()[r - 1], c.strides()[r - 2], c.strides()[r - 1]);
+  layout = gemm_layout(c.shape()[r - 2], c.shape()[r - 1], c.strides()[r - 2], c.strides()[r - 1]);
   GRUX_ASSERT(layout.usable);
   return c;
 }
@@ -327,7 +327,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const char* op = "matmul";
   check_pair(op, a_in, b_in);
   if (a_in.dtype() == DType::i64)
-    throw Error("matmul: dtype i64 is not supported (the BLAS has f32 and f64 only)");
+    throw Error("matmul: dtype i64 is not supported (expected f32 or f64)");
   if (a_in.dim() == 0 || b_in.dim() == 0)
     throw Error(fmt::format(
         "matmul: both arguments need at least 1 dimension, got a {} and b {} (use mul for "
@@ -360,11 +360,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = Tensor::zeros(out_shape, a_in.dtype());
 
   // With K == 0 the product is all zeros and the operands hold no elements (their strides
-  // need not describe any layout), so the BLAS is called only when there is something to read.
+  // need not describe any layout), so the GEMM is called only when there is something to read.
   if (out.numel() > 0 && K > 0) {
-    BlasLayout la, lb;
-    const Tensor a = blas_ready(a0, la);
-    const Tensor b = blas_ready(b0, lb);
+    GemmLayout la, lb;
+    const Tensor a = gemm_ready(a0, la);
+    const Tensor b = gemm_ready(b0, lb);
     const Shape a_bst =
         broadcast_strides(a_batch, Shape(a.strides().begin(), a.strides().end() - 2), batch);
     const Shape b_bst =
@@ -385,8 +385,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
           const Layout rows = coalesce(rows_shape, {rows_strides});
           if (rows.shape.size() == 1) {
             const int64_t ld = std::max(rows.strides[0][0], std::max<int64_t>(1, K));
-            cpu::gemm<T>(false, lb.trans, rows.shape[0], N, K, T(1), ap, ld, bp, lb.ld, T(0), cp,
-                         N);
+            cpu::gemm<T>(false, lb.trans, rows.shape[0], N, K, ap, ld, bp, lb.ld, nullptr, false,
+                         cp, N);
             return;
           }
         }
@@ -395,8 +395,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
         int64_t a_off = 0, b_off = 0;
         const int64_t batch_count = out.numel() / (M * N);
         for (int64_t i = 0; i < batch_count; ++i) {
-          cpu::gemm<T>(la.trans, lb.trans, M, N, K, T(1), ap + a_off, la.ld, bp + b_off, lb.ld,
-                       T(0), cp + i * M * N, N);
+          cpu::gemm<T>(la.trans, lb.trans, M, N, K, ap + a_off, la.ld, bp + b_off, lb.ld,
+                       nullptr, false, cp + i * M * N, N);
           for (int64_t d = nb - 1; d >= 0; --d) {
             if (++index[d] < batch[d]) {
               a_off += a_bst[d];

@@ -1,7 +1,6 @@
 // Measuring the machine for the roofline: GEMM peaks (the BLAS and grux's packed GEMM), read
 // bandwidth per buffer size (which cache level holds what), memcpy bandwidth, and the fixed
 // cost of one sequential GRU step. Used by `grux calibrate` and `grux bench`.
-#include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -17,7 +16,7 @@
 
 #include "core/thread_team.h"
 #include "cost/cost_util.h"
-#include "cpu/gemm.h"
+#include "cpu/blas.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/read_bandwidth.h"
 
@@ -67,7 +66,7 @@ GemmRates gemm_rates(int reps, int64_t n) {
   const cpu::PackedB<T> bp{n, n, panel, pk};
   const double flops = 2.0 * n * n * n;
   const double blas = best_seconds(reps, [&] {
-    cpu::gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(), n);
+    cpu::blas_gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(), n);
   });
   const double own = best_seconds(reps, [&] {
     cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
@@ -77,7 +76,7 @@ GemmRates gemm_rates(int reps, int64_t n) {
 
 void set_threads(int k) {
   omp_set_num_threads(k);
-  openblas_set_num_threads(k);
+  cpu::blas_set_threads(k);
 }
 
 std::string cpu_model() {

@@ -1,42 +1,77 @@
-// GEMM through the optimized BLAS (OpenBLAS's cblas interface), row-major.
-// Degenerate sizes are handled here so BLAS never sees a zero dimension.
+// The general GEMM on grux's own packed kernel: op(B) is packed into panels (into a
+// thread-local buffer when small, so the matmul scans' many small products allocate nothing),
+// then the rows of op(A) run against them on the OpenMP threads.
 #include "cpu/gemm.h"
 
-#include <cblas.h>
-
 #include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <new>
+
+#include "cpu/gemm_packed.h"
 
 namespace grux::cpu {
 
-namespace {
-// C *= beta for the K == 0 case (BLAS implementations differ on it).
 template <typename T>
-void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = beta == T(0) ? T(0) : C[m * ldc + n] * beta;
+int64_t gemm_panel_width(int64_t N) {
+  int64_t best = 3 * kUnit<T>, best_pad = -1;
+  for (int64_t s = 3; s >= 1; --s) {
+    const int64_t P = s * kUnit<T>, pad = (N + P - 1) / P * P - N;
+    if (best_pad < 0 || pad < best_pad) best = P, best_pad = pad;
+  }
+  return best;
 }
+
+namespace {
+
+struct AlignedFree {
+  void operator()(void* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte[], AlignedFree>;
+
+AlignedBuffer allocate_aligned(size_t bytes) {
+  return AlignedBuffer(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t(64))));
+}
+
+// Packed operands up to this size reuse one buffer per thread; larger ones (rare, and
+// amortised over at least M x that many FMAs) get their own, freed after the call.
+constexpr size_t kReusedBytes = size_t(1) << 20;
+
 }  // namespace
 
-template <>
-void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, C, ldc);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-              static_cast<blasint>(ldc));
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+          const T* B, int64_t ldb, const T* bias, bool accumulate, T* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  const int64_t panel = gemm_panel_width<T>(N);
+  const size_t bytes = std::max<size_t>(1, packed_size<T>(K, N, panel) * sizeof(T));
+  thread_local AlignedBuffer reused;
+  thread_local size_t reused_bytes = 0;
+  AlignedBuffer own;
+  std::byte* buf;
+  if (bytes <= kReusedBytes) {
+    if (reused_bytes < bytes) reused = allocate_aligned(kReusedBytes), reused_bytes = kReusedBytes;
+    buf = reused.get();
+  } else {
+    own = allocate_aligned(bytes);
+    buf = own.get();
+  }
+  T* packed = reinterpret_cast<T*>(buf);
+  // op(B)(k, n) = B[k * ldb + n], or B[n * ldb + k] when transposed.
+  if (trans_b)
+    pack_b<T>(K, N, panel, B, 1, ldb, nullptr, nullptr, packed);
+  else
+    pack_b<T>(K, N, panel, B, ldb, 1, nullptr, nullptr, packed);
+  gemm_packed_parallel<T>(M, A, lda, trans_a, PackedB<T>{K, N, panel, packed}, bias, accumulate,
+                          C, ldc);
 }
 
-template <>
-void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
-                  int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, C, ldc);
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-              static_cast<blasint>(ldc));
-}
+#define GRUX_GEMM_INSTANTIATE(T)                                                           \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, const T*, int64_t, const T*, \
+                        int64_t, const T*, bool, T*, int64_t);                             \
+  template int64_t gemm_panel_width<T>(int64_t);
+GRUX_GEMM_INSTANTIATE(float)
+GRUX_GEMM_INSTANTIATE(double)
+#undef GRUX_GEMM_INSTANTIATE
 
 }  // namespace grux::cpu

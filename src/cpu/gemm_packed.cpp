@@ -455,9 +455,7 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
             const int64_t* k_map, const int64_t* n_map, T* dst) {
   GRUX_ASSERT(panel > 0 && panel % kUnit<T> == 0 && panel <= 3 * kUnit<T>);
   const int64_t panels = (N + panel - 1) / panel;
-  // Training packs the weights (and their transposes) every step: this is on the hot path.
-#pragma omp parallel for schedule(static) if (K * N > (1 << 16))
-  for (int64_t p = 0; p < panels; ++p) {
+  auto pack_panel = [&](int64_t p) {
     // Source offset of each column of the panel (-1 past N), once per panel.
     int64_t col[3 * kUnit<T>];
     for (int64_t j = 0; j < panel; ++j) {
@@ -489,6 +487,15 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
         }
       }
     }
+  };
+  // Training packs the weights (and their transposes) every step: this is on the hot path.
+  // Small operands (the matmul scans' d x d products) stay out of OpenMP: even a region of
+  // one thread costs more than packing them.
+  if (K * N > (1 << 16)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < panels; ++p) pack_panel(p);
+  } else {
+    for (int64_t p = 0; p < panels; ++p) pack_panel(p);
   }
 }
 template void pack_b<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
@@ -522,7 +529,9 @@ void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, cons
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock, panels = B.panels();
   const int threads = double(M) * B.N * B.K > 4e6 ? omp_get_max_threads() : 1;
   const bool by_rows = row_blocks >= threads;
-#pragma omp parallel num_threads(threads) if (threads > 1)
+  if (threads == 1)  // no OpenMP region at all: it would cost more than a small product
+    return gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, 0, panels);
+#pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     if (by_rows) {

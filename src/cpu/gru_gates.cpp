@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 
 #include "cpu/gemm_packed.h"
@@ -26,12 +27,25 @@ struct Chunk {
   using V = hn::Vec<D>;
   D d;
   bool full;
+  int64_t n;  // lanes in this chunk
   hn::Mask<D> mask;
   Chunk(D d_, int64_t remaining)
       : d(d_),
         full(remaining >= static_cast<int64_t>(hn::Lanes(d_))),
+        n(std::min<int64_t>(remaining, hn::Lanes(d_))),
         mask(hn::FirstN(d_, static_cast<size_t>(remaining))) {}
-  V load(const T* p) const { return full ? hn::LoadU(d, p) : hn::MaskedLoad(mask, d, p); }
+  V load(const T* p) const {
+    if (full) return hn::LoadU(d, p);
+#if HWY_TARGET <= HWY_AVX2
+    return hn::MaskedLoad(mask, d, p);  // a true masked load: nothing past the tail is read
+#else
+    // Before AVX2, Highway's MaskedLoad reads a whole vector and needs an aligned pointer
+    // (a row's tail is neither): the tail goes through an aligned copy.
+    HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)] = {};
+    std::memcpy(buf, p, n * sizeof(T));
+    return hn::Load(d, buf);
+#endif
+  }
   V load_or_zero(const T* p) const { return p ? load(p) : hn::Zero(d); }
   void store(V v, T* p) const {
     if (full)
@@ -40,6 +54,27 @@ struct Chunk {
       hn::BlendedStore(v, mask, d, p);
   }
 };
+
+// min(bound, x) and max(bound, x) that give x when it is NaN, so NaN propagates through the
+// clamps below (as in PyTorch) instead of becoming the bound: x86's min / max instructions
+// return their second argument then; Highway's scalar and emulated targets return the other
+// one, so there the NaN is put back.
+template <class V>
+HWY_INLINE V MinOrNaN(V bound, V x) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  return hn::Min(bound, x);
+#else
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::Min(bound, x));
+#endif
+}
+template <class V>
+HWY_INLINE V MaxOrNaN(V bound, V x) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  return hn::Max(bound, x);
+#else
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::Max(bound, x));
+#endif
+}
 
 // e^x in f32 for x in [-87, 88] (the caller clamps): 2^n p(r) with n = round(x / ln 2),
 // r = x - n ln 2 in two parts (|r| <= ln 2 / 2), p the degree-7 Taylor polynomial, 2^n put
@@ -79,9 +114,7 @@ HWY_INLINE V TanhF32(D d, V x) {
   p = hn::MulAdd(p, u, hn::Set(d, 0.13331127166748047f));
   p = hn::MulAdd(p, u, hn::Set(d, -0.3333325982093811f));
   p = hn::MulAdd(p, u, one);
-  // Clamps keep the argument second: x86's min / max return it when it is NaN, so NaN
-  // propagates (as in PyTorch) instead of becoming the bound.
-  const V e = ExpF32(d, hn::Min(hn::Set(d, 88.0f), hn::Add(a, a)));
+  const V e = ExpF32(d, MinOrNaN(hn::Set(d, 88.0f), hn::Add(a, a)));
   const V large = hn::Sub(one, hn::Div(hn::Set(d, 2.0f), hn::Add(e, one)));
   return hn::Xor(hn::IfThenElse(hn::Lt(a, hn::Set(d, 0.625f)), hn::Mul(a, p), large), sign);
 }
@@ -103,10 +136,10 @@ HWY_INLINE V Sigmoid(D d, V x) {
   using T = hn::TFromD<D>;
   const V one = hn::Set(d, T(1));
   if constexpr (sizeof(T) == 4) {
-    const V arg = hn::Max(hn::Set(d, T(-87)), hn::Min(hn::Set(d, T(88)), hn::Neg(x)));
+    const V arg = MaxOrNaN(hn::Set(d, T(-87)), MinOrNaN(hn::Set(d, T(88)), hn::Neg(x)));
     return hn::Div(one, hn::Add(one, ExpF32(d, arg)));
   } else {
-    return hn::Div(one, hn::Add(one, hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, T(700))))));
+    return hn::Div(one, hn::Add(one, hn::Exp(d, MinOrNaN(hn::Set(d, T(700)), hn::Neg(x)))));
   }
 }
 

@@ -1,5 +1,5 @@
 // The GEMM-based conv2d forward and backward: for stride 1 on shifted views of the image (grux's
-// packed GEMM reads the column matrix in place), otherwise through im2col / col2im and the BLAS.
+// packed GEMM reads the column matrix in place), otherwise through im2col / col2im and cpu::gemm.
 // Rows of the column matrix are ordered (c, kh, kw), so a group's rows are contiguous and each
 // group is one GEMM.
 #include "cpu/im2col.h"
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpu/gemm_packed.h"
-#include "cpu/gemm_tiled.h"
+#include "cpu/gemm.h"
 
 namespace grux::cpu {
 
@@ -91,20 +91,20 @@ void col2im(const ConvGeom& g, const T* col, int64_t p0, int64_t p1, T* x) {
       }
 }
 
-// ---- Strided convolutions: column blocks and BLAS GEMMs --------------------------------
+// ---- Strided convolutions: column blocks and GEMMs -------------------------------------
 
 namespace {
 
 // Output pixels per column block: up to 4 MiB of f32 columns (L3-resident), 256..4096 pixels;
-// fewer, larger GEMM calls amortise the BLAS's per-call packing.
-int64_t blas_block(const ConvGeom& g) {
+// fewer, larger GEMM calls amortise the GEMM's per-call packing.
+int64_t column_block(const ConvGeom& g) {
   const int64_t bytes_per_pixel = g.C * g.KH * g.KW * 4;
   const int64_t block = std::clamp<int64_t>((int64_t(4) << 20) / bytes_per_pixel / 16 * 16, 256, 4096);
   return std::min(block, g.out_pixels());
 }
 
 template <typename T>
-void forward_blas(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
+void forward_columns(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
                   const Im2colPlan& plan) {
   const int64_t C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg(), P = g.out_pixels();
   const int64_t col_size = C * g.KH * g.KW * plan.block;
@@ -118,8 +118,8 @@ void forward_blas(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T
       const int64_t p1 = std::min(P, p0 + plan.block), pb = p1 - p0;
       im2col(g, xn, p0, p1, col);
       for (int64_t gr = 0; gr < G; ++gr)
-        gemm_tiled<T>(false, false, Dg, pb, Kg, T(1), w + gr * Dg * Kg, Kg, col + gr * Kg * pb, pb,
-                      T(1), yn + gr * Dg * P + p0, P, false);
+        gemm<T>(false, false, Dg, pb, Kg, w + gr * Dg * Kg, Kg, col + gr * Kg * pb, pb, nullptr,
+                true, yn + gr * Dg * P + p0, P);
     }
   };
 #pragma omp parallel for schedule(static) num_threads(plan.threads) if (plan.threads > 1)
@@ -152,7 +152,7 @@ void sum_weight_partials(const ConvGeom& g, const T* partials, int64_t chunks, b
 }
 
 template <typename T>
-void backward_blas(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
+void backward_columns(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
                    T* work, const Im2colPlan& plan) {
   const int64_t N = g.N, C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg();
   const int64_t P = g.out_pixels(), HW = g.in_pixels();
@@ -172,15 +172,15 @@ void backward_blas(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx
       const int64_t p1 = std::min(P, p0 + plan.block), pb = p1 - p0;
       if (dw) {
         im2col(g, xn, p0, p1, col);
-        const T beta = first_in_chunk && p0 == 0 ? T(0) : T(1);
+        const bool accumulate = !(first_in_chunk && p0 == 0);
         for (int64_t gr = 0; gr < G; ++gr)
-          gemm_tiled<T>(false, true, Dg, Kg, pb, T(1), dyn + gr * Dg * P + p0, P,
-                        col + gr * Kg * pb, pb, beta, part + gr * Dg * Kg, Kg, false);
+          gemm<T>(false, true, Dg, Kg, pb, dyn + gr * Dg * P + p0, P, col + gr * Kg * pb, pb,
+                  nullptr, accumulate, part + gr * Dg * Kg, Kg);
       }
       if (dxn) {
         for (int64_t gr = 0; gr < G; ++gr)
-          gemm_tiled<T>(true, false, Kg, pb, Dg, T(1), w + gr * Dg * Kg, Kg, dyn + gr * Dg * P + p0,
-                        P, T(0), col + gr * Kg * pb, pb, false);
+          gemm<T>(true, false, Kg, pb, Dg, w + gr * Dg * Kg, Kg, dyn + gr * Dg * P + p0, P,
+                  nullptr, false, col + gr * Kg * pb, pb);
         col2im(g, col, p0, p1, dxn);
       }
     }
@@ -515,7 +515,7 @@ Im2colPlan im2col_plan(const ConvGeom& g, int threads) {
   // waits for a core shared with other work), so a batch of one runs on one thread.
   p.threads = static_cast<int>(std::clamp<int64_t>(g.N, 1, std::max(1, threads)));
   p.shifted = g.SH == 1 && g.SW == 1;
-  p.block = p.shifted ? 0 : blas_block(g);
+  p.block = p.shifted ? 0 : column_block(g);
   return p;
 }
 
@@ -539,7 +539,7 @@ void conv2d_forward_im2col(const ConvGeom& g, const T* x, const T* w, const T* b
   if (plan.shifted)
     forward_shifted(g, x, w, b, y, work, plan);
   else
-    forward_blas(g, x, w, b, y, work, plan);
+    forward_columns(g, x, w, b, y, work, plan);
 }
 
 template <typename T>
@@ -548,7 +548,7 @@ void conv2d_backward_im2col(const ConvGeom& g, const T* dy, const T* x, const T*
   if (plan.shifted)
     backward_shifted(g, dy, x, w, dx, dw, db, work, plan);
   else
-    backward_blas(g, dy, x, w, dx, dw, db, work, plan);
+    backward_columns(g, dy, x, w, dx, dw, db, work, plan);
 }
 
 #define GRUX_INSTANTIATE(T)                                                                      \

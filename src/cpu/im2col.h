@@ -26,7 +26,7 @@ void col2im(const ConvGeom& g, const T* col, int64_t p0, int64_t p1, T* x);
 //     block by block; grad_input is the convolution of dy with the transposed, flipped
 //     filters (see im2col.cpp). No column matrix for the forward and grad_input.
 //   otherwise: an image's output pixels are taken `block` at a time through im2col, so that
-//     the block's columns stay in cache between im2col and the BLAS GEMM that reads them.
+//     the block's columns stay in cache between im2col and the GEMM that reads them.
 struct Im2colPlan {
   int threads = 1;
   bool shifted = false;

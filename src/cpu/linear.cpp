@@ -1,4 +1,4 @@
-// Linear-layer kernels: the three products of nn.Linear through the BLAS GEMM, and the bias
+// Linear-layer kernels: the three products of nn.Linear through grux's GEMM, and the bias
 // gradient as a deterministic blocked column sum. Contracts in cpu/linear.h.
 #include "cpu/linear.h"
 
@@ -14,14 +14,8 @@ template <typename T>
 void linear_forward(int64_t M, int64_t I, int64_t O, const T* x, int64_t ldx, bool trans_x,
                     const T* w, int64_t ldw, bool trans_w, const T* b, T* y) {
   if (M == 0 || O == 0) return;
-  // The bias goes in first and the GEMM accumulates onto it (beta = 1): one pass over y
-  // instead of a second sweep after the product.
-  if (b != nullptr) {
-#pragma omp parallel for schedule(static) if (M * O > (1 << 16))
-    for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * O, b, O * sizeof(T));
-  }
-  // y = x op(W)^T: W^T is I x O; stored row-major as O x I it is the transposed operand.
-  gemm<T>(trans_x, !trans_w, M, O, I, T(1), x, ldx, w, ldw, b != nullptr ? T(1) : T(0), y, O);
+  // y = x op(W)^T + b: W^T is I x O; stored row-major as O x I it is the transposed operand.
+  gemm<T>(trans_x, !trans_w, M, O, I, x, ldx, w, ldw, b, false, y, O);
 }
 
 template <typename T>
@@ -51,9 +45,9 @@ void linear_backward(int64_t M, int64_t I, int64_t O, const T* x, int64_t ldx, b
                      const T* w, int64_t ldw, bool trans_w, const T* dy, int64_t lddy, T* dx, T* dw,
                      T* db) {
   // dx (M x I) = dy (M x O) W (O x I); W stored column-major is the transposed operand.
-  if (dx != nullptr) gemm<T>(false, trans_w, M, I, O, T(1), dy, lddy, w, ldw, T(0), dx, I);
+  if (dx != nullptr) gemm<T>(false, trans_w, M, I, O, dy, lddy, w, ldw, nullptr, false, dx, I);
   // dw (O x I) = dy^T (O x M) x (M x I).
-  if (dw != nullptr) gemm<T>(true, trans_x, O, I, M, T(1), dy, lddy, x, ldx, T(0), dw, I);
+  if (dw != nullptr) gemm<T>(true, trans_x, O, I, M, dy, lddy, x, ldx, nullptr, false, dw, I);
   if (db != nullptr) column_sums<T>(M, O, dy, lddy, db);
 }
 

@@ -1,5 +1,5 @@
 // Linear-layer kernels (y = x W^T + b and its gradients) on raw pointers: the products go to
-// the BLAS GEMM, the bias gradient is a column sum over fixed row blocks (thread-count free).
+// grux's GEMM (cpu/gemm.h), the bias gradient is a column sum over fixed row blocks (thread-count free).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@ namespace grux::cpu {
 // Sizes: M rows, I input features, O output features.
 // Strided operands: a logical R x C matrix A is stored row-major with row stride ld
 // (A(r, c) = p[r * ld + c]) or, when `trans`, column-major (A(r, c) = p[c * ld + r]); ld is
-// at least max(1, C) (resp. max(1, R)) so that BLAS accepts it.
+// at least max(1, C) (resp. max(1, R)).
 
 // y (M x O, contiguous) = x W^T + b.
 //   x: M x I (ldx, trans_x); w: O x I (ldw, trans_w); b: O or null.

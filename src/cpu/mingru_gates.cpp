@@ -9,6 +9,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 
@@ -27,12 +28,25 @@ struct Lanes {
   using V = hn::Vec<D>;
   D d;
   bool full;
+  int64_t n;  // lanes in this chunk
   hn::Mask<D> mask;
   Lanes(D d_, int64_t remaining)
       : d(d_),
         full(remaining >= static_cast<int64_t>(hn::Lanes(d_))),
+        n(std::min<int64_t>(remaining, hn::Lanes(d_))),
         mask(hn::FirstN(d_, static_cast<size_t>(remaining))) {}
-  V load(const T* p) const { return full ? hn::LoadU(d, p) : hn::MaskedLoad(mask, d, p); }
+  V load(const T* p) const {
+    if (full) return hn::LoadU(d, p);
+#if HWY_TARGET <= HWY_AVX2
+    return hn::MaskedLoad(mask, d, p);  // a true masked load: nothing past the tail is read
+#else
+    // Before AVX2, Highway's MaskedLoad reads a whole vector and needs an aligned pointer
+    // (a row's tail is neither): the tail goes through an aligned copy.
+    HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)] = {};
+    std::memcpy(buf, p, n * sizeof(T));
+    return hn::Load(d, buf);
+#endif
+  }
   V load_or_zero(const T* p) const { return p ? load(p) : hn::Zero(d); }
   void store(V v, T* p) const {
     if (full)

@@ -352,6 +352,34 @@ inline int64_t chunk_begin(int64_t j, int64_t Tn, int64_t P) { return j * Tn / (
 // Step t of a walk, in memory order.
 inline int64_t at(int64_t t, int64_t Tn, bool reverse) { return reverse ? Tn - 1 - t : t; }
 
+// C (d x d) = A B, all d x d row-major. Up to 8 x 8 a loop with d known at compile time (row m
+// of C as axpys over B's rows, unrolled and vectorized by the compiler): one product costs
+// tens of nanoseconds, less than packing B for the GEMM. Its rounding (a product, then a sum,
+// in k order) is the same on every machine; larger d goes to cpu::gemm.
+template <int D, typename T>
+void matmul_fixed(const T* A, const T* B, T* C) {
+  for (int m = 0; m < D; ++m) {
+    T c[D] = {};
+    for (int k = 0; k < D; ++k)
+      for (int n = 0; n < D; ++n) c[n] += A[m * D + k] * B[k * D + n];
+    for (int n = 0; n < D; ++n) C[m * D + n] = c[n];
+  }
+}
+template <typename T>
+void matmul_dd(int64_t d, const T* A, const T* B, T* C) {
+  switch (d) {
+    case 1: return matmul_fixed<1>(A, B, C);
+    case 2: return matmul_fixed<2>(A, B, C);
+    case 3: return matmul_fixed<3>(A, B, C);
+    case 4: return matmul_fixed<4>(A, B, C);
+    case 5: return matmul_fixed<5>(A, B, C);
+    case 6: return matmul_fixed<6>(A, B, C);
+    case 7: return matmul_fixed<7>(A, B, C);
+    case 8: return matmul_fixed<8>(A, B, C);
+    default: return gemm<T>(false, false, d, d, d, A, d, B, d, nullptr, false, C, d);
+  }
+}
+
 template <typename T>
 struct MatmulChain {
   const T* x;
@@ -365,9 +393,9 @@ struct MatmulChain {
   void combine(const T* acc, const T* m, T* dst) const {
     const int64_t dd = d;
     if (reverse)
-      gemm<T>(false, false, dd, dd, dd, T(1), m, dd, acc, dd, T(0), dst, dd);
+      matmul_dd<T>(dd, m, acc, dst);
     else
-      gemm<T>(false, false, dd, dd, dd, T(1), acc, dd, m, dd, T(0), dst, dd);
+      matmul_dd<T>(dd, acc, m, dst);
   }
   // y over steps [t0, t1) starting from carry (null: the first step is copied).
   void scan(int64_t t0, int64_t t1, const T* carry) const {
@@ -485,7 +513,7 @@ struct AffineChain {
     std::memcpy(v, bt(t0), sizeof(T) * d);
     for (int64_t t = t0 + 1; t < t1; ++t) {
       // (A_t, b_t) after (M, v): (A_t M, A_t v + b_t).
-      gemm<T>(false, false, d, d, d, T(1), At(t), d, M, d, T(0), scratch, d);
+      matmul_dd<T>(d, At(t), M, scratch);
       std::memcpy(M, scratch, sizeof(T) * d * d);
       affine_step(At(t), v, bt(t), scratch, d);
       std::memcpy(v, scratch, sizeof(T) * d);

@@ -1,12 +1,12 @@
 // The Toeplitz formulation of conv2d: build the filter's matrix, then the convolution of the
 // whole batch is one GEMM (forward), its transpose (grad_input), an outer product (grad_weight).
-// The GEMMs are tiled (gemm_tiled.h) so that the result does not depend on the thread count.
+// The GEMMs (cpu/gemm.h) give the same bits on any thread count.
 #include "cpu/toeplitz.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/gemm_tiled.h"
+#include "cpu/gemm.h"
 
 namespace grux::cpu {
 
@@ -83,7 +83,7 @@ void conv2d_forward_toeplitz(const ConvGeom& g, const T* x, const T* w, const T*
   toeplitz_build(g, w, mat);
   pad_images(g, x, xpad);
   // Each image is a vector of length K; the batch is N such rows: Y = Xpad M^T.
-  gemm_tiled<T>(false, true, g.N, R, K, T(1), xpad, K, mat, K, T(0), y, R, true);
+  gemm<T>(false, true, g.N, R, K, xpad, K, mat, K, nullptr, false, y, R);
   if (b)
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t d = 0; d < g.D; ++d)
@@ -98,8 +98,7 @@ void conv2d_backward_toeplitz(const ConvGeom& g, const T* dy, const T* x, const 
   T* xpad = work + R * K;
   if (dw) {
     pad_images(g, x, xpad);
-    gemm_tiled<T>(true, false, R, K, g.N, T(1), dy, R, xpad, K, T(0), mat, K,
-                  true);  // dM = dY^T Xpad
+    gemm<T>(true, false, R, K, g.N, dy, R, xpad, K, nullptr, false, mat, K);  // dM = dY^T Xpad
     std::fill(dw, dw + g.D * g.Kg(), T(0));
     // Filters d own disjoint rows and weights: parallel over d, each gathers its own taps.
 #pragma omp parallel for schedule(static)
@@ -108,8 +107,7 @@ void conv2d_backward_toeplitz(const ConvGeom& g, const T* dy, const T* x, const 
   }
   if (dx) {
     toeplitz_build(g, w, mat);
-    gemm_tiled<T>(false, false, g.N, K, R, T(1), dy, R, mat, K, T(0), xpad, K,
-                  true);  // dXpad = dY M
+    gemm<T>(false, false, g.N, K, R, dy, R, mat, K, nullptr, false, xpad, K);  // dXpad = dY M
     crop_images(g, xpad, dx);
   }
   if (db)

@@ -1,5 +1,5 @@
 // nn.Linear driver: validates x, w, b (and dy) at the API boundary, normalizes strided
-// operands for BLAS, and calls the optimized or the reference kernels (cpu/linear.h).
+// operands for the GEMM, and calls the optimized or the reference kernels (cpu/linear.h).
 #include "cpu/linear.h"
 
 #include <fmt/format.h>

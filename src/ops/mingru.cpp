@@ -188,7 +188,8 @@ struct Kernels {
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
             int64_t ldb, T* C, int64_t ldc) const {
-    (ref ? cpu::ref::gemm<T> : cpu::gemm<T>)(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C, ldc);
+    (ref ? cpu::ref::gemm<T> : cpu::gemm<T>)(ta, tb, M, N, K, A, lda, B, ldb, nullptr, false, C,
+                                             ldc);
   }
   // h (1, T, C) = the scan of h_t = a_t h_{t-1} + b_t (reverse: h_t = a_t h_{t+1} + b_t) on
   // `team` threads (1: the calling thread alone, straight through time).

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "cpu/blas.h"
 #include "grux/conv.h"
 #include "grux/cost.h"
 #include "grux/gru.h"
@@ -410,9 +411,17 @@ void run_bench_gemm(const BenchArgs& a) {
   const GemmRates peak = measure_gemm_rates(dtype, a.reps);
   fmt::print(
       "{{\"op\":\"gemm\",\"problem\":\"m{}n{}k{}\",\"threads\":{},\"dtype\":\"{}\",\"reps\":{},"
-      "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f}}}\n",
+      "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f},\"blas_core\":\"{}\","
+      "\"blas_fallback\":{},\"simd\":\"{}\"}}\n",
       peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas,
-      peak.grux);
+      peak.grux, cpu::blas_core(), cpu::blas_core_is_fallback(), simd_target());
+  if (cpu::blas_core_is_fallback())
+    fmt::print(stderr,
+               "grux: note: OpenBLAS picked its generic {} kernel on this AVX2 CPU (it does not "
+               "recognise the CPU), so blas_gflops is several times below the machine; grux's "
+               "operators do not use the BLAS. To measure the BLAS at its best, set "
+               "OPENBLAS_CORETYPE (e.g. Haswell, SkylakeX or Zen).\n",
+               cpu::blas_core());
 }
 
 // ---- conv2d ------------------------------------------------------------------------------
@@ -549,8 +558,12 @@ Action add_bench_command(CLI::App& app) {
   mg->add_flag("--inject-mismatch", ma->inject_mismatch)->group("");  // hidden: for tests
   CLI::App* m = c->add_subcommand(
       "gemm",
-      "Large square GEMM rates of the BLAS in use and of grux's packed GEMM; gflops "
-      "is the better of the two (the peak other benches divide by).");
+      "Large square GEMM rates of the BLAS (OpenBLAS, a peer: no grux operator computes "
+      "through it) and of grux's packed GEMM; gflops is the better of the two (the peak other "
+      "benches divide by). blas_core names the kernel OpenBLAS picked for this CPU; "
+      "blas_fallback is true when that is a generic one on a CPU with AVX2 (OpenBLAS did not "
+      "recognise it: its rate is then several times lower; a note on stderr says so). simd is "
+      "the SIMD target grux's kernels run on.");
   m->add_option("--threads", a->threads, "threads (default: all cores)");
   m->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   m->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();

@@ -77,7 +77,7 @@ double small_gemm_gflops(int64_t d, int threads) {
           c(static_cast<size_t>(dd));
       // Not chained: repeated products of these matrices would sink into denormals.
       for (int64_t i = 0; i < iters; ++i)
-        cpu::gemm<T>(false, false, d, d, d, T(1), a.data(), d, b.data(), d, T(0), c.data(), d);
+        cpu::gemm<T>(false, false, d, d, d, a.data(), d, b.data(), d, nullptr, false, c.data(), d);
     }
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }

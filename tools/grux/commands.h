@@ -24,7 +24,8 @@ class Interrupted : public Error {
   using Error::Error;
 };
 
-// Sets OpenMP's and OpenBLAS's thread counts; 0 means all cores. Returns the count.
+// Sets OpenMP's (grux's kernels) and OpenBLAS's (the measured peer) thread counts; 0 means all
+// cores. Returns the count.
 int set_threads(int k);
 // The data folder: $GRUX_DATA_DIR, or the source tree's data/ this binary was built from.
 std::string default_data_dir();
@@ -43,6 +44,7 @@ Action add_model_command(CLI::App& app);
 Action add_cost_command(CLI::App& app);
 Action add_calibrate_command(CLI::App& app);
 Action add_scan_command(CLI::App& app);
+Action add_info_command(CLI::App& app);
 // Registers `bench scan` on the bench command; the returned call runs it if it was chosen
 // (and says whether it was).
 std::function<bool()> add_bench_scan_command(CLI::App* bench);

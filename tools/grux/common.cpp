@@ -1,12 +1,12 @@
 // Helpers shared by the CLI's subcommands: thread settings, the data folder, text files.
 // Errors are grux::Error with one-line messages, like everywhere in the CLI.
-#include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <cstdlib>
 
 #include "commands.h"
+#include "cpu/blas.h"
 #include "grux/io.h"
 
 namespace grux::cli {
@@ -15,7 +15,7 @@ int set_threads(int k) {
   if (k < 0) throw Error(fmt::format("--threads {} (expected >= 1)", k));
   const int n = k == 0 ? omp_get_num_procs() : k;
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  cpu::blas_set_threads(n);
   return n;
 }
 

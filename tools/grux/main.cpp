@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(grux::cli::add_cost_command);
   add(grux::cli::add_calibrate_command);
   add(grux::cli::add_scan_command);
+  add(grux::cli::add_info_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

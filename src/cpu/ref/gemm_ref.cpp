@@ -1,4 +1,4 @@
-// Reference GEMM: C = alpha op(A) op(B) + beta C by the definition, each element a sum over
+// Reference GEMM: C = op(A) op(B) (+ bias) (+ C) by the definition, each element a sum over
 // k in order, accumulated in double. Never tuned beyond loop order: op(B) is copied to
 // double (K x N) so the inner loop is a contiguous axpy (fast enough to check full-size
 // benchmark problems in seconds).
@@ -10,8 +10,8 @@
 namespace grux::cpu::ref {
 
 template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-          const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+          const T* B, int64_t ldb, const T* bias, bool accumulate, T* C, int64_t ldc) {
   std::vector<double> b(K * N), acc(N);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) b[k * N + n] = tb ? B[n * ldb + k] : B[k * ldb + n];
@@ -24,7 +24,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
     }
     for (int64_t n = 0; n < N; ++n) {
       T& c = C[m * ldc + n];
-      c = static_cast<T>(alpha * acc[n] + (beta == T(0) ? 0.0 : double(beta) * c));
+      const double v = acc[n] + (bias ? double(bias[n]) : 0.0);
+      c = static_cast<T>(accumulate ? v + double(c) : v);
     }
   }
 }
@@ -58,9 +59,9 @@ template void gemm_packed<float>(int64_t, const float*, int64_t, bool, const Pac
 template void gemm_packed<double>(int64_t, const double*, int64_t, bool, const PackedB<double>&,
                                   const double*, bool, double*, int64_t, int64_t, int64_t);
 
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t);
-template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t);
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
+                          const float*, int64_t, const float*, bool, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
+                           const double*, int64_t, const double*, bool, double*, int64_t);
 
 }  // namespace grux::cpu::ref

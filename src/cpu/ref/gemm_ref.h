@@ -1,4 +1,4 @@
-// Reference GEMMs: the triple loop, accumulating in double. The oracles for the BLAS call
+// Reference GEMMs: the triple loop, accumulating in double. The oracles for the general GEMM
 // (cpu::gemm) and for the packed GEMM (cpu::gemm_packed), with the same contracts.
 #pragma once
 
@@ -8,9 +8,10 @@
 
 namespace grux::cpu::ref {
 
+// Same contract as cpu::gemm.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+          const T* B, int64_t ldb, const T* bias, bool accumulate, T* C, int64_t ldc);
 
 // Same contract as cpu::gemm_packed: reads B's elements from its packed storage.
 template <typename T>
