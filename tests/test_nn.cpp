@@ -181,7 +181,7 @@ INSTANTIATE_TEST_SUITE_P(nnKernels, NnGradCheck, ::testing::Bool(),
 
 // ---- Optimized vs reference on edge sizes ------------------------------------------------
 
-// Tolerance for a sum of K products of O(1) values: a few ulps of dtype times K (the BLAS
+// Tolerance for a sum of K products of O(1) values: a few ulps of dtype times K (the GEMM
 // and the reference add in different orders; the reference adds in double).
 test::Tol sum_tol(DType t, int64_t K) {
   const double eps = t == DType::f32 ? 6e-8 : 1.1e-16;

@@ -400,7 +400,7 @@ TEST(Matmul, ShapesAndLayoutsMatchNaiveTripleLoop) {
   for (DType dt : {DType::f32, DType::f64}) {
     for (const Case& c : cases) {
       // Layouts: 0 contiguous; 1 both operands as transposed views of their last two dims
-      // (the BLAS trans flags); 2 every other column of a wider tensor (needs a copy).
+      // (the GEMM's trans flags); 2 every other column of a wider tensor (needs a copy).
       for (int layout = 0; layout < 3; ++layout) {
         Tensor a = random_tensor(c.a, dt, rng), b = random_tensor(c.b, dt, rng);
         if (layout == 1) {
