@@ -6,7 +6,8 @@ set -euo pipefail
 here=$(dirname "$0")
 
 packages=(
-  g++ cmake make pkg-config
+  gcc g++ cmake make pkg-config
+  dpkg-dev file            # cpack -G DEB (dpkg-shlibdeps) in scripts/test_package.sh
   libopenblas-openmp-dev   # BLAS (GEMM), OpenMP flavour
   libhwy-dev               # Highway: portable SIMD, vectorized exp/tanh
   libcli11-dev             # command-line parsing

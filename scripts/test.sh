@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test from a fresh machine: install what is missing, build (Release), run the whole
-# suite with CTest, run it again on every other SIMD target this CPU can run, then the main job
+# suite with CTest, check grux as an installed package (scripts/test_package.sh), run the
+# suite again on every other SIMD target this CPU can run, then the main job
 # (about 3 minutes of training); then build with AddressSanitizer + UndefinedBehaviorSanitizer
 # and run the whole suite again. Exits non-zero if anything fails.
 #
@@ -18,6 +19,9 @@ echo "== Release build and tests (OPENBLAS_CORETYPE unset)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON
 (unset OPENBLAS_CORETYPE GRUX_SIMD_TARGET; ctest_all --test-dir build)
 ./build/grux info
+
+echo "== Packaging: install, find_package, pkg-config, dlopen'ed plugin, Debian packages"
+bash scripts/test_package.sh build
 
 # The kernels again on each other SIMD target (GRUX_SIMD_TARGET; the best one ran above),
 # with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats and the slow

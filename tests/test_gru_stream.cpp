@@ -3,6 +3,8 @@
 // plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "grux/gru.h"
 #include "grux/runtime.h"
 #include "test_util.h"
@@ -121,6 +123,34 @@ TEST(StreamApi, Errors) {
   EXPECT_THROW(s.step(Tensor::zeros({0, 2, 4}, DType::f32)), Error);             // empty chunk
   EXPECT_THROW(GruStream(gru, 2, Tensor::zeros({1, 3, 8}, DType::f32)), Error);  // h0 shape
   EXPECT_THROW(GruStream(gru, -1), Error);
+  EXPECT_THROW(GruStream(gru, 1, {}, -2), Error);  // threads
+  float in[8] = {0}, out[16] = {0};
+  EXPECT_THROW(s.process<float>(nullptr, out, 1), Error);
+  EXPECT_THROW(s.process<float>(in, out, -1), Error);
+  EXPECT_THROW(s.process<double>(nullptr, nullptr, 1), Error);  // dtype
+  EXPECT_NO_THROW(s.process<float>(nullptr, nullptr, 0));
+}
+
+// The stream keeps its own copy of the weights and configuration: the Gru may go away (or
+// move) after the stream is made. AddressSanitizer catches a dangling read. Also: process()
+// on raw pointers gives step()'s bits, and the thread count does not change them.
+TEST(StreamApi, OutlivesItsGruAndRawProcessMatchesStep) {
+  GruConfig c;
+  c.input_size = 5;
+  c.hidden_size = 80;  // large enough for a thread team when threads allow
+  c.num_layers = 2;
+  std::mt19937_64 rng(7);
+  const Tensor x = test::random_tensor({6, 3, 5}, DType::f32, rng);
+  auto gru = std::make_unique<Gru>(c, DType::f32, 2);
+  const Tensor expected = gru->forward(x).output;
+  GruStream one(*gru, 3, {}, 1), any(*gru, 3, {}, 0);
+  { Gru moved = std::move(*gru); }
+  gru.reset();
+  EXPECT_EQ(max_abs_diff(one.step(x), expected), 0.0);
+  Tensor out = Tensor::zeros({6, 3, 80}, DType::f32);
+  any.process<float>(x.data<float>(), out.data<float>(), 2);
+  any.process<float>(x.data<float>() + 2 * 3 * 5, out.data<float>() + 2 * 3 * 80, 4);
+  EXPECT_EQ(max_abs_diff(out, expected), 0.0);
 }
 
 }  // namespace

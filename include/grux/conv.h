@@ -12,9 +12,10 @@
 #include <cstdint>
 #include <string>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // loops: the direct loop nest (the reference; slow, for checking and teaching).
 // im2col: convolution as one GEMM per image and group (fast; default). Stride 1 reads the

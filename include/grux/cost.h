@@ -16,13 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/conv.h"
 #include "grux/gru.h"
 #include "grux/nn.h"
 #include "grux/scan.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // ---- Counting conventions ----------------------------------------------------------------
 
@@ -287,107 +288,5 @@ struct Prediction {
 // the streaming API.
 Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineProfile& profile,
                    int threads, bool stream = false);
-
-// ---- Measurements (grux calibrate, grux bench) ----------------------------------------------
-
-// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm) and
-// grux's packed GEMM (what the GRU uses); n x n x n, the best of `reps` runs.
-struct GemmRates {
-  int64_t n = 0;
-  double blas = 0, grux = 0;
-  double best() const { return blas > grux ? blas : grux; }
-};
-GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
-// GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
-// (first touched by its reader): the rate of the cache level holding such a buffer.
-double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8);
-// Round trip of one cache line between two threads of the team that a `threads`-thread GRU
-// stream would use (the calling thread's, src/core/thread_team.h), in ns; 0 when threads < 2.
-// A time step shared by threads pays about one for its barrier and one for the state it hands
-// over, so the batch-1 rows at 2 threads move with it (it depends on where the host places
-// the cores).
-double measure_handoff_ns(int threads);
-// GB/s at which the GRU's batch-1 recurrence streams its recurrent weights when each of
-// `threads` threads holds about `bytes_per_thread` of them: W_hh bytes per step time (the
-// step's barrier and gate pass included).
-double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read = 2e8);
-// GEMM GFLOP/s that grux's GRU forward reaches in context (gates, packing and barriers
-// included) on l1t50n48i192h384 (l1t20n16i64h128 when `quick`) with the current threads.
-double measure_gru_gflops(bool quick = false);
-// GB/s (bytes read + bytes written) of `threads` threads copying `bytes` with memcpy.
-double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
-// Microseconds per step that a tiny GRU (N = 1, I = 16, H = 16 per thread) takes beyond its
-// roofline time with `threads` threads, in whole-sequence runs and through the streaming
-// API. Uses `rates` (already measured at `threads`) for that roofline.
-std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int threads,
-                                                int steps = 2000);
-
-// Measures this machine at each thread count (grux calibrate); sets OpenMP's and the BLAS's
-// thread counts while measuring and restores them after. `quick` shortens every measurement
-// (for tests; noisier numbers). Every measurement is repeated over `rounds` rounds and keeps
-// its best: on a shared machine other work only ever makes a rate look lower.
-MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false, int rounds = 1);
-
-// ---- Sweeps ------------------------------------------------------------------------------
-
-// One varied parameter: a descriptor letter and its values. Range syntax:
-//   "n=1..256:x2" (geometric, integer factor >= 2), "h=64..512:+64" (arithmetic),
-//   "t=10..13" (step 1), "n=1,3,7" (a list).
-struct SweepAxis {
-  std::string letter;
-  std::vector<int64_t> values;
-  // Throws grux::Error naming the text and what was expected.
-  static SweepAxis parse(const std::string& text);
-};
-
-struct SweepSpec {
-  std::string op;
-  std::string fixed;  // descriptor the axes modify; "" means the operator's example
-  std::vector<SweepAxis> axes;
-  CostOptions options;
-  CountMode mode = CountMode::seed;
-  bool train = false;
-};
-
-// A metric of a sweep point: key, human label and unit.
-struct SweepMetric {
-  std::string key, label, unit;
-};
-
-struct SweepResult {
-  SweepSpec spec;
-  std::string fixed;    // resolved fixed descriptor
-  std::string variant;  // the options, as CostReport::variant says them
-  std::vector<SweepMetric> metrics;
-  std::vector<std::vector<int64_t>> points;                  // per point: the axes' values
-  std::vector<std::string> descriptors;                      // per point
-  std::vector<std::vector<double>> values;                   // per point: one value per metric
-  std::vector<std::string> inference_bound, training_bound;  // per point: compute or traffic
-  // Per point, for the roofline chart: (GEMM FLOP per byte moved with the weights cached,
-  // GEMM GFLOP/s at the predicted time), inference and training.
-  std::vector<std::pair<double, double>> roof_inference, roof_training;
-  MachineProfile profile;
-  int threads = 1;
-};
-
-// Computes every point of the grid (at most 20000 points, up to 3 axes). Letters must be
-// letters of the operator's descriptor; the resulting descriptors are parsed by the
-// operator's own parser, so an invalid combination is an error naming the descriptor.
-SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int threads);
-
-// Renderers (the CLI writes the strings atomically).
-std::string sweep_csv(const SweepResult& r);
-std::string sweep_json(const SweepResult& r);
-// Measured points for the roofline chart: JSON lines printed by `grux bench gru|conv2d`.
-struct MeasuredPoint {
-  std::string label;      // "l1d1t100n64i256h512 inference 2t"
-  double intensity = 0;   // FLOP per byte (cached model)
-  double gflops = 0;      // measured
-  bool training = false;  // forward + backward (drawn with the sweep's training phase)
-};
-std::vector<MeasuredPoint> measured_points(const std::string& bench_jsonl, const std::string& what);
-// The self-contained HTML report; `plotly_js` is the plotting library's source, inlined.
-std::string sweep_html(const SweepResult& r, const std::vector<MeasuredPoint>& measured,
-                       const std::string& plotly_js);
 
 }  // namespace grux

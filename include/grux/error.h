@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace grux {
+#include "grux/export.h"
+
+namespace grux GRUX_API {
 
 // Thrown for any bad input: wrong shapes, dtypes, devices, malformed files, bad arguments.
 // what() is a single line suitable for printing as-is.

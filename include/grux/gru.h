@@ -17,9 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 enum class GruForm { linear_before_reset, reset_before };
 const char* gru_form_name(GruForm f);
@@ -216,12 +217,14 @@ class GruCell {
 // Stateful streaming over a unidirectional GRU: feed one frame or a chunk at a time; the
 // results are bit-identical to running the whole sequence at once. Workspace is sized on the
 // first call (and when a longer chunk arrives); steps of the same size allocate nothing.
-// The stream keeps a reference to `gru` (which must outlive it) and packs its input weights
-// when constructed: later changes to the weights are not seen.
+// The stream packs its own copy of the weights and of the configuration when constructed:
+// `gru` may move or go away afterwards, and later changes to its weights are not seen.
 class GruStream {
  public:
   // batch N >= 1, or 0 for unbatched frames. h0 as in Gru::forward (undefined: zeros).
-  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {});
+  // threads: 1 runs every step on the calling thread only; 0 lets grux choose (a team of the
+  // calling thread's when the hidden size is large enough to gain); k > 1 uses at most k.
+  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0);
   ~GruStream();
   GruStream(GruStream&&) noexcept;
   GruStream& operator=(GruStream&&) noexcept;
@@ -232,6 +235,10 @@ class GruStream {
   Tensor step(const Tensor& frames);
   // As step(), writing into `out` (must have the returned shape and dtype).
   void step_into(const Tensor& frames, Tensor& out);
+  // Raw frames, time-major and contiguous: in (frames, N, I), out (frames, N, H), T the
+  // weights' dtype (float or double); frames >= 0. Bit-identical to step() on the same frames.
+  template <typename T>
+  void process(const T* in, T* out, int64_t frames);
   // Current state (L, N, H), or (L, H) unbatched; a copy.
   Tensor state() const;
   void reset(const Tensor& h0 = {});

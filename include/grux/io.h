@@ -6,9 +6,10 @@
 #include <map>
 #include <string>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // Reads a .npy file (format versions 1.0, 2.0, 3.0). dtype must be little-endian
 // float32 ('<f4'), float64 ('<f8') or int64 ('<i8'); fortran_order must be False.

@@ -10,11 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/gru.h"
 #include "grux/optim.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // Sizes: V vocabulary, E embedding width, H hidden size, L GRU layers, T window (time steps),
 // N batch (parallel streams of text).

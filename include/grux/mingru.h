@@ -23,9 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 struct MinGruConfig {
   int64_t input_size = 0;

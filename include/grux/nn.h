@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // Sizes: M rows (e.g. T*N tokens), I input features, O output features, V vocabulary, E width.
 

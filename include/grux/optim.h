@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // A trainable tensor and its gradient (same shape and dtype, both contiguous). Names are
 // unique; they key the optimizer's state in checkpoints.

@@ -6,9 +6,10 @@
 #include <map>
 #include <string>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // rearrange(t, pattern, axes_lengths) with einops' grammar:
 //   pattern      = left "->" right

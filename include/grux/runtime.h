@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
-namespace grux {
+#include "grux/export.h"
+
+namespace grux GRUX_API {
 
 // When on, every operator calls the reference kernels of src/cpu/ref/ (naive loops written
 // from the equations) instead of the optimized ones. Also switched on by the environment

@@ -17,9 +17,10 @@
 #include <functional>
 #include <string>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // A combine: op(earlier, later). The operands are slices of x along dim (x.select(dim, t)
 // shaped); the result must have the slice shape and dtype (broadcasting inside is fine).

@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "grux/error.h"
+#include "grux/export.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 enum class DType { f32, f64, i64 };
 

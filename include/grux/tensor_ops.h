@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 // Common contract of every op here:
 // - inputs may be strided views; the result is a new contiguous tensor (never a view);

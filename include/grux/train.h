@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "grux/export.h"
 #include "grux/lm.h"
 #include "grux/optim.h"
 
-namespace grux {
+namespace grux GRUX_API {
 
 struct TrainOptions {
   CharLmConfig model;              // vocab is filled in from the data

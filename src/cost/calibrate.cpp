@@ -19,6 +19,7 @@
 #include "cpu/blas.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/read_bandwidth.h"
+#include "grux/calibrate.h"
 
 namespace grux {
 namespace {

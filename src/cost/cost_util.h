@@ -12,6 +12,10 @@
 #include "grux/cost.h"
 #include "grux/error.h"
 
+namespace grux {
+struct SweepResult;  // grux/sweep.h (libgrux_tools)
+}  // namespace grux
+
 namespace grux::cost_detail {
 
 // Counts are formed in 128-bit integers (no product of a few 63-bit sizes can wrap) and

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cost/cost_util.h"
+#include "grux/sweep.h"
 
 namespace grux {
 namespace cost_detail {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cost/cost_util.h"
+#include "grux/sweep.h"
 
 namespace grux {
 namespace {

@@ -5,13 +5,14 @@
 
 #include <cstdint>
 #include <string>
+#include "core/visibility.h"
 
 namespace grux::cpu {
 
 // C (M x N) = alpha * op(A) * op(B) + beta * C through cblas, row-major; op(A) is M x K (A is
 // K x M when trans_a), op(B) is K x N (B is N x K when trans_b). With beta == 0, C is not read.
 template <typename T>
-void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+GRUX_INTERNAL void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
 // Threads of the BLAS's own calls (grux's kernels follow OpenMP's setting).

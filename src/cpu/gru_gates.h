@@ -16,18 +16,19 @@
 #pragma once
 
 #include <cstdint>
+#include "core/visibility.h"
 
 namespace grux::cpu {
 
 // Linear-before-reset: n = tanh(g_n + r * (gh_n + b_hn)). Writes r, z, n into g,
 // h' = (1 - z) n + z h_prev into h, and hn = gh_n + b_hn (B x H).
 template <typename T>
-void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
+GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
                            const T* b_hh, const T* h_prev, T* h, T* hn);
 // Its backward given dh = dL/dh': dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr,
 // dz, dn * r], dh_prev = dh * z (the direct path only; the caller adds dgh W_hh).
 template <typename T>
-void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+GRUX_INTERNAL void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
                             const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev);
 
 // Reset-before, in two phases around the second recurrent GEMM:
@@ -35,20 +36,20 @@ void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const 
 //       rh = r * h_prev (B x H).
 //   n:  ghn (B x H) = rh W_hn^T. n = tanh(g_n + ghn + b_hn); writes n into g and h'.
 template <typename T>
-void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
+GRUX_INTERNAL void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
                              const T* b_hh, const T* h_prev, T* rh);
 template <typename T>
-void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
+GRUX_INTERNAL void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
                             const T* b_hh, const T* h_prev, T* h);
 // Backward, two phases around the GEMM drh = dn W_hn:
 //   zn: writes dg's z and n, dn (B x H, the n gradient in unit order) and dh_prev = dh * z.
 //   r:  given drh = dL/d(r * h_prev), writes dg's r, drz (B x 2H, [dr | dz] blocks) and adds
 //       drh * r to dh_prev. The caller then adds drz W_h{r,z}. (Recurrent side == dg here.)
 template <typename T>
-void gru_gates_rb_backward_zn(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+GRUX_INTERNAL void gru_gates_rb_backward_zn(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
                               const T* h_prev, const T* dh, T* dg, T* dn, T* dh_prev);
 template <typename T>
-void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
+GRUX_INTERNAL void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
                              const T* h_prev, const T* drh, T* dg, T* drz, T* dh_prev);
 
 // Column of gate q (0 r, 1 z, 2 n) of unit j in the interleaved 3H layout, and of gate q

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include "core/visibility.h"
 
 namespace grux::cpu {
 
@@ -34,7 +35,7 @@ void scan_elementwise(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn, in
 // cut into super-blocks of share_bytes per thread (used by scan_elementwise for one channel,
 // forward, inclusive; exposed for its tests).
 template <typename T>
-void sum_scan_contiguous(const T* x, T* y, int64_t n, int threads, int64_t share_bytes);
+GRUX_INTERNAL void sum_scan_contiguous(const T* x, T* y, int64_t n, int threads, int64_t share_bytes);
 
 // Diagonal affine recurrence h_t = a_t * h_{t-1} + b_t along T (h_{-1} = h0, or 0 when h0 is
 // null). a, b, h are (O, T, C); h0 is (O, C).

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "grux/gru.h"
@@ -19,7 +20,10 @@ struct Frames {
 }  // namespace
 
 struct GruStream::Impl {
-  const Gru* gru;
+  // Copies of what the stream reads: no pointer to the Gru, which may move or go away.
+  GruConfig config;
+  DType dtype = DType::f32;
+  int threads = 0;  // 1: the calling thread only; 0: grux chooses; k > 1: at most k
   int64_t N;  // batch (1 internally when unbatched)
   bool unbatched;
   Tensor state;            // (L, N, H)
@@ -37,18 +41,18 @@ struct GruStream::Impl {
       return packed_f64;
   }
   template <typename T>
-  std::vector<ops::PackedLayer<T>> pack_all() const {
+  std::vector<ops::PackedLayer<T>> pack_all(const Gru& gru) const {
     std::vector<ops::PackedLayer<T>> out;
-    for (const GruLayerWeights& w : gru->weights())
-      out.push_back(ops::pack_layer<T>(w, gru->config().form, false));
+    for (const GruLayerWeights& w : gru.weights())
+      out.push_back(ops::pack_layer<T>(w, gru.config().form, false));
     return out;
   }
 
   void ensure_capacity(int64_t t) {
     if (t <= capacity) return;
-    const GruConfig& c = gru->config();
+    const GruConfig& c = config;
     const int64_t H = c.hidden_size, rows = t * N;
-    const DType dt = gru->dtype();
+    const DType dt = dtype;
     xp = Tensor::empty({rows, c.input_size}, dt);
     g = Tensor::empty({rows, 3 * H}, dt);
     aux = Tensor::empty({rows, H}, dt);
@@ -60,17 +64,19 @@ struct GruStream::Impl {
 
   ops::SeqLayout lay;  // for chunks of lay.T frames (kept: most calls repeat the last size)
   // The threads that run the frames: the calling thread's persistent team, sized like an
-  // OpenMP team would be at the time of the call (none inside a parallel region).
+  // OpenMP team would be at the time of the call (none inside a parallel region), capped at
+  // `threads`.
   template <typename T>
   ThreadTeam* frame_team() const {
-    const int size =
-        omp_in_parallel() ? 1 : ops::gru_team_size(gru->config().hidden_size, cpu::kUnit<T>);
+    if (threads == 1 || omp_in_parallel()) return nullptr;
+    int size = ops::gru_team_size(config.hidden_size, cpu::kUnit<T>);
+    if (threads > 1) size = std::min(size, threads);
     return size > 1 ? &calling_thread_team(size) : nullptr;
   }
 
   template <typename T>
   void run(const T* src, const Frames& f, T* out) {
-    const GruConfig& c = gru->config();
+    const GruConfig& c = config;
     const int64_t t = f.t, H = c.hidden_size, I = c.input_size, rows = t * N;
     const auto k = ops::gru_kernels<T>();
     if (lay.T != t || lay.off.empty()) lay = ops::make_seq_layout(t, N, nullptr);
@@ -94,20 +100,25 @@ struct GruStream::Impl {
   }
 };
 
-GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0) : impl_(new Impl) {
+GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads)
+    : impl_(new Impl) {
   if (gru.config().bidirectional)
     throw Error(
         "gru stream: a bidirectional GRU cannot stream (the reverse direction needs the "
         "whole sequence)");
   if (batch < 0)
     throw Error(fmt::format("gru stream: batch is {}, expected >= 1 or 0 for unbatched", batch));
-  impl_->gru = &gru;
+  if (threads < 0)
+    throw Error(fmt::format("gru stream: threads is {}, expected >= 0 (0: grux chooses)", threads));
+  impl_->config = gru.config();
+  impl_->dtype = gru.dtype();
+  impl_->threads = threads;
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
   if (gru.dtype() == DType::f32)
-    impl_->packed_f32 = impl_->pack_all<float>();
+    impl_->packed_f32 = impl_->pack_all<float>(gru);
   else
-    impl_->packed_f64 = impl_->pack_all<double>();
+    impl_->packed_f64 = impl_->pack_all<double>(gru);
   reset(h0);
 }
 
@@ -116,9 +127,13 @@ GruStream::GruStream(GruStream&&) noexcept = default;
 GruStream& GruStream::operator=(GruStream&&) noexcept = default;
 
 void GruStream::reset(const Tensor& h0) {
-  const GruConfig& c = impl_->gru->config();
+  const GruConfig& c = impl_->config;
   const int64_t L = c.num_layers, N = impl_->N, H = c.hidden_size;
-  impl_->state = Tensor::zeros({L, N, H}, impl_->gru->dtype());
+  if (impl_->state.defined() && !h0.defined()) {
+    impl_->state.fill(0);  // no allocation
+    return;
+  }
+  impl_->state = Tensor::zeros({L, N, H}, impl_->dtype);
   if (!h0.defined()) return;
   check_same_dtype("gru stream", "weights", impl_->state, "h0", h0);
   check_shape("gru stream", "h0", h0, impl_->unbatched ? Shape{L, H} : Shape{L, N, H});
@@ -182,7 +197,7 @@ OutShape out_shape(const Frames& f, const GruConfig& c, bool unbatched, int64_t 
 void GruStream::step_into(const Tensor& frames, Tensor& out) {
   check_defined("gru stream", "frames", frames);
   check_same_dtype("gru stream", "weights", impl_->state, "frames", frames);
-  const GruConfig& c = impl_->gru->config();
+  const GruConfig& c = impl_->config;
   const Frames f = frames_layout(frames, c, impl_->unbatched, impl_->N);
   const OutShape want = out_shape(f, c, impl_->unbatched, impl_->N);
   check_defined("gru stream", "out", out);
@@ -193,7 +208,7 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   const bool direct = out.is_contiguous() && !(f.chunk && c.batch_first && !impl_->unbatched);
   const int64_t N = impl_->N, H = c.hidden_size;
   Tensor dst = direct ? out : Tensor::empty({f.t, N, H}, out.dtype());
-  if (impl_->gru->dtype() == DType::f32)
+  if (impl_->dtype == DType::f32)
     impl_->run<float>(frames.data<float>(), f, dst.data<float>());
   else
     impl_->run<double>(frames.data<double>(), f, dst.data<double>());
@@ -202,12 +217,27 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
 
 Tensor GruStream::step(const Tensor& frames) {
   check_defined("gru stream", "frames", frames);
-  const GruConfig& c = impl_->gru->config();
+  const GruConfig& c = impl_->config;
   const Frames f = frames_layout(frames, c, impl_->unbatched, impl_->N);
-  Tensor out =
-      Tensor::empty(out_shape(f, c, impl_->unbatched, impl_->N).shape(), impl_->gru->dtype());
+  Tensor out = Tensor::empty(out_shape(f, c, impl_->unbatched, impl_->N).shape(), impl_->dtype);
   step_into(frames, out);
   return out;
 }
+
+template <typename T>
+void GruStream::process(const T* in, T* out, int64_t frames) {
+  if (impl_->dtype != dtype_of<T>())
+    throw Error(fmt::format("gru stream: process called with {} frames, the weights are {}",
+                            dtype_name(dtype_of<T>()), dtype_name(impl_->dtype)));
+  if (frames < 0)
+    throw Error(fmt::format("gru stream: frames is {}, expected >= 0", frames));
+  if (frames == 0) return;
+  if (!in || !out) throw Error("gru stream: process given a null pointer for in or out");
+  const int64_t N = impl_->N, I = impl_->config.input_size;
+  impl_->ensure_capacity(frames);
+  impl_->run<T>(in, Frames{frames, N * I, I, 1, true}, out);
+}
+template void GruStream::process<float>(const float*, float*, int64_t);
+template void GruStream::process<double>(const double*, double*, int64_t);
 
 }  // namespace grux

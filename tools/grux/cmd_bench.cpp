@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "cpu/blas.h"
+#include "grux/calibrate.h"
 #include "grux/conv.h"
 #include "grux/cost.h"
 #include "grux/gru.h"

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "grux/calibrate.h"
 #include "grux/cost.h"
 #include "grux/io.h"
 

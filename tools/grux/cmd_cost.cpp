@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "grux/cost.h"
 #include "grux/io.h"
+#include "grux/sweep.h"
 
 namespace grux::cli {
 

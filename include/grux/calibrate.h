@@ -1,0 +1,55 @@
+// Measurements of this machine (grux calibrate, grux bench): GEMM rates, bandwidths, per-step
+// costs, and the calibration that writes a MachineProfile for the cost model (grux/cost.h).
+// OpenBLAS is timed here as a peer; no operator uses it.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "grux/export.h"
+#include "grux/cost.h"
+
+namespace grux GRUX_API {
+
+// ---- Measurements (grux calibrate, grux bench) ----------------------------------------------
+
+// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm) and
+// grux's packed GEMM (what the GRU uses); n x n x n, the best of `reps` runs.
+struct GemmRates {
+  int64_t n = 0;
+  double blas = 0, grux = 0;
+  double best() const { return blas > grux ? blas : grux; }
+};
+GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
+// GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
+// (first touched by its reader): the rate of the cache level holding such a buffer.
+double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8);
+// Round trip of one cache line between two threads of the team that a `threads`-thread GRU
+// stream would use (the calling thread's, src/core/thread_team.h), in ns; 0 when threads < 2.
+// A time step shared by threads pays about one for its barrier and one for the state it hands
+// over, so the batch-1 rows at 2 threads move with it (it depends on where the host places
+// the cores).
+double measure_handoff_ns(int threads);
+// GB/s at which the GRU's batch-1 recurrence streams its recurrent weights when each of
+// `threads` threads holds about `bytes_per_thread` of them: W_hh bytes per step time (the
+// step's barrier and gate pass included).
+double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read = 2e8);
+// GEMM GFLOP/s that grux's GRU forward reaches in context (gates, packing and barriers
+// included) on l1t50n48i192h384 (l1t20n16i64h128 when `quick`) with the current threads.
+double measure_gru_gflops(bool quick = false);
+// GB/s (bytes read + bytes written) of `threads` threads copying `bytes` with memcpy.
+double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
+// Microseconds per step that a tiny GRU (N = 1, I = 16, H = 16 per thread) takes beyond its
+// roofline time with `threads` threads, in whole-sequence runs and through the streaming
+// API. Uses `rates` (already measured at `threads`) for that roofline.
+std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int threads,
+                                                int steps = 2000);
+
+// Measures this machine at each thread count (grux calibrate); sets OpenMP's and the BLAS's
+// thread counts while measuring and restores them after. `quick` shortens every measurement
+// (for tests; noisier numbers). Every measurement is repeated over `rounds` rounds and keeps
+// its best: on a shared machine other work only ever makes a rate look lower.
+MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false, int rounds = 1);
+
+}  // namespace grux

@@ -1,0 +1,96 @@
+/* grux's C API: run a GRU model stream by stream from C, or from any language that calls C
+ * (Rust, Swift, C#, Python's ctypes, a plugin host). C99; no C++ types; no exception crosses
+ * it. The names and signatures below are stable.
+ *
+ * The model: a unidirectional GRU stack whose weights are a PyTorch nn.GRU state_dict stored
+ * in a safetensors file (f32), optionally followed by an nn.Linear head:
+ *
+ *   y_t = head(gru(x)_t)            or, with GRUX_RESIDUAL,   y_t = x_t + head(gru(x)_t)
+ *
+ * (no head: head(h) = h). A model is immutable once loaded and may be shared by any number of
+ * threads and streams. A stream holds the state of `batch` independent sequences; one thread
+ * at a time may use it. A stream copies what it needs from its model: the model may be freed
+ * before its streams.
+ *
+ *   char err[256];
+ *   grux_model* m = grux_model_load("model.safetensors", "rnn.", "fc.", 0, err, sizeof err);
+ *   if (!m) { fprintf(stderr, "%s\n", err); return 1; }
+ *   grux_stream* s = grux_stream_create(m, 1, 1, err, sizeof err);
+ *   ...
+ *   if (grux_stream_process(s, in, out, frames) != 0) fprintf(stderr, "%s\n", grux_stream_error(s));
+ *   grux_stream_free(s);
+ *   grux_model_free(m);
+ *
+ * Results are bit-identical to the C++ API's GruStream (grux/gru.h) followed by
+ * grux::linear_forward (grux/nn.h), and do not depend on how frames are split between calls.
+ */
+#ifndef GRUX_GRUX_H
+#define GRUX_GRUX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grux/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct grux_model grux_model;   /* immutable once loaded; shareable between threads */
+typedef struct grux_stream grux_stream; /* state of one stream; one thread at a time */
+
+/* Flags of grux_model_load. */
+#define GRUX_RESET_BEFORE 1u /* n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) */
+#define GRUX_RESIDUAL 2u     /* output = input + model(input); sizes must match */
+
+/* Return codes of grux_stream_process. */
+#define GRUX_OK 0
+#define GRUX_EINVAL 1 /* a bad argument (null pointer, negative frame count) */
+#define GRUX_EFAIL 2  /* anything else (out of memory) */
+
+/* Loads a model from a safetensors file.
+ *   gru_prefix: the prefix of the nn.GRU's keys ("rnn." for rnn.weight_ih_l0, ...); NULL or
+ *     "" for none. Layers, sizes and bias are inferred from the keys and shapes.
+ *   head_prefix: the prefix of an nn.Linear head's "weight" (O, H) and optional "bias" (O);
+ *     NULL or "" for no head.
+ *   flags: GRUX_RESET_BEFORE, GRUX_RESIDUAL, or 0 (PyTorch's GRU, no skip connection).
+ * Returns NULL on error, with a one-line message in err (truncated to err_len bytes, always
+ * NUL-terminated; err may be NULL when err_len is 0). Errors: a missing or malformed file, a
+ * missing, extra or misshapen key, a dtype other than F32, a bidirectional GRU, a residual
+ * whose input and output sizes differ, unknown flags. */
+GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix,
+                                     const char* head_prefix, unsigned flags, char* err,
+                                     size_t err_len);
+/* Floats per frame and sequence going in (the GRU's input size) and coming out (the head's
+ * output size, or the GRU's hidden size without a head). -1 when m is NULL. */
+GRUX_API int64_t grux_model_input_size(const grux_model* m);
+GRUX_API int64_t grux_model_output_size(const grux_model* m);
+/* Frees a model; NULL is a no-op. */
+GRUX_API void grux_model_free(grux_model* m);
+
+/* Creates a stream of `batch` (>= 1) sequences, all starting from a zero state.
+ *   threads: 1 runs every call on the calling thread only; 0 lets grux choose (more than one
+ *   thread only where the hidden size is large enough to gain); k > 1 uses at most k.
+ * Returns NULL on error, with the message in err as for grux_model_load. */
+GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
+                                         char* err, size_t err_len);
+/* Runs `frames` (>= 0) time steps. in: frames x batch x input_size floats, time-major
+ * (in[(t * batch + n) * input_size + i]); out: frames x batch x output_size floats, the same
+ * way. in and out must not overlap. Returns GRUX_OK, or a non-zero code with the message in
+ * grux_stream_error(s) (the state is then unchanged). */
+GRUX_API int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t frames);
+/* The message of the last failed call on s ("" if none); valid until the next call on s. */
+GRUX_API const char* grux_stream_error(const grux_stream* s);
+/* Sets every sequence's state back to zero. */
+GRUX_API void grux_stream_reset(grux_stream* s);
+/* Frees a stream; NULL is a no-op. */
+GRUX_API void grux_stream_free(grux_stream* s);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+GRUX_API const char* grux_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRUX_GRUX_H */

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# grux as other projects take it in (README, "Embedding grux"), from a configured and built tree:
+#   - installs it static and shared (cmake --install) and builds the Debian packages (cpack);
+#   - checks the installed files: headers, libraries, SONAME, that the shared library exports
+#     the public API and nothing of grux's internals;
+#   - builds examples/consumer with find_package(grux) against the static install, the shared
+#     install and the unpacked Debian packages, and runs it (PyTorch's numbers on data/example);
+#   - builds the C program examples/c_api/stream.c with `pkg-config --cflags --libs grux`
+#     (shared) and `--static` (static), and runs both;
+#   - builds examples/plugin (a shared object linking the static library), loads it with dlopen
+#     from a host that knows nothing of grux, and checks it exports no grux symbol.
+# Toggling BUILD_SHARED_LIBS relinks the two libraries only (their objects do not change); the
+# tree is left with the setting it had.
+# Usage: bash scripts/test_package.sh BUILD_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+build=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+jobs=$(nproc)
+was_shared=$(sed -n 's/^BUILD_SHARED_LIBS:BOOL=//p' "$build/CMakeCache.txt")
+
+fail() { echo "test_package: $*" >&2; exit 1; }
+quiet() {  # runs a command, printing its output only when it fails
+  local log=$work/log
+  "$@" >"$log" 2>&1 || { cat "$log"; fail "failed: $*"; }
+}
+reconfigure() {
+  quiet cmake -S "$src" -B "$build" -DBUILD_SHARED_LIBS="$1"
+  quiet cmake --build "$build" -j"$jobs" --target grux grux_tools
+}
+
+echo "== Install static, install shared, Debian packages"
+reconfigure OFF
+quiet cmake --install "$build" --prefix "$work/static"
+reconfigure ON
+quiet cmake --install "$build" --prefix "$work/shared"
+(cd "$build" && quiet cpack -G DEB -B "$work/deb")
+reconfigure "${was_shared:-OFF}"
+ls "$work"/deb/*.deb | xargs -n1 basename
+for deb in "$work"/deb/*.deb; do dpkg-deb -x "$deb" "$work/debroot"; done
+
+echo "== Installed files"
+soversion=$(sed -n 's/^project(grux VERSION \([0-9]*\)\.\([0-9]*\)\..*/\1.\2/p' CMakeLists.txt)
+[ -n "$soversion" ] || fail "cannot read the version from CMakeLists.txt"
+for f in include/grux/grux.h include/grux/gru.h include/grux/version.h include/grux/export.h \
+         lib/cmake/grux/gruxConfig.cmake lib/cmake/grux/gruxConfigVersion.cmake \
+         lib/pkgconfig/grux.pc bin/grux; do
+  [ -f "$work/static/$f" ] || fail "static install lacks $f"
+  [ -f "$work/shared/$f" ] || fail "shared install lacks $f"
+done
+[ -f "$work/static/lib/libgrux.a" ] && [ -f "$work/static/lib/libgrux_tools.a" ] ||
+  fail "static install lacks libgrux.a or libgrux_tools.a"
+so=$work/shared/lib/libgrux.so.$soversion
+[ -L "$work/shared/lib/libgrux.so" ] && [ -L "$so" ] || fail "shared install lacks libgrux.so -> $(basename "$so")"
+readelf -d "$so" | grep -q "SONAME.*\[libgrux.so.$soversion\]" || fail "libgrux's SONAME is not libgrux.so.$soversion"
+[ -f "$work/debroot/usr/lib/libgrux.so.$soversion" ] && [ -f "$work/debroot/usr/include/grux/grux.h" ] ||
+  fail "the Debian packages lack the library or the headers"
+# Exported: the C API and the C++ API; hidden: kernels (grux::cpu), drivers (grux::ops).
+exports=$(nm -DC --defined-only "$so")
+for sym in grux_model_load grux_stream_process 'grux::Gru::forward' 'grux::Tensor::zeros' \
+           'typeinfo for grux::Error'; do
+  grep -qF "$sym" <<<"$exports" || fail "libgrux.so does not export $sym"
+done
+internal=$(grep -E 'grux::(cpu|ops|cost_detail)::' <<<"$exports" || true)
+[ -z "$internal" ] || { head -3 <<<"$internal"; fail "libgrux.so exports internal symbols (above)"; }
+echo "libgrux.so.$soversion: $(wc -l <<<"$exports") symbols exported, no internals"
+
+echo "== CMake consumer (find_package) against the static, shared and Debian installs"
+for kind in static shared debroot; do
+  prefix=$work/$kind
+  [ $kind = debroot ] && prefix=$work/debroot/usr
+  quiet cmake -S examples/consumer -B "$work/consumer-$kind" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_BUILD_TYPE=Release
+  quiet cmake --build "$work/consumer-$kind"
+  LD_LIBRARY_PATH=$prefix/lib "$work/consumer-$kind/consumer" data/example
+done
+ldd "$work/consumer-shared/consumer" | grep -q "libgrux.so.$soversion" || fail "the shared consumer does not load libgrux.so"
+ldd "$work/consumer-static/consumer" | grep -q "libgrux.so" && fail "the static consumer loads libgrux.so"
+
+echo "== C program with pkg-config (shared, then --static)"
+PKG_CONFIG_PATH=$work/shared/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -pedantic -Werror \
+  examples/c_api/stream.c -o "$work/stream-shared" \
+  $(PKG_CONFIG_PATH=$work/shared/lib/pkgconfig pkg-config --cflags --libs grux) -lm
+LD_LIBRARY_PATH=$work/shared/lib "$work/stream-shared" data/example/gru.safetensors
+PKG_CONFIG_PATH=$work/static/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -pedantic -Werror \
+  examples/c_api/stream.c -o "$work/stream-static" \
+  $(PKG_CONFIG_PATH=$work/static/lib/pkgconfig pkg-config --static --cflags --libs grux) -lm
+"$work/stream-static" data/example/gru.safetensors
+
+echo "== A plugin (shared object linking the static library) loaded with dlopen"
+quiet cmake -S examples/plugin -B "$work/plugin" -DCMAKE_PREFIX_PATH="$work/static" -DCMAKE_BUILD_TYPE=Release
+quiet cmake --build "$work/plugin"
+"$work/plugin/plugin_host" "$work/plugin/gru_plugin.so" data/example/gru.safetensors
+leaked=$(nm -DC --defined-only "$work/plugin/gru_plugin.so" | grep grux || true)
+[ -z "$leaked" ] || { head -3 <<<"$leaked"; fail "the plugin exports grux symbols (above)"; }
+echo "test_package: all checks passed"

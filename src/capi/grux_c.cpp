@@ -1,0 +1,249 @@
+// The C API (include/grux/grux.h) over the C++ engine: a GRU stack (grux::Gru, run by
+// grux::GruStream) and an optional Linear head (the kernel grux::linear_forward runs). Every
+// entry point catches everything: no exception crosses into C.
+#include "grux/grux.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpu/linear.h"
+#include "grux/gru.h"
+#include "grux/io.h"
+#include "grux/version.h"
+
+namespace {
+
+using grux::Error;
+using grux::Tensor;
+
+// Writes a one-line message into err (truncated, NUL-terminated) when there is room.
+void set_error(char* err, size_t err_len, const std::string& msg) {
+  if (!err || err_len == 0) return;
+  const size_t n = std::min(msg.size(), err_len - 1);
+  std::memcpy(err, msg.data(), n);
+  err[n] = '\0';
+}
+
+// The head and skip connection, shared by a model and (copied into) each of its streams.
+struct Head {
+  std::vector<float> w, b;  // (O, H) row-major, (O) or empty: no bias; w empty: no head
+  int64_t O = 0, H = 0;
+  bool residual = false;
+  int64_t input_size = 0;
+};
+
+// Keys of `file` under `prefix`, with the prefix removed.
+std::map<std::string, Tensor> under(const grux::SafeTensors& file, const std::string& prefix,
+                                    const std::string& exclude) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, t] : file.tensors) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!exclude.empty() && key.compare(0, exclude.size(), exclude) == 0) continue;
+    out.emplace(key.substr(prefix.size()), t);
+  }
+  return out;
+}
+
+std::vector<float> to_vector(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const float* p = c.data<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+}  // namespace
+
+struct grux_model {
+  grux::Gru gru;
+  Head head;
+};
+
+struct grux_stream {
+  grux::GruStream stream;
+  Head head;
+  int64_t batch = 0;
+  std::vector<float> gru_out;  // (frames, batch, H) when there is a head or a residual
+  std::string error;
+};
+
+extern "C" {
+
+grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix,
+                            const char* head_prefix, unsigned flags, char* err, size_t err_len) {
+  set_error(err, err_len, "");
+  try {
+    if (!safetensors_path) throw Error("grux_model_load: safetensors_path is NULL");
+    if (flags & ~(GRUX_RESET_BEFORE | GRUX_RESIDUAL))
+      throw Error(fmt::format(
+          "grux_model_load: unknown flags 0x{:x}, expected GRUX_RESET_BEFORE | GRUX_RESIDUAL",
+          flags));
+    const std::string gp = gru_prefix ? gru_prefix : "", hp = head_prefix ? head_prefix : "";
+    const grux::SafeTensors file = grux::read_safetensors(safetensors_path);
+    const std::string what = fmt::format("grux_model_load: {}: ", safetensors_path);
+    for (const auto& [key, t] : file.tensors)
+      if ((key.compare(0, gp.size(), gp) == 0 || (!hp.empty() && key.compare(0, hp.size(), hp) == 0)) &&
+          t.dtype() != grux::DType::f32)
+        throw Error(fmt::format("{}{} is {}, expected F32", what, key, grux::dtype_name(t.dtype())));
+
+    // The GRU: every key under gru_prefix except the head's (when its prefix extends it).
+    std::map<std::string, Tensor> state =
+        under(file, gp, hp.size() > gp.size() && hp.compare(0, gp.size(), gp) == 0 ? hp : "");
+    if (state.empty())
+      throw Error(fmt::format("{}no key starts with \"{}\" (expected nn.GRU's weight_ih_l0, ...)",
+                              what, gp));
+    for (const auto& [key, t] : state)
+      if (key.size() > 8 && key.compare(key.size() - 8, 8, "_reverse") == 0)
+        throw Error(fmt::format("{}{}{} belongs to a bidirectional GRU, which cannot stream (the "
+                                "reverse direction needs the whole sequence)",
+                                what, gp, key));
+    grux::GruConfig options;
+    options.form = (flags & GRUX_RESET_BEFORE) ? grux::GruForm::reset_before
+                                               : grux::GruForm::linear_before_reset;
+    grux::Gru gru = [&] {
+      try {
+        return grux::Gru::from_state_dict(state, options);
+      } catch (const Error& e) {
+        throw Error(what + e.what());
+      }
+    }();
+
+    Head head;
+    head.input_size = gru.config().input_size;
+    head.H = gru.config().hidden_size;
+    head.O = head.H;
+    if (!hp.empty()) {
+      const auto w = file.tensors.find(hp + "weight");
+      if (w == file.tensors.end())
+        throw Error(fmt::format("{}the head has no {}weight (expected nn.Linear's weight, ({}, "
+                                "out_features))",
+                                what, hp, head.H));
+      const Tensor& wt = w->second;
+      if (wt.dim() != 2 || wt.size(1) != head.H || wt.size(0) < 1)
+        throw Error(fmt::format("{}{}weight has shape {}, expected (out_features, {})", what, hp,
+                                grux::shape_str(wt.shape()), head.H));
+      head.O = wt.size(0);
+      head.w = to_vector(wt);
+      const auto b = file.tensors.find(hp + "bias");
+      if (b != file.tensors.end()) {
+        if (b->second.shape() != grux::Shape{head.O})
+          throw Error(fmt::format("{}{}bias has shape {}, expected ({})", what, hp,
+                                  grux::shape_str(b->second.shape()), head.O));
+        head.b = to_vector(b->second);
+      }
+      for (const auto& [key, t] : file.tensors)
+        if (key.compare(0, hp.size(), hp) == 0 && key != hp + "weight" && key != hp + "bias")
+          throw Error(fmt::format("{}unexpected key {} under the head's prefix (expected {}weight "
+                                  "and {}bias)",
+                                  what, key, hp, hp));
+    }
+    if (flags & GRUX_RESIDUAL) {
+      head.residual = true;
+      if (head.O != head.input_size)
+        throw Error(fmt::format("{}GRUX_RESIDUAL adds the input to the output, but the input has "
+                                "{} features and the output {}",
+                                what, head.input_size, head.O));
+    }
+    return new grux_model{std::move(gru), std::move(head)};
+  } catch (const std::bad_alloc&) {
+    set_error(err, err_len, "grux_model_load: out of memory");
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+  } catch (...) {
+    set_error(err, err_len, "grux_model_load: unknown error");
+  }
+  return nullptr;
+}
+
+int64_t grux_model_input_size(const grux_model* m) { return m ? m->head.input_size : -1; }
+int64_t grux_model_output_size(const grux_model* m) { return m ? m->head.O : -1; }
+void grux_model_free(grux_model* m) { delete m; }
+
+grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads, char* err,
+                                size_t err_len) {
+  set_error(err, err_len, "");
+  try {
+    if (!m) throw Error("grux_stream_create: model is NULL");
+    if (batch < 1) throw Error(fmt::format("grux_stream_create: batch is {}, expected >= 1", batch));
+    if (threads < 0)
+      throw Error(fmt::format(
+          "grux_stream_create: threads is {}, expected 1 (the calling thread), 0 (grux chooses) "
+          "or more",
+          threads));
+    auto* s = new grux_stream{grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch,
+                              {}, {}};
+    return s;
+  } catch (const std::bad_alloc&) {
+    set_error(err, err_len, "grux_stream_create: out of memory");
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+  } catch (...) {
+    set_error(err, err_len, "grux_stream_create: unknown error");
+  }
+  return nullptr;
+}
+
+int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t frames) {
+  if (!s) return GRUX_EINVAL;
+  s->error.clear();
+  try {
+    if (frames < 0) {
+      s->error = fmt::format("grux_stream_process: frames is {}, expected >= 0", frames);
+      return GRUX_EINVAL;
+    }
+    if (frames == 0) return GRUX_OK;
+    if (!in || !out) {
+      s->error = fmt::format("grux_stream_process: {} is NULL", in ? "out" : "in");
+      return GRUX_EINVAL;
+    }
+    const Head& h = s->head;
+    const int64_t rows = frames * s->batch;
+    if (h.w.empty() && !h.residual) {
+      s->stream.process<float>(in, out, frames);
+      return GRUX_OK;
+    }
+    float* y = out;
+    if (!h.w.empty()) {
+      if (static_cast<int64_t>(s->gru_out.size()) < rows * h.H) s->gru_out.resize(rows * h.H);
+      y = s->gru_out.data();
+    }
+    s->stream.process<float>(in, y, frames);
+    if (!h.w.empty())
+      grux::cpu::linear_forward<float>(rows, h.H, h.O, y, h.H, false, h.w.data(), h.H, false,
+                                       h.b.empty() ? nullptr : h.b.data(), out);
+    if (h.residual)
+      for (int64_t i = 0; i < rows * h.O; ++i) out[i] = in[i] + out[i];
+    return GRUX_OK;
+  } catch (const std::bad_alloc&) {
+    s->error = "grux_stream_process: out of memory";
+  } catch (const std::exception& e) {
+    s->error = e.what();
+  } catch (...) {
+    s->error = "grux_stream_process: unknown error";
+  }
+  return GRUX_EFAIL;
+}
+
+const char* grux_stream_error(const grux_stream* s) {
+  return s ? s->error.c_str() : "grux_stream_error: stream is NULL";
+}
+
+void grux_stream_reset(grux_stream* s) {
+  if (!s) return;
+  try {
+    s->stream.reset();
+    s->error.clear();
+  } catch (...) {
+    s->error = "grux_stream_reset: failed";
+  }
+}
+
+void grux_stream_free(grux_stream* s) { delete s; }
+
+const char* grux_version(void) { return GRUX_VERSION_STRING; }
+
+}  // extern "C"

@@ -1,0 +1,323 @@
+// The C API (grux/grux.h): outputs against PyTorch (golden/capi, tests/reference/
+// gen_capi_golden.py), bit-identity with the C++ GruStream + linear_forward, independence from
+// how frames are split and from threads, and every error path (one-line message, no crash).
+// tests/test_capi_c.c checks that the header is C99 and runs the basics from C.
+#include "grux/grux.h"
+
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "grux/gru.h"
+#include "grux/nn.h"
+#include "grux/version.h"
+#include "test_util.h"
+
+namespace grux {
+namespace {
+
+using test::TempDir;
+
+const std::string kGolden = std::string(GRUX_GOLDEN_DIR) + "/capi/";
+
+struct ModelDeleter {
+  void operator()(grux_model* m) const { grux_model_free(m); }
+};
+struct StreamDeleter {
+  void operator()(grux_stream* s) const { grux_stream_free(s); }
+};
+using ModelPtr = std::unique_ptr<grux_model, ModelDeleter>;
+using StreamPtr = std::unique_ptr<grux_stream, StreamDeleter>;
+
+ModelPtr load(const std::string& path, const char* gru, const char* head, unsigned flags) {
+  char err[512];
+  ModelPtr m(grux_model_load(path.c_str(), gru, head, flags, err, sizeof err));
+  EXPECT_TRUE(m) << err;
+  return m;
+}
+
+// The error message of a load that must fail (and does not crash).
+std::string load_error(const std::string& path, const char* gru, const char* head,
+                       unsigned flags = 0) {
+  char err[512];
+  std::memset(err, 'x', sizeof err);
+  grux_model* m = grux_model_load(path.c_str(), gru, head, flags, err, sizeof err);
+  EXPECT_EQ(m, nullptr) << "loaded " << path;
+  grux_model_free(m);
+  EXPECT_NE(std::memchr(err, '\0', sizeof err), nullptr);
+  EXPECT_EQ(std::strchr(err, '\n'), nullptr) << err;
+  return err;
+}
+
+// Runs `frames` (T, N, I) f32 through a fresh stream, `chunk` frames per call.
+Tensor run(const grux_model* m, const Tensor& frames, int64_t chunk, int threads = 1) {
+  const int64_t T = frames.size(0), N = frames.size(1);
+  char err[256];
+  StreamPtr s(grux_stream_create(m, N, threads, err, sizeof err));
+  EXPECT_TRUE(s) << err;
+  if (!s) return {};
+  Tensor out = Tensor::zeros({T, N, grux_model_output_size(m)}, DType::f32);
+  const Tensor in = frames.contiguous();
+  const int64_t I = grux_model_input_size(m), O = grux_model_output_size(m);
+  for (int64_t t = 0; t < T; t += chunk) {
+    const int64_t n = std::min(chunk, T - t);
+    EXPECT_EQ(grux_stream_process(s.get(), in.data<float>() + t * N * I,
+                                  out.data<float>() + t * N * O, n),
+              GRUX_OK)
+        << grux_stream_error(s.get());
+  }
+  return out;
+}
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(),
+                     a.numel() * dtype_size(a.dtype())) == 0;
+}
+
+// The keys of `file` under `prefix`, prefix removed.
+std::map<std::string, Tensor> under(const SafeTensors& file, const std::string& prefix) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, v] : file.tensors)
+    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
+  return out;
+}
+
+TEST(CApi, ResidualModelMatchesPyTorch) {
+  const std::string path = kGolden + "model_residual.safetensors";
+  const SafeTensors g = read_safetensors(path);
+  ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(grux_model_input_size(m.get()), 3);
+  EXPECT_EQ(grux_model_output_size(m.get()), 3);
+  const Tensor out = run(m.get(), g.tensors.at("input"), 1000);
+  EXPECT_TRUE(test::all_close("residual", "output", out, g.tensors.at("expected"),
+                              test::tol_for(DType::f32)));
+}
+
+TEST(CApi, PlainModelMatchesPyTorch) {
+  // No head (NULL and "" alike); the file's other keys ("other.w", "input") are not the GRU's.
+  const std::string path = kGolden + "model_plain.safetensors";
+  const SafeTensors g = read_safetensors(path);
+  for (const char* head : {static_cast<const char*>(nullptr), ""}) {
+    ModelPtr m = load(path, "rnn.", head, 0);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(grux_model_output_size(m.get()), 5);
+    EXPECT_TRUE(test::all_close("plain", "output", run(m.get(), g.tensors.at("input"), 7),
+                                g.tensors.at("expected"), test::tol_for(DType::f32)));
+  }
+}
+
+TEST(CApi, BitIdenticalToGruStreamAndLinear) {
+  const std::string path = kGolden + "model_residual.safetensors";
+  const SafeTensors g = read_safetensors(path);
+  const Tensor x = g.tensors.at("input");
+  const int64_t T = x.size(0), N = x.size(1);
+  // The C++ API: GruStream, then linear_forward, then the skip connection.
+  const Gru gru = Gru::from_state_dict(under(g, "rnn."));
+  GruStream stream(gru, N);
+  const Tensor h = stream.step(x);
+  Tensor expected = linear_forward(h.view({T * N, 6}), g.tensors.at("fc.weight"),
+                                   g.tensors.at("fc.bias"))
+                        .view({T, N, 3});
+  for (int64_t i = 0; i < expected.numel(); ++i)
+    expected.data<float>()[i] = x.contiguous().data<float>()[i] + expected.data<float>()[i];
+
+  ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  for (int64_t chunk : {int64_t(1), int64_t(5), T})
+    EXPECT_TRUE(bit_equal(run(m.get(), x, chunk), expected)) << "chunk " << chunk;
+}
+
+// A model written from C++: a reset-before GRU large enough for a thread team, with a head.
+std::string write_model(const std::string& dir, GruForm form, int64_t H, bool head_bias) {
+  GruConfig c;
+  c.input_size = 4, c.hidden_size = H, c.num_layers = 2, c.form = form;
+  const Gru gru(c, DType::f32, 11);
+  std::map<std::string, Tensor> t;
+  for (const auto& [k, v] : gru.state_dict()) t["net.gru." + k] = v;
+  std::mt19937_64 rng(5);
+  t["net.out.weight"] = test::random_tensor({2, H}, DType::f32, rng, 0.3);
+  if (head_bias) t["net.out.bias"] = test::random_tensor({2}, DType::f32, rng);
+  const std::string path = dir + "/model.safetensors";
+  write_safetensors(path, t);
+  return path;
+}
+
+TEST(CApi, ResetBeforeAndThreads) {
+  TempDir dir;
+  for (bool head_bias : {true, false}) {
+    const std::string path = write_model(dir.path, GruForm::reset_before, 96, head_bias);
+    const SafeTensors f = read_safetensors(path);
+    GruConfig options;
+    options.form = GruForm::reset_before;
+    const Gru gru = Gru::from_state_dict(under(f, "net.gru."), options);
+    std::mt19937_64 rng(1);
+    const Tensor x = test::random_tensor({9, 3, 4}, DType::f32, rng);
+    GruStream stream(gru, 3, {}, 1);
+    const Tensor h = stream.step(x);
+    const Tensor expected =
+        linear_forward(h.view({27, 96}), f.tensors.at("net.out.weight"),
+                       head_bias ? f.tensors.at("net.out.bias") : Tensor())
+            .view({9, 3, 2});
+
+    ModelPtr m = load(path, "net.gru.", "net.out.", GRUX_RESET_BEFORE);
+    ASSERT_TRUE(m);
+    EXPECT_TRUE(bit_equal(run(m.get(), x, 2, 1), expected));
+    EXPECT_TRUE(bit_equal(run(m.get(), x, 4, 0), expected)) << "threads 0";
+    EXPECT_TRUE(bit_equal(run(m.get(), x, 9, 2), expected)) << "threads 2";
+    // Without the flag the same weights give PyTorch's form: different numbers.
+    ModelPtr other = load(path, "net.gru.", "net.out.", 0);
+    EXPECT_FALSE(bit_equal(run(other.get(), x, 9), expected));
+  }
+}
+
+TEST(CApi, StreamOutlivesItsModelAndResets) {
+  const std::string path = kGolden + "model_residual.safetensors";
+  const SafeTensors g = read_safetensors(path);
+  const Tensor x = g.tensors.at("input").contiguous();
+  ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  const Tensor expected = run(m.get(), x, 3);
+  char err[256];
+  StreamPtr s(grux_stream_create(m.get(), 2, 1, err, sizeof err));
+  ASSERT_TRUE(s) << err;
+  m.reset();  // the stream keeps its own copies (AddressSanitizer would catch a dangling read)
+  Tensor out = Tensor::zeros(expected.shape(), DType::f32);
+  for (int rep = 0; rep < 2; ++rep) {
+    ASSERT_EQ(grux_stream_process(s.get(), x.data<float>(), out.data<float>(), x.size(0)), GRUX_OK);
+    EXPECT_TRUE(bit_equal(out, expected)) << "after reset: " << rep;
+    grux_stream_reset(s.get());
+  }
+}
+
+TEST(CApi, OneModelManyThreads) {
+  const std::string path = kGolden + "model_residual.safetensors";
+  const Tensor x = read_safetensors(path).tensors.at("input");
+  ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  const Tensor expected = run(m.get(), x, 1);
+  std::vector<Tensor> outs(4);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] { outs[k] = run(m.get(), x, 1 + k); });
+  for (auto& t : threads) t.join();
+  for (const Tensor& o : outs) EXPECT_TRUE(bit_equal(o, expected));
+}
+
+TEST(CApi, LoadErrorsNameTheProblem) {
+  TempDir dir;
+  const std::string good = kGolden + "model_residual.safetensors";
+  const SafeTensors g = read_safetensors(good);
+  auto write = [&](const std::string& name, std::map<std::string, Tensor> t) {
+    const std::string p = dir.path + "/" + name;
+    write_safetensors(p, t);
+    return p;
+  };
+  auto with = [&](const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+    std::map<std::string, Tensor> t = g.tensors;
+    edit(t);
+    return t;
+  };
+  EXPECT_THAT(load_error(dir.path + "/missing.safetensors", "rnn.", nullptr),
+              ::testing::HasSubstr("missing.safetensors"));
+  {
+    char err[128];
+    EXPECT_EQ(grux_model_load(nullptr, "rnn.", nullptr, 0, err, sizeof err), nullptr);
+    EXPECT_THAT(err, ::testing::HasSubstr("safetensors_path is NULL"));
+  }
+  {
+    std::ofstream(dir.path + "/garbage.safetensors") << "\xff\xff\xff\xff\xff\xff\xff\x7fjunk";
+    EXPECT_THAT(load_error(dir.path + "/garbage.safetensors", "rnn.", nullptr),
+                ::testing::HasSubstr("garbage.safetensors"));
+  }
+  EXPECT_THAT(load_error(good, "nope.", nullptr), ::testing::HasSubstr("no key starts with"));
+  EXPECT_THAT(load_error(write("nohh.safetensors", with([](auto& t) { t.erase("rnn.weight_hh_l1"); })),
+                         "rnn.", "fc."),
+              ::testing::HasSubstr("weight_hh_l1"));
+  EXPECT_THAT(load_error(write("shape.safetensors", with([](auto& t) {
+                                 t["rnn.bias_ih_l0"] = Tensor::zeros({17}, DType::f32);
+                               })),
+                         "rnn.", "fc."),
+              ::testing::HasSubstr("bias_ih_l0"));
+  EXPECT_THAT(load_error(write("f64.safetensors", with([](auto& t) {
+                                 t["rnn.weight_ih_l0"] = t["rnn.weight_ih_l0"].to(DType::f64);
+                               })),
+                         "rnn.", "fc."),
+              ::testing::AllOf(::testing::HasSubstr("rnn.weight_ih_l0"),
+                               ::testing::HasSubstr("expected F32")));
+  EXPECT_THAT(load_error(write("bidir.safetensors", with([](auto& t) {
+                                 t["rnn.weight_ih_l0_reverse"] = t["rnn.weight_ih_l0"];
+                               })),
+                         "rnn.", "fc."),
+              ::testing::HasSubstr("bidirectional"));
+  EXPECT_THAT(load_error(write("headshape.safetensors", with([](auto& t) {
+                                 t["fc.weight"] = Tensor::zeros({3, 5}, DType::f32);
+                               })),
+                         "rnn.", "fc."),
+              ::testing::HasSubstr("fc.weight has shape (3, 5)"));
+  EXPECT_THAT(load_error(write("headbias.safetensors", with([](auto& t) {
+                                 t["fc.bias"] = Tensor::zeros({4}, DType::f32);
+                               })),
+                         "rnn.", "fc."),
+              ::testing::HasSubstr("fc.bias"));
+  EXPECT_THAT(load_error(good, "rnn.", "head."), ::testing::HasSubstr("head.weight"));
+  // A residual needs output size == input size: the plain model maps 4 features to 5.
+  EXPECT_THAT(load_error(kGolden + "model_plain.safetensors", "rnn.", nullptr, GRUX_RESIDUAL),
+              ::testing::HasSubstr("GRUX_RESIDUAL"));
+  EXPECT_THAT(load_error(good, "rnn.", "fc.", 8u), ::testing::HasSubstr("unknown flags"));
+  // Without its prefix, the whole file is not a GRU state_dict (extra keys).
+  EXPECT_THAT(load_error(good, "", nullptr), ::testing::HasSubstr("unexpected key"));
+
+  // The message is truncated to err_len, NUL-terminated; err may be NULL with err_len 0.
+  char small[8];
+  std::memset(small, 'x', sizeof small);
+  EXPECT_EQ(grux_model_load(nullptr, nullptr, nullptr, 0, small, sizeof small), nullptr);
+  EXPECT_EQ(std::string(small), "grux_mo");
+  EXPECT_EQ(grux_model_load(nullptr, nullptr, nullptr, 0, nullptr, 0), nullptr);
+}
+
+TEST(CApi, StreamErrorsNameTheProblem) {
+  ModelPtr m = load(kGolden + "model_residual.safetensors", "rnn.", "fc.", GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  char err[256];
+  EXPECT_EQ(grux_stream_create(nullptr, 1, 1, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("model is NULL"));
+  EXPECT_EQ(grux_stream_create(m.get(), 0, 1, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("batch is 0"));
+  EXPECT_EQ(grux_stream_create(m.get(), -3, 1, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("batch is -3"));
+  EXPECT_EQ(grux_stream_create(m.get(), 1, -1, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("threads is -1"));
+
+  StreamPtr s(grux_stream_create(m.get(), 2, 1, err, sizeof err));
+  ASSERT_TRUE(s) << err;
+  EXPECT_STREQ(grux_stream_error(s.get()), "");
+  float in[6] = {0}, out[6] = {0};
+  EXPECT_EQ(grux_stream_process(s.get(), in, out, -1), GRUX_EINVAL);
+  EXPECT_THAT(grux_stream_error(s.get()), ::testing::HasSubstr("frames is -1"));
+  EXPECT_EQ(grux_stream_process(s.get(), nullptr, out, 1), GRUX_EINVAL);
+  EXPECT_THAT(grux_stream_error(s.get()), ::testing::HasSubstr("in is NULL"));
+  EXPECT_EQ(grux_stream_process(s.get(), in, nullptr, 1), GRUX_EINVAL);
+  EXPECT_THAT(grux_stream_error(s.get()), ::testing::HasSubstr("out is NULL"));
+  EXPECT_EQ(grux_stream_process(s.get(), nullptr, nullptr, 0), GRUX_OK);  // nothing to do
+  EXPECT_STREQ(grux_stream_error(s.get()), "");
+  EXPECT_EQ(grux_stream_process(s.get(), in, out, 1), GRUX_OK);
+  EXPECT_EQ(grux_stream_process(nullptr, in, out, 1), GRUX_EINVAL);
+  EXPECT_THAT(grux_stream_error(nullptr), ::testing::HasSubstr("NULL"));
+  grux_stream_reset(nullptr);
+  grux_stream_free(nullptr);
+  grux_model_free(nullptr);
+  EXPECT_EQ(grux_model_input_size(nullptr), -1);
+  EXPECT_EQ(grux_model_output_size(nullptr), -1);
+}
+
+TEST(CApi, Version) {
+  EXPECT_STREQ(grux_version(), GRUX_VERSION_STRING);
+  EXPECT_EQ(std::string(grux_version()),
+            std::to_string(GRUX_VERSION_MAJOR) + "." + std::to_string(GRUX_VERSION_MINOR) + "." +
+                std::to_string(GRUX_VERSION_PATCH));
+}
+
+}  // namespace
+}  // namespace grux
