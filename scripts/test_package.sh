@@ -8,7 +8,9 @@
 #   - builds the C program examples/c_api/stream.c with `pkg-config --cflags --libs grux`
 #     (shared) and `--static` (static), and runs both;
 #   - builds examples/plugin (a shared object linking the static library), loads it with dlopen
-#     from a host that knows nothing of grux, and checks it exports no grux symbol.
+#     from a host that knows nothing of grux, and checks it exports no grux symbol;
+#   - configures a host project that adds grux with add_subdirectory: only grux's libraries,
+#     and the host's build type left alone.
 # Toggling BUILD_SHARED_LIBS relinks the two libraries only (their objects do not change); the
 # tree is left with the setting it had.
 # Usage: bash scripts/test_package.sh BUILD_DIR
@@ -95,4 +97,21 @@ quiet cmake --build "$work/plugin"
 "$work/plugin/plugin_host" "$work/plugin/gru_plugin.so" data/example/gru.safetensors
 leaked=$(nm -DC --defined-only "$work/plugin/gru_plugin.so" | grep grux || true)
 [ -z "$leaked" ] || { head -3 <<<"$leaked"; fail "the plugin exports grux symbols (above)"; }
+echo "== As a subproject (add_subdirectory): only the libraries, no forced build type"
+mkdir -p "$work/host"
+cat >"$work/host/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.25)
+project(host LANGUAGES CXX)
+add_subdirectory("$src" grux)
+add_executable(app app.cpp)
+target_link_libraries(app PRIVATE grux::grux)
+EOF
+echo 'int main() {}' >"$work/host/app.cpp"
+quiet cmake -S "$work/host" -B "$work/host-build"
+targets=$(cmake --build "$work/host-build" --target help)
+grep -qw "grux" <<<"$targets" || fail "the subproject defines no grux target"
+extra=$(grep -E "test_|bench_|grux_cli|grux_example" <<<"$targets" || true)
+[ -z "$extra" ] || { head -3 <<<"$extra"; fail "the subproject builds tests, benches, examples or the CLI (above)"; }
+[ -z "$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$work/host-build/CMakeCache.txt")" ] ||
+  fail "the subproject set the host's CMAKE_BUILD_TYPE"
 echo "test_package: all checks passed"

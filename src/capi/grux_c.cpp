@@ -50,6 +50,19 @@ std::map<std::string, Tensor> under(const grux::SafeTensors& file, const std::st
   return out;
 }
 
+// The message of the exception being handled, for C callers; call only inside a catch block.
+std::string current_error(const char* fn) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return fmt::format("{}: out of memory", fn);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return fmt::format("{}: unknown error", fn);
+  }
+}
+
 std::vector<float> to_vector(const Tensor& t) {
   const Tensor c = t.contiguous();
   const float* p = c.data<float>();
@@ -149,12 +162,8 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
                                 what, head.input_size, head.O));
     }
     return new grux_model{std::move(gru), std::move(head)};
-  } catch (const std::bad_alloc&) {
-    set_error(err, err_len, "grux_model_load: out of memory");
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
   } catch (...) {
-    set_error(err, err_len, "grux_model_load: unknown error");
+    set_error(err, err_len, current_error("grux_model_load"));
   }
   return nullptr;
 }
@@ -174,15 +183,10 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "grux_stream_create: threads is {}, expected 1 (the calling thread), 0 (grux chooses) "
           "or more",
           threads));
-    auto* s = new grux_stream{grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch,
-                              {}, {}};
-    return s;
-  } catch (const std::bad_alloc&) {
-    set_error(err, err_len, "grux_stream_create: out of memory");
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
+    return new grux_stream{grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch,
+                           {}, {}};
   } catch (...) {
-    set_error(err, err_len, "grux_stream_create: unknown error");
+    set_error(err, err_len, current_error("grux_stream_create"));
   }
   return nullptr;
 }
@@ -202,11 +206,7 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
     }
     const Head& h = s->head;
     const int64_t rows = frames * s->batch;
-    if (h.w.empty() && !h.residual) {
-      s->stream.process<float>(in, out, frames);
-      return GRUX_OK;
-    }
-    float* y = out;
+    float* y = out;  // the GRU's outputs: into out directly unless a head follows
     if (!h.w.empty()) {
       if (static_cast<int64_t>(s->gru_out.size()) < rows * h.H) s->gru_out.resize(rows * h.H);
       y = s->gru_out.data();
@@ -218,12 +218,8 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
     if (h.residual)
       for (int64_t i = 0; i < rows * h.O; ++i) out[i] = in[i] + out[i];
     return GRUX_OK;
-  } catch (const std::bad_alloc&) {
-    s->error = "grux_stream_process: out of memory";
-  } catch (const std::exception& e) {
-    s->error = e.what();
   } catch (...) {
-    s->error = "grux_stream_process: unknown error";
+    s->error = current_error("grux_stream_process");
   }
   return GRUX_EFAIL;
 }
