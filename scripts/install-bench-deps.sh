@@ -6,7 +6,7 @@ bash "$(dirname "$0")/install-deps.sh"
 packages=(python3-torch python3-numpy libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *"install ok installed"* ]] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && { echo "install-bench-deps: all present"; exit 0; }
 echo "install-bench-deps: installing ${missing[*]}"

@@ -56,7 +56,8 @@ done
   fail "static install lacks libgrux.a or libgrux_tools.a"
 so=$work/shared/lib/libgrux.so.$soversion
 [ -L "$work/shared/lib/libgrux.so" ] && [ -L "$so" ] || fail "shared install lacks libgrux.so -> $(basename "$so")"
-readelf -d "$so" | grep -q "SONAME.*\[libgrux.so.$soversion\]" || fail "libgrux's SONAME is not libgrux.so.$soversion"
+dynamic=$(readelf -d "$so")  # captured: `| grep -q` under pipefail can fail on SIGPIPE
+grep -q "SONAME.*\[libgrux.so.$soversion\]" <<<"$dynamic" || fail "libgrux's SONAME is not libgrux.so.$soversion"
 [ -f "$work/debroot/usr/lib/libgrux.so.$soversion" ] && [ -f "$work/debroot/usr/include/grux/grux.h" ] ||
   fail "the Debian packages lack the library or the headers"
 # Exported: the C API and the C++ API; hidden: kernels (grux::cpu), drivers (grux::ops).
@@ -78,8 +79,11 @@ for kind in static shared debroot; do
   quiet cmake --build "$work/consumer-$kind"
   LD_LIBRARY_PATH=$prefix/lib "$work/consumer-$kind/consumer" data/example
 done
-ldd "$work/consumer-shared/consumer" | grep -q "libgrux.so.$soversion" || fail "the shared consumer does not load libgrux.so"
-ldd "$work/consumer-static/consumer" | grep -q "libgrux.so" && fail "the static consumer loads libgrux.so"
+# Outputs captured before grep -q: under pipefail, grep exiting early can SIGPIPE the writer.
+needed=$(readelf -d "$work/consumer-shared/consumer")
+grep -q "NEEDED.*\[libgrux.so.$soversion\]" <<<"$needed" || fail "the shared consumer does not load libgrux.so"
+needed=$(readelf -d "$work/consumer-static/consumer")
+if grep -q "libgrux.so" <<<"$needed"; then fail "the static consumer loads libgrux.so"; fi
 
 echo "== C program with pkg-config (shared, then --static)"
 PKG_CONFIG_PATH=$work/shared/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -pedantic -Werror \
