@@ -31,7 +31,7 @@ void BM_conv2d_api(benchmark::State& state) {
   const grux::Conv2dOptions o = p.options(algo);
   for (auto _ : state) {
     grux::Tensor y = grux::conv2d_forward(x, w, b, o);
-    if (train) benchmark::DoNotOptimize(grux::conv2d_backward(dy, x, w, true, o).grad_input);
+    if (train) benchmark::DoNotOptimize(grux::conv2d_backward(x, w, dy, true, o).dinput);
     benchmark::DoNotOptimize(y.raw_data());
   }
   state.SetLabel(std::string(grux::conv_algo_name(algo)) + (train ? " train" : " forward"));

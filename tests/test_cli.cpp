@@ -190,7 +190,7 @@ TEST_F(CliBadInput, WrongShapes) {
   expect_user_error(grux_cli(tmp.path, args), {"h0", "(2, 2, 2)"});
   write_npy(p("h0.npy"), g.tensors.at("h0"));
   write_npy(p("grad_output.npy"), Tensor::zeros({1, 2, 3}, DType::f32));
-  expect_user_error(grux_cli(tmp.path, args), {"grad_output", "(1, 2, 3)"});
+  expect_user_error(grux_cli(tmp.path, args), {"doutput", "(1, 2, 3)"});
   write_npy(p("input.npy"), Tensor::zeros({2, 3, 4, 5}, DType::f32));
   expect_user_error(grux_cli(tmp.path, args), {"input", "(2, 3, 4, 5)"});
 }

@@ -29,7 +29,7 @@ struct Conv {
     return dims == 2 ? conv2d_forward(x, w, b, o2) : conv1d_forward(x, w, b, o1);
   }
   ConvGrads backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool bias) const {
-    return dims == 2 ? conv2d_backward(dy, x, w, bias, o2) : conv1d_backward(dy, x, w, bias, o1);
+    return dims == 2 ? conv2d_backward(x, w, dy, bias, o2) : conv1d_backward(x, w, dy, bias, o1);
   }
 };
 
@@ -120,15 +120,15 @@ TEST_P(ConvGolden, MatchesPyTorch) {
   const DType dt = x.dtype();
   EXPECT_TRUE(test::all_close(where, "output", y, t("output"), reduction_tol(dt, n.out, y)));
   const ConvGrads g = k.conv.backward(dy, x, w, k.bias);
-  EXPECT_TRUE(test::all_close(where, "grad_input", g.grad_input, t("grad_input"),
+  EXPECT_TRUE(test::all_close(where, "grad_input", g.dinput, t("grad_input"),
                               reduction_tol(dt, n.in, t("grad_input"))));
-  EXPECT_TRUE(test::all_close(where, "grad_weight", g.grad_weight, t("grad_weight"),
+  EXPECT_TRUE(test::all_close(where, "grad_weight", g.dweight, t("grad_weight"),
                               reduction_tol(dt, n.weight, t("grad_weight"))));
   if (k.bias) {
-    EXPECT_TRUE(test::all_close(where, "grad_bias", g.grad_bias, t("grad_bias"),
+    EXPECT_TRUE(test::all_close(where, "grad_bias", g.dbias, t("grad_bias"),
                                 reduction_tol(dt, n.weight, t("grad_bias"))));
   } else {
-    EXPECT_FALSE(g.grad_bias.defined());
+    EXPECT_FALSE(g.dbias.defined());
   }
 }
 
@@ -199,21 +199,21 @@ TEST_P(ConvAgree, Im2colAndToeplitzMatchLoops) {
   Conv2dOptions o{c.stride, c.padding, c.dilation, c.groups, ConvAlgo::loops};
   const Tensor y_ref = conv2d_forward(x, w, b, o);
   const Tensor dy = test::random_tensor(y_ref.shape(), dt, rng);
-  const ConvGrads g_ref = conv2d_backward(dy, x, w, c.bias, o);
+  const ConvGrads g_ref = conv2d_backward(x, w, dy, c.bias, o);
   const Terms n = terms_of(x, w, y_ref, c.groups);
   for (ConvAlgo a : {ConvAlgo::im2col, ConvAlgo::toeplitz}) {
     o.algo = a;
     const std::string where = std::string(c.name) + " " + dtype_name(dt) + " " + conv_algo_name(a);
     EXPECT_TRUE(test::all_close(where, "output", conv2d_forward(x, w, b, o), y_ref,
                                 reduction_tol(dt, n.out, y_ref)));
-    const ConvGrads g = conv2d_backward(dy, x, w, c.bias, o);
-    EXPECT_TRUE(test::all_close(where, "grad_input", g.grad_input, g_ref.grad_input,
-                                reduction_tol(dt, n.in, g_ref.grad_input)));
-    EXPECT_TRUE(test::all_close(where, "grad_weight", g.grad_weight, g_ref.grad_weight,
-                                reduction_tol(dt, n.weight, g_ref.grad_weight)));
+    const ConvGrads g = conv2d_backward(x, w, dy, c.bias, o);
+    EXPECT_TRUE(test::all_close(where, "grad_input", g.dinput, g_ref.dinput,
+                                reduction_tol(dt, n.in, g_ref.dinput)));
+    EXPECT_TRUE(test::all_close(where, "grad_weight", g.dweight, g_ref.dweight,
+                                reduction_tol(dt, n.weight, g_ref.dweight)));
     if (c.bias) {
-      EXPECT_TRUE(test::all_close(where, "grad_bias", g.grad_bias, g_ref.grad_bias,
-                                  reduction_tol(dt, n.weight, g_ref.grad_bias)));
+      EXPECT_TRUE(test::all_close(where, "grad_bias", g.dbias, g_ref.dbias,
+                                  reduction_tol(dt, n.weight, g_ref.dbias)));
     }
   }
 }
@@ -238,11 +238,11 @@ TEST(Conv1d, EqualsConv2dWithHeightOne) {
   const Tensor y2 = conv2d_forward(x.unsqueeze(2), w.unsqueeze(2), b, o2);
   EXPECT_EQ(max_abs_diff(y1, y2.squeeze(2)), 0.0);
   const Tensor dy = test::random_tensor(y1.shape(), DType::f64, rng);
-  const ConvGrads g1 = conv1d_backward(dy, x, w, true, o1);
-  const ConvGrads g2 = conv2d_backward(dy.unsqueeze(2), x.unsqueeze(2), w.unsqueeze(2), true, o2);
-  EXPECT_EQ(max_abs_diff(g1.grad_input, g2.grad_input.squeeze(2)), 0.0);
-  EXPECT_EQ(max_abs_diff(g1.grad_weight, g2.grad_weight.squeeze(2)), 0.0);
-  EXPECT_EQ(max_abs_diff(g1.grad_bias, g2.grad_bias), 0.0);
+  const ConvGrads g1 = conv1d_backward(x, w, dy, true, o1);
+  const ConvGrads g2 = conv2d_backward(x.unsqueeze(2), w.unsqueeze(2), dy.unsqueeze(2), true, o2);
+  EXPECT_EQ(max_abs_diff(g1.dinput, g2.dinput.squeeze(2)), 0.0);
+  EXPECT_EQ(max_abs_diff(g1.dweight, g2.dweight.squeeze(2)), 0.0);
+  EXPECT_EQ(max_abs_diff(g1.dbias, g2.dbias), 0.0);
 }
 
 // Unbatched (C, H, W) input gives the batch-of-one result without the batch axis.
@@ -259,8 +259,8 @@ TEST(Conv2d, UnbatchedAndStridedInputs) {
     EXPECT_EQ(yu.shape(), (Shape{2, 6, 7}));
     EXPECT_EQ(max_abs_diff(yu, y.select(0, 0)), 0.0);
     const Tensor dy = test::random_tensor(yu.shape(), DType::f64, rng);
-    const ConvGrads g = conv2d_backward(dy, x.select(0, 0), w, false, o);
-    EXPECT_EQ(g.grad_input.shape(), (Shape{3, 6, 7}));
+    const ConvGrads g = conv2d_backward(x.select(0, 0), w, dy, false, o);
+    EXPECT_EQ(g.dinput.shape(), (Shape{3, 6, 7}));
     // A transposed (non-contiguous) view gives the same answer as its contiguous copy.
     const Tensor xt = test::random_tensor({3, 7, 6}, DType::f64, rng).transpose(1, 2);
     ASSERT_FALSE(xt.is_contiguous());
@@ -278,10 +278,10 @@ TEST(Conv2d, EmptyBatch) {
     o.algo = a;
     const Tensor y = conv2d_forward(x, w, {}, o);
     EXPECT_EQ(y.shape(), (Shape{0, 2, 3, 3}));
-    const ConvGrads g = conv2d_backward(y, x, w, true, o);
-    EXPECT_EQ(g.grad_input.shape(), x.shape());
-    EXPECT_EQ(g.grad_weight.at_flat(0), 0.0);
-    EXPECT_EQ(g.grad_bias.at_flat(1), 0.0);
+    const ConvGrads g = conv2d_backward(x, w, y, true, o);
+    EXPECT_EQ(g.dinput.shape(), x.shape());
+    EXPECT_EQ(g.dweight.at_flat(0), 0.0);
+    EXPECT_EQ(g.dbias.at_flat(1), 0.0);
   }
 }
 
@@ -363,9 +363,9 @@ TEST_P(ConvGradCheck, FiniteDifferencesF64) {
     EXPECT_TRUE(test::all_close(std::string(c.name) + " " + conv_algo_name(algo), name, analytic,
                                 numeric, {1e-8, 1e-8}));
   };
-  check("grad_input", x, g.grad_input);
-  check("grad_weight", w, g.grad_weight);
-  check("grad_bias", b, g.grad_bias);
+  check("grad_input", x, g.dinput);
+  check("grad_weight", w, g.dweight);
+  check("grad_bias", b, g.dbias);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgos, ConvGradCheck,
@@ -401,8 +401,8 @@ TEST(ConvThreads, SameBitsOnAnyThreadCount) {
       for (int t : {1, 2, 3}) {
         Threads scope(t);
         const Tensor y = conv2d_forward(x, w, b, o);
-        const ConvGrads g = conv2d_backward(y, x, w, true, o);
-        const std::vector<Tensor> got{y, g.grad_input, g.grad_weight, g.grad_bias};
+        const ConvGrads g = conv2d_backward(x, w, y, true, o);
+        const std::vector<Tensor> got{y, g.dinput, g.dweight, g.dbias};
         if (base.empty()) base = got;
         for (size_t i = 0; i < got.size(); ++i)
           EXPECT_EQ(max_abs_diff(got[i], base[i]), 0.0)
@@ -460,13 +460,13 @@ TEST(ConvErrors, EveryBadArgument) {
   expect_error(fwd(x, w, Tensor::zeros({6}, DType::f64)), {"bias", "f64"});
   // Backward: grad_output must match the forward's output.
   const Tensor dy = Tensor::zeros({2, 6, 5, 3}, DType::f32);
-  expect_error([&] { conv2d_backward(Tensor(), x, w, true); }, {"grad_output", "undefined"});
+  expect_error([&] { conv2d_backward(x, w, Tensor(), true); }, {"doutput", "undefined"});
   expect_error(
       [&] {
-        conv2d_backward(Tensor::zeros({2, 6, 5, 4}, DType::f32), x, w, true);
+        conv2d_backward(x, w, Tensor::zeros({2, 6, 5, 4}, DType::f32), true);
       },
-      {"grad_output", "(2, 6, 5, 4)", "(2, 6, 5, 3)"});
-  expect_error([&] { conv2d_backward(dy.to(DType::f64), x, w, true); }, {"grad_output", "f64"});
+      {"doutput", "(2, 6, 5, 4)", "(2, 6, 5, 3)"});
+  expect_error([&] { conv2d_backward(x, w, dy.to(DType::f64), true); }, {"doutput", "f64"});
   // conv1d speaks in its own terms.
   const Tensor x1 = Tensor::zeros({2, 4, 5}, DType::f64);
   expect_error(
@@ -502,7 +502,7 @@ TEST(ConvErrors, ToeplitzRefusesAHugeMatrix) {
                {"toeplitz", "200704 x 215296", "MiB", "256 MiB limit", "im2col"});
   expect_error(
       [&] {
-        conv2d_backward(Tensor::zeros({1, 64, 56, 56}, DType::f32), x, w, false, o);
+        conv2d_backward(x, w, Tensor::zeros({1, 64, 56, 56}, DType::f32), false, o);
       },
       {"toeplitz", "256 MiB limit"});
 }

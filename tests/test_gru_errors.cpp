@@ -159,22 +159,22 @@ TEST(GruErrors, Backward) {
   expect_error([&] { gru.backward(empty, Tensor::zeros({5, 2, 8}, DType::f32), {}); }, {"tape"});
   GruTape tape;
   gru.forward_train(x, {}, {}, tape);
-  expect_error([&] { gru.backward(tape, {}, {}); }, {"grad_output", "grad_h_n"});
+  expect_error([&] { gru.backward(tape, {}, {}); }, {"doutput", "dh_n"});
   expect_error(
       [&] {
         gru.backward(tape, Tensor::zeros({5, 2, 4}, DType::f32), {});
       },
-      {"grad_output", "(5, 2, 4)", "(5, 2, 8)"});
+      {"doutput", "(5, 2, 4)", "(5, 2, 8)"});
   expect_error(
       [&] {
         gru.backward(tape, {}, Tensor::zeros({4, 2, 3}, DType::f32));
       },
-      {"grad_h_n", "(4, 2, 3)", "(4, 2, 4)"});
+      {"dh_n", "(4, 2, 3)", "(4, 2, 4)"});
   expect_error(
       [&] {
         gru.backward(tape, Tensor::zeros({5, 2, 8}, DType::f64), {});
       },
-      {"grad_output", "f64"});
+      {"doutput", "f64"});
 }
 
 TEST(GruErrors, Cell) {

@@ -147,7 +147,9 @@ TEST(PackedOnce, KeepsItsWeightsAndChecksInputs) {
   Tensor x = test::random_tensor({7, 3, 5}, DType::f32, rng);
   const GruInference before(gru);
   const Tensor old = gru.forward(x).output;
-  gru.mutable_weights()[0].w_hh.fill(0.25);
+  std::vector<GruLayerWeights> w = gru.weights();
+  w[0].w_hh = Tensor::full(w[0].w_hh.shape(), 0.25, DType::f32);
+  gru.set_weights(w);
   const Tensor changed = gru.forward(x).output;
   ASSERT_FALSE(test::all_close("packed once", "changed", changed, old, {0, 0}));
   EXPECT_TRUE(test::all_close("packed once", "kept", before.forward(x).output, old, {0, 0}));

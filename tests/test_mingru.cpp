@@ -387,7 +387,8 @@ TEST_P(MinGruGradcheck, MatchesFiniteDifferences) {
                             c.log_space ? Tol{1e-5, 1e-5} : tol));
     }
     for (int64_t l = 0; l < c.L; ++l) {
-      MinGruLayerWeights& w = m.mutable_weights()[l];
+      // Handles to the model's weight storage: numeric_grad perturbs them in place.
+      MinGruLayerWeights w = m.weights()[l];
       EXPECT_TRUE(all_close(where, mingru_key("dweight", l), gr.dweights[l].weight,
                             numeric_grad(w.weight, loss), tol));
       if (c.bias)
@@ -445,7 +446,7 @@ TEST(MinGru, PaddedInputsGetZeroGradient) {
 // ---- Pointwise kernels against their reference twins ----------------------------------------
 
 template <typename T>
-T* ptr(const Tensor& t) {
+T* ptr(Tensor t) {  // a handle copy: writes reach the same storage
   return t.data<T>();
 }
 
@@ -624,11 +625,11 @@ TEST(MinGru, ErrorsNameWhatWasWrong) {
   expect_error([&] { m.backward(empty, x, {}); }, "the tape is empty");
   MinGruTape tape;
   MinGruOutput y = m.forward_train(x, {}, {}, tape);
-  expect_error([&] { m.backward(tape, {}, {}); }, "neither grad_output nor grad_h_n");
-  expect_error([&] { m.backward(tape, Tensor::zeros({5, 2, 5}, DType::f32), {}); }, "grad_output");
+  expect_error([&] { m.backward(tape, {}, {}); }, "neither doutput nor dh_n");
+  expect_error([&] { m.backward(tape, Tensor::zeros({5, 2, 5}, DType::f32), {}); }, "doutput");
   expect_error([&] { m.backward(tape, y.output.to(DType::f64), {}); },
-               "grad_output has dtype f64, expected f32");
-  expect_error([&] { m.backward(tape, {}, Tensor::zeros({1, 2, 4}, DType::f32)); }, "grad_h_n");
+               "doutput has dtype f64, expected f32");
+  expect_error([&] { m.backward(tape, {}, Tensor::zeros({1, 2, 4}, DType::f32)); }, "dh_n");
   MinGru m64(cfg, DType::f64);
   expect_error([&] { m64.backward(tape, y.output.to(DType::f64), {}); }, "another dtype");
   // Weights.

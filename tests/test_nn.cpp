@@ -60,15 +60,15 @@ TEST_P(NnGolden, MatchesPyTorch) {
     const bool bias = cfg["bias"];
     EXPECT_TRUE(
         test::all_close(where, "y", linear_forward(get("x"), get("w"), get("b")), get("y"), tol));
-    LinearGrads g = linear_backward(get("x"), get("w"), bias, get("dy"));
-    EXPECT_TRUE(test::all_close(where, "grad.x", g.dx, get("grad.x"), tol));
-    EXPECT_TRUE(test::all_close(where, "grad.w", g.dw, get("grad.w"), tol));
+    LinearGrads g = linear_backward(get("x"), get("w"), get("dy"), bias);
+    EXPECT_TRUE(test::all_close(where, "grad.x", g.dinput, get("grad.x"), tol));
+    EXPECT_TRUE(test::all_close(where, "grad.w", g.dweight, get("grad.w"), tol));
     if (bias) {
-      EXPECT_TRUE(test::all_close(where, "grad.b", g.db, get("grad.b"), tol));
+      EXPECT_TRUE(test::all_close(where, "grad.b", g.dbias, get("grad.b"), tol));
     } else {
-      EXPECT_FALSE(g.db.defined()) << where;
+      EXPECT_FALSE(g.dbias.defined()) << where;
     }
-    EXPECT_FALSE(linear_backward(get("x"), get("w"), bias, get("dy"), false).dx.defined());
+    EXPECT_FALSE(linear_backward(get("x"), get("w"), get("dy"), bias, false).dinput.defined());
   } else if (kind == "embedding") {
     EXPECT_TRUE(test::all_close(where, "y", embedding_forward(get("ids"), get("table")), get("y"),
                                 test::Tol{0, 0}));
@@ -149,11 +149,11 @@ TEST_P(NnGradCheck, Linear) {
   Tensor w = test::random_tensor({O, I}, DType::f64, rng);
   Tensor b = test::random_tensor({O}, DType::f64, rng);
   const Tensor r = test::random_tensor({M, O}, DType::f64, rng);
-  const LinearGrads g = linear_backward(x, w, true, r);
+  const LinearGrads g = linear_backward(x, w, r, true);
   auto f = [&] { return dot(linear_forward(x, w, b), r); };
-  expect_fd("linear dx", x, g.dx, f);
-  expect_fd("linear dw", w, g.dw, f);
-  expect_fd("linear db", b, g.db, f);
+  expect_fd("linear dx", x, g.dinput, f);
+  expect_fd("linear dw", w, g.dweight, f);
+  expect_fd("linear db", b, g.dbias, f);
 }
 
 TEST_P(NnGradCheck, Embedding) {
@@ -211,13 +211,13 @@ TEST_P(NnEdge, LinearOptimizedMatchesReference) {
         const Tensor b = test::random_tensor({O}, dt, rng);
         const Tensor dy = test::random_tensor({M, O}, dt, rng);
         auto fwd = [&] { return linear_forward(x, w, b); };
-        auto bwd = [&] { return linear_backward(x, w, true, dy); };
+        auto bwd = [&] { return linear_backward(x, w, dy, true); };
         EXPECT_TRUE(test::all_close(where, "y", with_kernels(false, fwd), with_kernels(true, fwd),
                                     sum_tol(dt, I)));
         const LinearGrads o = with_kernels(false, bwd), r = with_kernels(true, bwd);
-        EXPECT_TRUE(test::all_close(where, "dx", o.dx, r.dx, sum_tol(dt, O)));
-        EXPECT_TRUE(test::all_close(where, "dw", o.dw, r.dw, sum_tol(dt, M)));
-        EXPECT_TRUE(test::all_close(where, "db", o.db, r.db, sum_tol(dt, M)));
+        EXPECT_TRUE(test::all_close(where, "dx", o.dinput, r.dinput, sum_tol(dt, O)));
+        EXPECT_TRUE(test::all_close(where, "dw", o.dweight, r.dweight, sum_tol(dt, M)));
+        EXPECT_TRUE(test::all_close(where, "db", o.dbias, r.dbias, sum_tol(dt, M)));
       }
     }
   }
@@ -253,15 +253,15 @@ TEST_P(NnEdge, LinearStridedOperands) {
       const test::Tol tol = sum_tol(dt, 2 * M);
       EXPECT_TRUE(
           test::all_close(where, "y", linear_forward(v.x, v.w, v.b), linear_forward(x, w, b), tol));
-      const LinearGrads a = linear_backward(v.x, v.w, true, dyk);
-      const LinearGrads c = linear_backward(x, w, true, dyk.clone());
-      EXPECT_TRUE(test::all_close(where, "dx", a.dx, c.dx, tol));
-      EXPECT_TRUE(test::all_close(where, "dw", a.dw, c.dw, tol));
-      EXPECT_TRUE(test::all_close(where, "db", a.db, c.db, tol));
+      const LinearGrads a = linear_backward(v.x, v.w, dyk, true);
+      const LinearGrads c = linear_backward(x, w, dyk.clone(), true);
+      EXPECT_TRUE(test::all_close(where, "dx", a.dinput, c.dinput, tol));
+      EXPECT_TRUE(test::all_close(where, "dw", a.dweight, c.dweight, tol));
+      EXPECT_TRUE(test::all_close(where, "db", a.dbias, c.dbias, tol));
       // dy given column-major.
       const LinearGrads t =
-          linear_backward(v.x, v.w, true, dyk.clone().transpose(0, 1).clone().transpose(0, 1));
-      EXPECT_TRUE(test::all_close(where, "dw (column-major dy)", t.dw, c.dw, tol));
+          linear_backward(v.x, v.w, dyk.clone().transpose(0, 1).clone().transpose(0, 1), true);
+      EXPECT_TRUE(test::all_close(where, "dw (column-major dy)", t.dweight, c.dweight, tol));
     }
   }
 }
@@ -272,10 +272,10 @@ TEST_P(NnEdge, LinearEmptyRows) {
   const Tensor x = Tensor::empty({0, 4}, dt), w = test::random_tensor({3, 4}, dt, rng);
   const Tensor b = test::random_tensor({3}, dt, rng);
   EXPECT_EQ(linear_forward(x, w, b).shape(), (Shape{0, 3}));
-  const LinearGrads g = linear_backward(x, w, true, Tensor::empty({0, 3}, dt));
-  EXPECT_EQ(g.dx.shape(), (Shape{0, 4}));
-  EXPECT_EQ(max_abs_diff(g.dw, Tensor::zeros({3, 4}, dt)), 0.0);
-  EXPECT_EQ(max_abs_diff(g.db, Tensor::zeros({3}, dt)), 0.0);
+  const LinearGrads g = linear_backward(x, w, Tensor::empty({0, 3}, dt), true);
+  EXPECT_EQ(g.dinput.shape(), (Shape{0, 4}));
+  EXPECT_EQ(max_abs_diff(g.dweight, Tensor::zeros({3, 4}, dt)), 0.0);
+  EXPECT_EQ(max_abs_diff(g.dbias, Tensor::zeros({3}, dt)), 0.0);
 }
 
 TEST_P(NnEdge, CrossEntropyOptimizedMatchesReference) {
@@ -387,7 +387,7 @@ TEST_P(NnEdge, ThreadCountDoesNotChangeBits) {
     ce[k] = cross_entropy(logits, targets);
     dtable[k] = embedding_backward(targets, dy, V);
     emb[k] = embedding_forward(targets, dy.slice(0, 0, V));
-    db[k] = linear_backward(x, w, true, dy, false).db;
+    db[k] = linear_backward(x, w, dy, true, false).dbias;
   }
   EXPECT_EQ(ce[0].loss, ce[1].loss);
   EXPECT_TRUE(same_bits(ce[0].dlogits, ce[1].dlogits));
@@ -416,24 +416,24 @@ INSTANTIATE_TEST_SUITE_P(nnDTypes, NnEdge, ::testing::Values(DType::f32, DType::
 TEST(nnErrors, Linear) {
   const Tensor x = Tensor::zeros({4, 3}, DType::f32), w = Tensor::zeros({2, 3}, DType::f32);
   const Tensor b = Tensor::zeros({2}, DType::f32), dy = Tensor::zeros({4, 2}, DType::f32);
-  EXPECT_ERROR(linear_forward(Tensor(), w, b), "linear_forward: x is undefined");
-  EXPECT_ERROR(linear_forward(x, Tensor(), b), "linear_forward: w is undefined");
+  EXPECT_ERROR(linear_forward(Tensor(), w, b), "linear_forward: input is undefined");
+  EXPECT_ERROR(linear_forward(x, Tensor(), b), "linear_forward: weight is undefined");
   EXPECT_ERROR(linear_forward(Tensor::zeros({4, 3, 1}, DType::f32), w, b),
-               "x has shape (4, 3, 1), expected (M, I)");
+               "input has shape (4, 3, 1), expected (M, I)");
   EXPECT_ERROR(linear_forward(x, Tensor::zeros({6}, DType::f32), b),
-               "w has shape (6,), expected (O, I)");
+               "weight has shape (6,), expected (O, I)");
   EXPECT_ERROR(linear_forward(x, Tensor::zeros({2, 4}, DType::f32), b),
-               "w has shape (2, 4), expected (O, 3)");
-  EXPECT_ERROR(linear_forward(x, w.to(DType::f64), b), "w has dtype f64 but x has dtype f32");
-  EXPECT_ERROR(linear_forward(x, w, b.to(DType::f64)), "b has dtype f64 but x has dtype f32");
-  EXPECT_ERROR(linear_forward(x.to(DType::i64), w, b), "x has dtype i64, expected f32 or f64");
+               "weight has shape (2, 4), expected (O, 3)");
+  EXPECT_ERROR(linear_forward(x, w.to(DType::f64), b), "weight has dtype f64 but input has dtype f32");
+  EXPECT_ERROR(linear_forward(x, w, b.to(DType::f64)), "bias has dtype f64 but input has dtype f32");
+  EXPECT_ERROR(linear_forward(x.to(DType::i64), w, b), "input has dtype i64, expected f32 or f64");
   EXPECT_ERROR(linear_forward(x, w, Tensor::zeros({3}, DType::f32)),
-               "b has shape (3,), expected (2,)");
-  EXPECT_ERROR(linear_backward(x, w, true, Tensor::zeros({4, 3}, DType::f32)),
-               "linear_backward: dy has shape (4, 3), expected (4, 2)");
-  EXPECT_ERROR(linear_backward(x, w, true, dy.to(DType::f64)),
-               "dy has dtype f64 but x has dtype f32");
-  EXPECT_ERROR(linear_backward(x, w, true, Tensor()), "dy is undefined");
+               "bias has shape (3,), expected (2,)");
+  EXPECT_ERROR(linear_backward(x, w, Tensor::zeros({4, 3}, DType::f32), true),
+               "linear_backward: doutput has shape (4, 3), expected (4, 2)");
+  EXPECT_ERROR(linear_backward(x, w, dy.to(DType::f64), true),
+               "doutput has dtype f64 but input has dtype f32");
+  EXPECT_ERROR(linear_backward(x, w, Tensor(), true), "doutput is undefined");
 }
 
 TEST(nnErrors, Embedding) {
@@ -452,14 +452,14 @@ TEST(nnErrors, Embedding) {
   const Tensor dy = Tensor::zeros({2, 2, 3}, DType::f64);
   EXPECT_ERROR(embedding_backward(ids, dy, 5), "embedding_backward: ids[1, 1] = 5 is out of range");
   EXPECT_ERROR(embedding_backward(ok, Tensor::zeros({2, 3}, DType::f64), 5),
-               "dy has shape (2, 3), expected ids.shape + (E) = (2, 2, E)");
+               "doutput has shape (2, 3), expected ids.shape + (E) = (2, 2, E)");
   EXPECT_ERROR(embedding_backward(ok, Tensor::zeros({2, 1, 3}, DType::f64), 5),
-               "dy has shape (2, 1, 3)");
+               "doutput has shape (2, 1, 3)");
   EXPECT_ERROR(embedding_backward(Tensor::from_vector<int64_t>({2}, {0, 1}),
                                   Tensor::zeros({3, 4}, DType::f64), 5),
-               "dy has shape (3, 4), expected ids.shape + (E) = (2, E)");
+               "doutput has shape (3, 4), expected ids.shape + (E) = (2, E)");
   EXPECT_ERROR(embedding_backward(ok, dy, 0), "num_embeddings is 0, expected >= 1");
-  EXPECT_ERROR(embedding_backward(ok, dy.to(DType::i64), 5), "dy has dtype i64");
+  EXPECT_ERROR(embedding_backward(ok, dy.to(DType::i64), 5), "doutput has dtype i64");
   EXPECT_ERROR(embedding_backward(ok.to(DType::f32), dy, 5), "ids has dtype f32, expected i64");
 }
 

@@ -499,7 +499,7 @@ TEST(ScanAffine, GradientsMatchFiniteDifferences) {
           o.log_space = log_space;
           const int64_t dim = 1;
           const Tensor h = affine_scan(a, b, dim, h0, o);
-          const AffineScanGrads g = affine_scan_backward(a, h, w, dim, h0, o);
+          const AffineScanGrads g = affine_scan_backward(a, h0, h, w, dim, o);
           const std::string where = fmt::format("matrix={} rev={} log={} h0={}", matrix, rev,
                                                 log_space, with_h0);
           const Tol tol{1e-7, 1e-6};
@@ -665,7 +665,7 @@ TEST_P(ScanGolden, MatchesPyTorch) {
       const Tensor h = affine_scan(a, b, 0, h0, o);
       EXPECT_TRUE(all_close(where, "h", h, f.t.at("h"), tol));
       if (f.t.count("dh")) {
-        const AffineScanGrads g = affine_scan_backward(a, h, f.t.at("dh"), 0, h0, o);
+        const AffineScanGrads g = affine_scan_backward(a, h0, h, f.t.at("dh"), 0, o);
         EXPECT_TRUE(all_close(where, "da", g.da, f.t.at("da"), tol));
         EXPECT_TRUE(all_close(where, "db", g.db, f.t.at("db"), tol));
         EXPECT_TRUE(all_close(where, "dh0", g.dh0, f.t.at("dh0"), tol));

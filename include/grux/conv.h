@@ -45,16 +45,18 @@ struct Conv2dOptions {
   Pair2 stride = 1, padding = 0, dilation = 1;
   int64_t groups = 1;
   ConvAlgo algo = ConvAlgo::im2col;
+  int threads = 0;  // 0: grux chooses (OpenMP's setting); k >= 1: at most k (docs/api.md)
 };
 
 struct Conv1dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
   ConvAlgo algo = ConvAlgo::im2col;
+  int threads = 0;
 };
 
-// Gradients of a convolution. grad_bias is undefined when the convolution had no bias.
+// Gradients of a convolution. dbias is undefined when the convolution had no bias.
 struct ConvGrads {
-  Tensor grad_input, grad_weight, grad_bias;
+  Tensor dinput, dweight, dbias;
 };
 
 // conv2d forward.
@@ -62,10 +64,11 @@ struct ConvGrads {
 //   Returns (N, D, OH, OW), or (D, OH, OW) unbatched. f32 or f64, all the same dtype.
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                       const Conv2dOptions& options = {});
-// conv2d backward: gradients of sum(output * grad_output).
-//   grad_output has conv2d_forward's output shape; input and weight as given to the forward.
-//   Returns grad_input like input, grad_weight like weight, and grad_bias (D) when `bias`.
-ConvGrads conv2d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+// conv2d backward: gradients of sum(output * doutput).
+//   input and weight as given to the forward; doutput has conv2d_forward's output shape;
+//   `bias`: whether the forward had a bias. Returns dinput like input, dweight like weight,
+//   and dbias (D) when `bias`.
+ConvGrads conv2d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv2dOptions& options = {});
 
 // conv1d forward: input (N, C, L) or (C, L) unbatched; weight (D, C/G, K); bias (D) or
@@ -73,7 +76,7 @@ ConvGrads conv2d_backward(const Tensor& grad_output, const Tensor& input, const 
 Tensor conv1d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                       const Conv1dOptions& options = {});
 // conv1d backward, as conv2d_backward.
-ConvGrads conv1d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+ConvGrads conv1d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv1dOptions& options = {});
 
 // One conv2d problem: what the benchmark and the CLI read. Square kernel and input-independent

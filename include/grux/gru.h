@@ -92,7 +92,7 @@ struct GruLayerWeights {
 // `what` is one of "weight_ih", "weight_hh", "bias_ih", "bias_hh".
 std::string gru_key(const char* what, int64_t layer, int64_t direction);
 
-// Activations saved by Gru::forward_train for Gru::backward. Opaque.
+// Activations saved by Gru::forward_train for Gru::backward. Opaque: only Gru reads it.
 struct GruTapeData;
 class GruTape {
  public:
@@ -101,7 +101,10 @@ class GruTape {
   GruTape(GruTape&&) noexcept;
   GruTape& operator=(GruTape&&) noexcept;
   bool empty() const;
-  std::unique_ptr<GruTapeData> data;
+
+ private:
+  friend class Gru;
+  std::unique_ptr<GruTapeData> data_;
 };
 
 struct GruOutput {
@@ -122,8 +125,16 @@ class Gru {
   // Weights drawn like PyTorch's reset_parameters: uniform(-1/sqrt(H), 1/sqrt(H)), from a
   // seeded generator (the numbers differ from PyTorch's; the distribution is the same).
   Gru(const GruConfig& config, DType dtype = DType::f32, uint64_t seed = 0);
-  // Takes ownership of given weights (index layer * D + direction); shapes are checked.
+  // Uses the given weights (index layer * D + direction), checked as set_weights does. The
+  // Gru shares the tensors' storage with the caller (explicitly: a trainer's optimizer updates
+  // them in place and the Gru sees it), unless a tensor had to be made contiguous.
   Gru(const GruConfig& config, std::vector<GruLayerWeights> weights);
+  // Copies deep-copy the weights: a copy never sees changes made through the original's
+  // tensors, nor the original through the copy's. Moves keep them.
+  Gru(const Gru& other);
+  Gru& operator=(const Gru& other);
+  Gru(Gru&&) noexcept = default;
+  Gru& operator=(Gru&&) noexcept = default;
 
   // Builds a GRU from nn.GRU's state_dict keys. input_size, hidden_size, num_layers, bias
   // and bidirectional are inferred from the keys and shapes; batch_first, dropout and form
@@ -136,7 +147,11 @@ class Gru {
   const GruConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
   const std::vector<GruLayerWeights>& weights() const { return weights_; }
-  std::vector<GruLayerWeights>& mutable_weights() { return weights_; }
+  // Replaces every weight (index layer * D + direction). Shapes, dtypes (f32 or f64, all the
+  // same) and devices are checked (an error names the key); a strided or transposed tensor is
+  // copied into the row-major layout the kernels read, so any layout of the right values gives
+  // the same results. The dtype of the Gru becomes the weights'.
+  void set_weights(std::vector<GruLayerWeights> weights);
 
   // Inference forward (no dropout).
   //   input: (T, N, I); (N, T, I) with batch_first; (T, I) unbatched. f32 or f64.
@@ -144,21 +159,24 @@ class Gru {
   //   lengths: (N,) i64 with 1 <= lengths[n] <= T, any order; undefined means all T.
   //     Output rows at t >= lengths[n] are zero; h_n holds each sequence's state after its
   //     last valid step; the reverse direction runs over each sequence's valid part.
-  GruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {}) const;
+  //   threads: 0 lets grux choose (OpenMP's setting), k >= 1 uses at most k (docs/api.md).
+  GruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {},
+                    int threads = 0) const;
 
   // Training forward: as forward(), with dropout between layers (config.dropout, mask drawn
   // from `dropout_seed`), and saves into `tape` what backward needs.
   GruOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                          GruTape& tape, uint64_t dropout_seed = 0) const;
+                          GruTape& tape, uint64_t dropout_seed = 0, int threads = 0) const;
 
   // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
   // both), with the shapes forward_train returned, from the tape that forward_train filled.
   // The weights must not have changed in between.
-  GruGrads backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n) const;
+  GruGrads backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n,
+                    int threads = 0) const;
 
  private:
   GruConfig config_;
-  DType dtype_;
+  DType dtype_ = DType::f32;
   std::vector<GruLayerWeights> weights_;
 };
 
@@ -176,7 +194,8 @@ class GruInference {
   GruInference(GruInference&&) noexcept;
   GruInference& operator=(GruInference&&) noexcept;
 
-  GruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {}) const;
+  GruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {},
+                    int threads = 0) const;
 
  private:
   struct Impl;
@@ -192,15 +211,22 @@ class GruCell {
                                  GruForm form = GruForm::linear_before_reset);
   std::map<std::string, Tensor> state_dict() const;
 
-  // x: (N, I) or unbatched (I); h: (N, H) or (H), undefined means zeros. Returns h'.
-  Tensor forward(const Tensor& x, const Tensor& h = {}) const;
+  // input: (N, I) or unbatched (I); h: (N, H) or (H), undefined means zeros. Returns h'.
+  Tensor forward(const Tensor& input, const Tensor& h = {}, int threads = 0) const;
 
   struct Grads {
-    Tensor dx, dh;
+    Tensor dinput, dh;
     GruLayerWeights dweights;
   };
-  // Gradients of one step given d(loss)/d(h'); recomputes the forward from x and h.
-  Grads backward(const Tensor& x, const Tensor& h, const Tensor& dh_new) const;
+  // Gradients of one step given dh_new = d(loss)/d(h'); recomputes the forward.
+  Grads backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
+                 int threads = 0) const;
+
+  // Copies deep-copy the weights (as Gru's); moves keep them.
+  GruCell(const GruCell& other);
+  GruCell& operator=(const GruCell& other);
+  GruCell(GruCell&&) noexcept = default;
+  GruCell& operator=(GruCell&&) noexcept = default;
 
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }

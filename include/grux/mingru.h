@@ -50,7 +50,8 @@ struct MinGruLayerWeights {
 // State-dict key: "weight_l0", "bias_l2". `what` is "weight" or "bias".
 std::string mingru_key(const char* what, int64_t layer);
 
-// Activations saved by MinGru::forward_train for MinGru::backward. Opaque.
+// Activations saved by MinGru::forward_train for MinGru::backward. Opaque: only MinGru reads
+// it.
 struct MinGruTapeData;
 class MinGruTape {
  public:
@@ -59,7 +60,10 @@ class MinGruTape {
   MinGruTape(MinGruTape&&) noexcept;
   MinGruTape& operator=(MinGruTape&&) noexcept;
   bool empty() const;
-  std::unique_ptr<MinGruTapeData> data;
+
+ private:
+  friend class MinGru;
+  std::unique_ptr<MinGruTapeData> data_;
 };
 
 struct MinGruOutput {
@@ -79,8 +83,14 @@ class MinGru {
  public:
   // Weights uniform(-1/sqrt(in_k), 1/sqrt(in_k)) (nn.Linear's bound) from a seeded generator.
   MinGru(const MinGruConfig& config, DType dtype = DType::f32, uint64_t seed = 0);
-  // Takes ownership of given weights (one per layer); shapes and dtypes are checked.
+  // Uses the given weights (one per layer), checked as set_weights does; shares their storage
+  // with the caller (as Gru's constructor does).
   MinGru(const MinGruConfig& config, std::vector<MinGruLayerWeights> weights);
+  // Copies deep-copy the weights; moves keep them.
+  MinGru(const MinGru& other);
+  MinGru& operator=(const MinGru& other);
+  MinGru(MinGru&&) noexcept = default;
+  MinGru& operator=(MinGru&&) noexcept = default;
 
   // From keys weight_l{k} (2H, in_k) and bias_l{k} (2H). input_size, hidden_size,
   // num_layers and bias are inferred; batch_first and log_space come from `options`. A
@@ -92,29 +102,33 @@ class MinGru {
   const MinGruConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
   const std::vector<MinGruLayerWeights>& weights() const { return weights_; }
-  std::vector<MinGruLayerWeights>& mutable_weights() { return weights_; }
+  // Replaces every weight (one per layer): checked like the constructor's, strided layouts
+  // copied into the row-major one the kernels read. The dtype becomes the weights'.
+  void set_weights(std::vector<MinGruLayerWeights> weights);
 
   // Forward over the whole stack: one GEMM per layer for all T*N rows, a fused pointwise
   // pass, and a scan over time (parallel over time and channels).
   //   input: (T, N, I); (N, T, I) with batch_first; (T, I) unbatched. f32 or f64.
   //   h0: (L, N, H), or (L, H) unbatched; undefined means the default (see the top).
   //   lengths: (N,) i64 with 1 <= lengths[n] <= T, any order; undefined means all T.
-  MinGruOutput forward(const Tensor& input, const Tensor& h0 = {},
-                       const Tensor& lengths = {}) const;
+  //   threads: 0 lets grux choose (OpenMP's setting), k >= 1 uses at most k (docs/api.md).
+  MinGruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {},
+                       int threads = 0) const;
 
   // As forward(), and saves into `tape` what backward needs (the layer inputs and outputs,
   // shared with the caller's tensors: they must not be modified in place before backward).
   MinGruOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                             MinGruTape& tape) const;
+                             MinGruTape& tape, int threads = 0) const;
 
   // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
   // both), shaped as forward_train returned them, by a reverse scan per layer. The weights
   // must not have changed since forward_train.
-  MinGruGrads backward(const MinGruTape& tape, const Tensor& doutput, const Tensor& dh_n) const;
+  MinGruGrads backward(const MinGruTape& tape, const Tensor& doutput, const Tensor& dh_n,
+                       int threads = 0) const;
 
  private:
   MinGruConfig config_;
-  DType dtype_;
+  DType dtype_ = DType::f32;
   std::vector<MinGruLayerWeights> weights_;
 };
 

@@ -12,20 +12,22 @@ namespace grux GRUX_API {
 
 // Sizes: M rows (e.g. T*N tokens), I input features, O output features, V vocabulary, E width.
 
-// nn.Linear: y = x W^T + b.
-//   x (M, I), w (O, I), b (O) or undefined (no bias); one dtype (f32 or f64), contiguous or
-//   not. Returns y (M, O), contiguous.
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
+// nn.Linear: output = input weight^T + bias.
+//   input (M, I), weight (O, I), bias (O) or undefined (no bias); one dtype (f32 or f64),
+//   contiguous or not. Returns output (M, O), contiguous.
+Tensor linear_forward(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
+                      int threads = 0);
 
 struct LinearGrads {
-  Tensor dx;  // (M, I); undefined when want_dx is false
-  Tensor dw;  // (O, I)
-  Tensor db;  // (O); undefined when there is no bias
+  Tensor dinput;   // (M, I); undefined when want_dinput is false
+  Tensor dweight;  // (O, I)
+  Tensor dbias;    // (O); undefined when there is no bias
 };
-// Gradients of linear_forward given dy = d(loss)/d(y) (M, O): dx = dy W, dw = dy^T x,
-// db = column sums of dy. `bias` says whether linear_forward had a bias.
-LinearGrads linear_backward(const Tensor& x, const Tensor& w, bool bias, const Tensor& dy,
-                            bool want_dx = true);
+// Gradients of linear_forward given doutput = d(loss)/d(output) (M, O): dinput = doutput
+// weight, dweight = doutput^T input, dbias = column sums of doutput. `bias` says whether
+// linear_forward had a bias.
+LinearGrads linear_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
+                            bool bias, bool want_dinput = true, int threads = 0);
 
 // One Linear problem: what the cost model and the CLI read. Descriptor string: b{B}i{I}o{O}
 // (B rows, I input features, O output features), e.g. "b32i256o512"; all three required.
@@ -41,10 +43,11 @@ struct LinearProblem {
 
 // nn.Embedding: rows of `table` (V, E) picked by `ids` (any shape, i64, each in [0, V)).
 // Returns ids.shape + (E). An id out of range is an error naming the id and its position.
-Tensor embedding_forward(const Tensor& ids, const Tensor& table);
-// d(loss)/d(table) (V, E) from dy (ids.shape + (E)): row ids[p] receives dy[p]; repeated ids
+Tensor embedding_forward(const Tensor& ids, const Tensor& table, int threads = 0);
+// d(loss)/d(table) (V, E) from doutput (ids.shape + (E)): row ids[p] receives doutput[p]; repeated ids
 // add up, in increasing position order (deterministic). num_embeddings >= 1.
-Tensor embedding_backward(const Tensor& ids, const Tensor& dy, int64_t num_embeddings);
+Tensor embedding_backward(const Tensor& ids, const Tensor& doutput, int64_t num_embeddings,
+                          int threads = 0);
 
 // F.cross_entropy(logits, targets) with reduction 'mean': logits (M, V), targets (M,) i64 in
 // [0, V). loss = mean over m of -log_softmax(logits[m])[targets[m]], computed stably (max
@@ -55,6 +58,7 @@ struct CrossEntropy {
   double loss = 0;
   Tensor dlogits;
 };
-CrossEntropy cross_entropy(const Tensor& logits, const Tensor& targets, bool want_grad = true);
+CrossEntropy cross_entropy(const Tensor& logits, const Tensor& targets, bool want_grad = true,
+                           int threads = 0);
 
 }  // namespace grux

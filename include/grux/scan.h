@@ -39,7 +39,7 @@ struct ScanOptions {
   // Exclusive scans with a callable need the identity (slice shape and dtype of x); the
   // built-ins know theirs (0, 1, -inf, +inf, -inf; matmul has no exclusive form).
   Tensor identity;
-  int threads = 0;  // 0: OpenMP's default (all cores)
+  int threads = 0;  // 0: grux chooses (OpenMP's setting); k >= 1: at most k (docs/api.md)
 };
 
 // y (x's shape) = the scan of x along dim (negative counts from the end) with op.
@@ -82,12 +82,14 @@ Tensor log_affine_scan(const Tensor& log_a, const Tensor& log_b, int64_t dim,
 struct AffineScanGrads {
   Tensor da, db, dh0;  // dh0 is undefined when h0 was undefined
 };
-// Gradients of affine_scan given h (its result) and dh = d(loss)/dh, by a reverse scan:
-// g_t = dh_t + a_{t+1}^T g_{t+1}; db_t = g_t; da_t = g_t h_{t-1} (outer product in the matrix
-// form); dh0 = a_0^T g_0 (with reverse, "next" and "previous" swap). Same options as the
-// forward (log_space changes nothing: the function is the same).
-AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h, const Tensor& dh,
-                                     int64_t dim, const Tensor& h0 = {},
+// Gradients of affine_scan given its a and h0 (undefined if the forward had none), its result
+// h and dh = d(loss)/dh (docs/api.md: the forward's tensors, its result, the upstream
+// gradient, then dim and options), by a reverse scan: g_t = dh_t + a_{t+1}^T g_{t+1};
+// db_t = g_t; da_t = g_t h_{t-1} (outer product in the matrix form); dh0 = a_0^T g_0 (with
+// reverse, "next" and "previous" swap). Same options as the forward (log_space changes
+// nothing: the function is the same).
+AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h0, const Tensor& h,
+                                     const Tensor& dh, int64_t dim,
                                      const AffineScanOptions& opt = {});
 
 // A scan benchmark problem, shared by `grux bench scan`, its tests and the cost model.

@@ -94,10 +94,15 @@ class Tensor {
   // True when both tensors view the same storage block.
   bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
 
-  // Typed pointer to the first element; throws if T does not match dtype().
+  // Typed pointer to the first element; throws if T does not match dtype(). Const means
+  // const: a const tensor gives read-only pointers. (A Tensor is a handle to shared storage:
+  // a non-const copy of the handle writes to the same elements, as with std::shared_ptr.)
   template <typename T>
-  T* data() const;
-  void* raw_data() const;
+  const T* data() const;
+  template <typename T>
+  T* data();
+  const void* raw_data() const;
+  void* raw_data();
 
   // Views (share storage).
   Tensor slice(int64_t d, int64_t start, int64_t stop, int64_t step = 1) const;  // [start, stop)

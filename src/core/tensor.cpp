@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <utility>
 
 namespace grux {
 
@@ -250,21 +251,29 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::raw_data() const {
+const void* Tensor::raw_data() const {
   GRUX_CHECK(defined(), "data access on an undefined tensor");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
+void* Tensor::raw_data() { return const_cast<void*>(std::as_const(*this).raw_data()); }
 
 template <typename T>
-T* Tensor::data() const {
+const T* Tensor::data() const {
   if (dtype_of<T>() != dtype_)
     throw Error(fmt::format("tensor has dtype {}, accessed as {}", dtype_name(dtype_),
                             dtype_name(dtype_of<T>())));
-  return static_cast<T*>(raw_data());
+  return static_cast<const T*>(raw_data());
 }
-template float* Tensor::data<float>() const;
-template double* Tensor::data<double>() const;
-template int64_t* Tensor::data<int64_t>() const;
+template <typename T>
+T* Tensor::data() {
+  return const_cast<T*>(std::as_const(*this).data<T>());
+}
+template const float* Tensor::data<float>() const;
+template const double* Tensor::data<double>() const;
+template const int64_t* Tensor::data<int64_t>() const;
+template float* Tensor::data<float>();
+template double* Tensor::data<double>();
+template int64_t* Tensor::data<int64_t>();
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const {
   d = wrap_dim(d, dim(), "slice");

@@ -296,8 +296,8 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
   if (!train) return ce.loss;
 
   // Backward in mirror order: fc, GRU (no gradient into the carried state), embedding.
-  LinearGrads fc = linear_backward(y2, fc_w, true, ce.dlogits);
-  GruGrads g = gru_->backward(tape, fc.dx.reshape({T, N, H}), {});
+  LinearGrads fc = linear_backward(y2, fc_w, ce.dlogits, true);
+  GruGrads g = gru_->backward(tape, fc.dinput.reshape({T, N, H}), {});
   params_.front().grad = embedding_backward(ids, g.dinput, V);
   for (int64_t l = 0; l < config_.layers; ++l) {
     const size_t k = 1 + 4 * l;
@@ -306,8 +306,8 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
     params_[k + 2].grad = g.dweights[l].b_ih;
     params_[k + 3].grad = g.dweights[l].b_hh;
   }
-  params_[params_.size() - 2].grad = fc.dw;
-  params_.back().grad = fc.db;
+  params_[params_.size() - 2].grad = fc.dweight;
+  params_.back().grad = fc.dbias;
   return ce.loss;
 }
 

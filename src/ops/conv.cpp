@@ -13,6 +13,7 @@
 #include "cpu/ref/conv_ref.h"
 #include "cpu/toeplitz.h"
 #include "grux/runtime.h"
+#include "ops/threads_option.h"
 
 namespace grux {
 
@@ -44,13 +45,14 @@ struct Options {
   Pair2 stride, padding, dilation;
   int64_t groups;
   ConvAlgo algo;
+  int threads;
 };
 
 Options from(const Conv2dOptions& o) {
-  return {2, o.stride, o.padding, o.dilation, o.groups, o.algo};
+  return {2, o.stride, o.padding, o.dilation, o.groups, o.algo, o.threads};
 }
 Options from(const Conv1dOptions& o) {
-  return {1, {1, o.stride}, {0, o.padding}, {1, o.dilation}, o.groups, o.algo};
+  return {1, {1, o.stride}, {0, o.padding}, {1, o.dilation}, o.groups, o.algo, o.threads};
 }
 
 // "2" for conv1d, "(2, 1)" for conv2d.
@@ -218,6 +220,7 @@ ConvAlgo effective_algo(const Options& o) {
 }
 
 Tensor forward(const Options& o, const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  ops::ThreadsScope scope(op_name(o), o.threads);
   const Plan p = make_plan(o, input, weight);
   if (bias.defined()) check_bias(o, p, input, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -232,23 +235,24 @@ Tensor forward(const Options& o, const Tensor& input, const Tensor& weight, cons
   return y;
 }
 
-ConvGrads backward(const Options& o, const Tensor& grad_output, const Tensor& input,
-                   const Tensor& weight, bool bias) {
+ConvGrads backward(const Options& o, const Tensor& input, const Tensor& weight,
+                   const Tensor& doutput, bool bias) {
   const char* op = op_name(o);
+  ops::ThreadsScope scope(op, o.threads);
   const Plan p = make_plan(o, input, weight);
-  check_defined(op, "grad_output", grad_output);
-  check_same_dtype(op, "input", input, "grad_output", grad_output);
-  check_same_device(op, "input", input, "grad_output", grad_output);
-  check_shape(op, "grad_output", grad_output, p.out_shape);
-  Tensor dy = grad_output.contiguous();
+  check_defined(op, "doutput", doutput);
+  check_same_dtype(op, "input", input, "doutput", doutput);
+  check_same_device(op, "input", input, "doutput", doutput);
+  check_shape(op, "doutput", doutput, p.out_shape);
+  Tensor dy = doutput.contiguous();
   ConvGrads r;
-  r.grad_input = Tensor::empty(input.shape(), p.dtype);
-  r.grad_weight = Tensor::zeros(weight.shape(), p.dtype);
-  if (bias) r.grad_bias = Tensor::zeros({p.g.D}, p.dtype);
+  r.dinput = Tensor::empty(input.shape(), p.dtype);
+  r.dweight = Tensor::zeros(weight.shape(), p.dtype);
+  if (bias) r.dbias = Tensor::zeros({p.g.D}, p.dtype);
   if (p.g.N == 0) return r;  // empty batch: nothing flows back, gradients are zero
   auto run = [&]<typename T>(T*) {
-    backward_kernel<T>(p, effective_algo(o), dy.data<T>(), r.grad_input.data<T>(),
-                       r.grad_weight.data<T>(), bias ? r.grad_bias.data<T>() : nullptr);
+    backward_kernel<T>(p, effective_algo(o), dy.data<T>(), r.dinput.data<T>(),
+                       r.dweight.data<T>(), bias ? r.dbias.data<T>() : nullptr);
   };
   if (p.dtype == DType::f32)
     run(static_cast<float*>(nullptr));
@@ -264,9 +268,9 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
   return forward(from(options), input, weight, bias);
 }
 
-ConvGrads conv2d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+ConvGrads conv2d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv2dOptions& options) {
-  return backward(from(options), grad_output, input, weight, bias);
+  return backward(from(options), input, weight, doutput, bias);
 }
 
 Tensor conv1d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
@@ -274,9 +278,9 @@ Tensor conv1d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
   return forward(from(options), input, weight, bias);
 }
 
-ConvGrads conv1d_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+ConvGrads conv1d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv1dOptions& options) {
-  return backward(from(options), grad_output, input, weight, bias);
+  return backward(from(options), input, weight, doutput, bias);
 }
 
 // ---- Problem descriptor ------------------------------------------------------------------

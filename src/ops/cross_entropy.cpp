@@ -11,6 +11,7 @@
 #include "grux/nn.h"
 #include "grux/runtime.h"
 #include "ops/nn_util.h"
+#include "ops/threads_option.h"
 
 namespace grux {
 
@@ -34,8 +35,10 @@ CrossEntropy run(const Tensor& logits, const Tensor& targets, bool want_grad) {
 
 }  // namespace
 
-CrossEntropy cross_entropy(const Tensor& logits, const Tensor& targets, bool want_grad) {
+CrossEntropy cross_entropy(const Tensor& logits, const Tensor& targets, bool want_grad,
+                           int threads) {
   const char* op = "cross_entropy";
+  ops::ThreadsScope scope(op, threads);
   ops::check_float_cpu(op, "logits", logits);
   ops::check_dim(op, "logits", logits, 2, "(M, V)");
   const int64_t M = logits.size(0), V = logits.size(1);

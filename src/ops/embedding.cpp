@@ -1,4 +1,4 @@
-// nn.Embedding driver: validates ids (i64, in range), the table and dy at the API boundary,
+// nn.Embedding driver: validates ids (i64, in range), the table and doutput at the API boundary,
 // then calls the gather / scatter-add kernels (cpu/embedding.h) or their reference twins.
 #include "cpu/embedding.h"
 
@@ -8,6 +8,7 @@
 #include "grux/nn.h"
 #include "grux/runtime.h"
 #include "ops/nn_util.h"
+#include "ops/threads_option.h"
 
 namespace grux {
 
@@ -54,8 +55,9 @@ Tensor backward(const Tensor& ids, const Tensor& dy, int64_t V) {
 
 }  // namespace
 
-Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
+Tensor embedding_forward(const Tensor& ids, const Tensor& table, int threads) {
   const char* op = "embedding_forward";
+  ops::ThreadsScope scope(op, threads);
   ops::check_float_cpu(op, "table", table);
   ops::check_dim(op, "table", table, 2, "(V, E)");
   if (ids.defined()) check_same_device(op, "table", table, "ids", ids);
@@ -63,20 +65,23 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   return table.dtype() == DType::f32 ? forward<float>(c, table) : forward<double>(c, table);
 }
 
-Tensor embedding_backward(const Tensor& ids, const Tensor& dy, int64_t num_embeddings) {
+Tensor embedding_backward(const Tensor& ids, const Tensor& doutput, int64_t num_embeddings,
+                          int threads) {
   const char* op = "embedding_backward";
+  ops::ThreadsScope scope(op, threads);
+  const Tensor& dy = doutput;
   if (num_embeddings < 1)
     throw Error(fmt::format("{}: num_embeddings is {}, expected >= 1", op, num_embeddings));
-  ops::check_float_cpu(op, "dy", dy);
+  ops::check_float_cpu(op, "doutput", dy);
   check_defined(op, "ids", ids);
-  check_same_device(op, "dy", dy, "ids", ids);
-  // dy must be ids.shape + (E).
+  check_same_device(op, "doutput", dy, "ids", ids);
+  // doutput must be ids.shape + (E).
   Shape prefix(dy.shape().begin(), dy.shape().end() - (dy.dim() > 0 ? 1 : 0));
   if (dy.dim() != ids.dim() + 1 || prefix != ids.shape()) {
     std::string s = "(";
     for (int64_t d : ids.shape()) s += std::to_string(d) + ", ";
     s += "E)";
-    throw Error(fmt::format("{}: dy has shape {}, expected ids.shape + (E) = {}", op,
+    throw Error(fmt::format("{}: doutput has shape {}, expected ids.shape + (E) = {}", op,
                             shape_str(dy.shape()), s));
   }
   const Tensor c = checked_ids(op, ids, num_embeddings);

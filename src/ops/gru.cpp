@@ -15,6 +15,8 @@
 
 #include "grux/io.h"
 #include "ops/gru_layer.h"
+#include "ops/recurrent.h"
+#include "ops/threads_option.h"
 
 namespace grux {
 
@@ -144,7 +146,7 @@ GruTape::~GruTape() = default;
 GruTape::GruTape(GruTape&&) noexcept = default;
 GruTape& GruTape::operator=(GruTape&&) noexcept = default;
 bool GruTape::empty() const {
-  return data == nullptr;
+  return data_ == nullptr;
 }
 
 // What backward needs from forward_train.
@@ -182,21 +184,11 @@ namespace {
 void check_layer_weights(const GruConfig& c, DType dtype, const GruLayerWeights& w, int64_t l,
                          int64_t d) {
   const int64_t H = c.hidden_size, in = c.layer_input_size(l);
-  auto check = [&](const char* what, const Tensor& t, const Shape& shape) {
-    const std::string key = gru_key(what, l, d);
-    if (!t.defined()) throw Error(fmt::format("gru: missing weight '{}'", key));
-    if (t.shape() != shape)
-      throw Error(fmt::format("gru: weight '{}' has shape {}, expected {}", key,
-                              shape_str(t.shape()), shape_str(shape)));
-    if (t.dtype() != dtype)
-      throw Error(fmt::format("gru: weight '{}' has dtype {}, expected {} like the other weights",
-                              key, dtype_name(t.dtype()), dtype_name(dtype)));
-  };
-  check("weight_ih", w.w_ih, {3 * H, in});
-  check("weight_hh", w.w_hh, {3 * H, H});
+  ops::check_weight("gru", gru_key("weight_ih", l, d), w.w_ih, {3 * H, in}, dtype);
+  ops::check_weight("gru", gru_key("weight_hh", l, d), w.w_hh, {3 * H, H}, dtype);
   if (c.bias) {
-    check("bias_ih", w.b_ih, {3 * H});
-    check("bias_hh", w.b_hh, {3 * H});
+    ops::check_weight("gru", gru_key("bias_ih", l, d), w.b_ih, {3 * H}, dtype);
+    ops::check_weight("gru", gru_key("bias_hh", l, d), w.b_hh, {3 * H}, dtype);
   } else if (w.b_ih.defined() || w.b_hh.defined()) {
     throw Error(fmt::format("gru: layer {} has biases but bias is false", l));
   }
@@ -212,71 +204,18 @@ struct Problem {
   bool unbatched = false;
 };
 
+ops::SeqSpec seq_spec(const GruConfig& c, DType dtype) {
+  return {"gru", c.input_size, c.hidden_size, c.num_layers * c.directions(), c.batch_first, dtype};
+}
+
 Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
                   const Tensor& lengths) {
-  const char* op = "gru";
-  check_defined(op, "input", input);
-  if (input.dtype() != dtype)
-    throw Error(
-        fmt::format("gru: input has dtype {} but the weights have dtype {} (expected "
-                    "the same dtype)",
-                    dtype_name(input.dtype()), dtype_name(dtype)));
-  if (input.device() != Device::cpu())
-    throw Error(
-        fmt::format("gru: input is on {} but the weights are on cpu (expected the "
-                    "same device)",
-                    input.device().str()));
+  ops::SeqInput in = ops::normalize_input(seq_spec(c, dtype), input, h0, lengths);
   Problem p;
-  if (input.dim() == 2) {
-    p.unbatched = true;
-    p.x = input.unsqueeze(1);
-  } else if (input.dim() == 3) {
-    p.x = c.batch_first ? input.transpose(0, 1) : input;
-  } else {
-    throw Error(
-        fmt::format("gru: input has shape {}, expected (T, N, I), (N, T, I) with "
-                    "batch_first, or (T, I) unbatched",
-                    shape_str(input.shape())));
-  }
-  const int64_t T = p.x.size(0), N = p.x.size(1), I = p.x.size(2);
-  if (I != c.input_size)
-    throw Error(fmt::format("gru: input has shape {}: feature size {}, expected input_size {}",
-                            shape_str(input.shape()), I, c.input_size));
-  if (T < 1 || N < 1)
-    throw Error(
-        fmt::format("gru: input has shape {}, expected at least one time step and one "
-                    "sequence",
-                    shape_str(input.shape())));
-  const int64_t LD = c.num_layers * c.directions(), H = c.hidden_size;
-  if (h0.defined()) {
-    check_same_dtype(op, "input", input, "h0", h0);
-    check_same_device(op, "input", input, "h0", h0);
-    if (p.unbatched) {
-      check_shape(op, "h0", h0, {LD, H});
-      p.h0 = h0.unsqueeze(1);
-    } else {
-      check_shape(op, "h0", h0, {LD, N, H});
-      p.h0 = h0;
-    }
-  }
-  std::vector<int64_t> len;
-  if (lengths.defined()) {
-    if (p.unbatched)
-      throw Error("gru: lengths given with unbatched input (expected a batched input (T, N, I))");
-    check_same_device(op, "input", input, "lengths", lengths);
-    check_dtype(op, "lengths", lengths, DType::i64);
-    check_shape(op, "lengths", lengths, {N});
-    len.resize(N);
-    for (int64_t n = 0; n < N; ++n) {
-      len[n] = static_cast<int64_t>(lengths.at_flat(n));
-      if (len[n] < 1 || len[n] > T)
-        throw Error(
-            fmt::format("gru: lengths[{}] = {} is out of range (expected 1 <= length "
-                        "<= T = {})",
-                        n, len[n], T));
-    }
-  }
-  p.lay = ops::make_seq_layout(T, N, lengths.defined() ? len.data() : nullptr);
+  p.x = in.x;
+  p.h0 = in.h0;
+  p.unbatched = in.unbatched;
+  p.lay = ops::make_seq_layout(p.x.size(0), p.x.size(1), in.len.empty() ? nullptr : in.len.data());
   return p;
 }
 
@@ -354,11 +293,7 @@ void add_sorted_rows(const SeqLayout& lay, const Tensor& src, T* dst, bool at_la
   }
 }
 
-// Restores the caller's layout: (T, N, C) time-major -> batch_first / unbatched.
-Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched) {
-  if (unbatched) return t.squeeze(1);
-  return batch_first ? t.transpose(0, 1).contiguous() : t;
-}
+using ops::to_caller_layout;
 
 // ---- Forward -------------------------------------------------------------------------
 
@@ -514,25 +449,37 @@ Gru::Gru(const GruConfig& config, DType dtype, uint64_t seed) : config_(config),
   }
 }
 
-Gru::Gru(const GruConfig& config, std::vector<GruLayerWeights> weights)
-    : config_(config), weights_(std::move(weights)) {
+Gru::Gru(const GruConfig& config, std::vector<GruLayerWeights> weights) : config_(config) {
   config_.validate();
+  set_weights(std::move(weights));
+}
+
+Gru::Gru(const Gru& other)
+    : config_(other.config_), dtype_(other.dtype_), weights_(other.weights_) {
+  for (GruLayerWeights& w : weights_)
+    for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh})
+      if (t->defined()) *t = t->clone();
+}
+
+Gru& Gru::operator=(const Gru& other) {
+  if (this != &other) *this = Gru(other);
+  return *this;
+}
+
+void Gru::set_weights(std::vector<GruLayerWeights> weights) {
   const int64_t D = config_.directions();
-  if (static_cast<int64_t>(weights_.size()) != config_.num_layers * D)
+  if (static_cast<int64_t>(weights.size()) != config_.num_layers * D)
     throw Error(fmt::format("gru: {} weight sets given, expected num_layers * directions = {}",
-                            weights_.size(), config_.num_layers * D));
-  dtype_ = weights_[0].w_ih.defined() ? weights_[0].w_ih.dtype() : DType::f32;
-  if (dtype_ != DType::f32 && dtype_ != DType::f64)
-    throw Error(fmt::format("gru: weight 'weight_ih_l0' has dtype {}, expected f32 or f64",
-                            dtype_name(dtype_)));
+                            weights.size(), config_.num_layers * D));
+  const DType dtype = ops::weights_dtype("gru", gru_key("weight_ih", 0, 0), weights[0].w_ih);
   for (int64_t l = 0; l < config_.num_layers; ++l)
     for (int64_t d = 0; d < D; ++d) {
-      GruLayerWeights& w = weights_[l * D + d];
-      check_layer_weights(config_, dtype_, w, l, d);
-      // Kernels take raw row-major pointers.
-      for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh})
-        if (t->defined()) *t = t->contiguous();
+      GruLayerWeights& w = weights[l * D + d];
+      check_layer_weights(config_, dtype, w, l, d);
+      for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) ops::make_contiguous(*t);
     }
+  dtype_ = dtype;
+  weights_ = std::move(weights);
 }
 
 Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruConfig& options) {
@@ -565,31 +512,22 @@ Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruCo
   c.num_layers = max_layer + 1;
   c.bidirectional = reverse;
   c.bias = state.count("bias_ih_l0") || state.count("bias_hh_l0");
-  std::set<std::string> expected;
+  ops::StateDictReader reader("gru", state);
   std::vector<GruLayerWeights> weights;
-  auto get = [&](const char* what, int64_t l, int64_t d) {
-    const std::string key = gru_key(what, l, d);
-    expected.insert(key);
-    auto it = state.find(key);
-    if (it == state.end()) throw Error(fmt::format("gru weights: missing key '{}'", key));
-    return it->second;
-  };
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t d = 0; d < c.directions(); ++d) {
       GruLayerWeights w;
-      w.w_ih = get("weight_ih", l, d);
-      w.w_hh = get("weight_hh", l, d);
+      w.w_ih = reader.get(gru_key("weight_ih", l, d));
+      w.w_hh = reader.get(gru_key("weight_hh", l, d));
       if (c.bias) {
-        w.b_ih = get("bias_ih", l, d);
-        w.b_hh = get("bias_hh", l, d);
+        w.b_ih = reader.get(gru_key("bias_ih", l, d));
+        w.b_hh = reader.get(gru_key("bias_hh", l, d));
       }
       weights.push_back(std::move(w));
     }
-  for (const auto& [key, t] : state)
-    if (!expected.count(key))
-      throw Error(fmt::format("gru weights: unexpected key '{}' for a {}-layer {}GRU{}", key,
-                              c.num_layers, c.bidirectional ? "bidirectional " : "",
-                              c.bias ? "" : " without bias"));
+  reader.check_no_other(fmt::format("a {}-layer {}GRU{}", c.num_layers,
+                                    c.bidirectional ? "bidirectional " : "",
+                                    c.bias ? "" : " without bias"));
   return Gru(c, std::move(weights));
 }
 
@@ -612,11 +550,13 @@ std::map<std::string, Tensor> GruGrads::state_dict(const GruConfig& c) const {
   return out;
 }
 
-GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths) const {
+GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths,
+                       int threads) const {
+  ops::ThreadsScope scope("gru", threads);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
-  GruOutput r = dtype_ == DType::f32
-                    ? forward_impl<float>(config_, weights_, p, false, 0, nullptr)
-                    : forward_impl<double>(config_, weights_, p, false, 0, nullptr);
+  GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
+    return forward_impl<decltype(t)>(config_, weights_, p, false, 0, nullptr);
+  });
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
@@ -646,8 +586,9 @@ GruInference::~GruInference() = default;
 GruInference::GruInference(GruInference&&) noexcept = default;
 GruInference& GruInference::operator=(GruInference&&) noexcept = default;
 
-GruOutput GruInference::forward(const Tensor& input, const Tensor& h0,
-                                const Tensor& lengths) const {
+GruOutput GruInference::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths,
+                                int threads) const {
+  ops::ThreadsScope scope("gru", threads);
   const GruConfig& c = impl_->config;
   Problem p = normalize(c, impl_->dtype, input, h0, lengths);
   // The weights themselves are not read: only their packed copies.
@@ -660,7 +601,8 @@ GruOutput GruInference::forward(const Tensor& input, const Tensor& h0,
 }
 
 GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                             GruTape& tape, uint64_t dropout_seed) const {
+                             GruTape& tape, uint64_t dropout_seed, int threads) const {
+  ops::ThreadsScope scope("gru", threads);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
   auto data = std::make_unique<GruTapeData>();
   const int64_t LD = config_.num_layers * config_.directions();
@@ -675,47 +617,30 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   data->aux.resize(LD);
   data->packed_f32.resize(dtype_ == DType::f32 ? LD : 0);
   data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
-  GruOutput r = dtype_ == DType::f32
-                    ? forward_impl<float>(config_, weights_, p, true, dropout_seed, data.get())
-                    : forward_impl<double>(config_, weights_, p, true, dropout_seed, data.get());
+  GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
+    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get());
+  });
   data->h0_shape = r.h_n.shape();
   if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);
-  tape.data = std::move(data);
+  tape.data_ = std::move(data);
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
 }
 
-GruGrads Gru::backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n) const {
+GruGrads Gru::backward(const GruTape& tape, const Tensor& doutput, const Tensor& dh_n,
+                       int threads) const {
+  ops::ThreadsScope scope("gru backward", threads);
   if (tape.empty()) throw Error("gru backward: the tape is empty (run forward_train first)");
-  const GruTapeData& t = *tape.data;
+  const GruTapeData& t = *tape.data_;
   if (t.dtype != dtype_)
     throw Error("gru backward: the tape was recorded with weights of another dtype");
-  if (!doutput.defined() && !dh_n.defined())
-    throw Error("gru backward: neither grad_output nor grad_h_n given (expected at least one)");
-  const int64_t DH = config_.directions() * config_.hidden_size;
-  Tensor dout, dhn;
-  if (doutput.defined()) {
-    if (doutput.dtype() != dtype_)
-      throw Error(fmt::format("gru backward: grad_output has dtype {}, expected {}",
-                              dtype_name(doutput.dtype()), dtype_name(dtype_)));
-    Shape expected = t.unbatched           ? Shape{t.lay.T, DH}
-                     : config_.batch_first ? Shape{t.lay.N, t.lay.T, DH}
-                                           : Shape{t.lay.T, t.lay.N, DH};
-    check_shape("gru backward", "grad_output", doutput, expected);
-    dout = t.unbatched           ? doutput.unsqueeze(1)
-           : config_.batch_first ? doutput.transpose(0, 1)
-                                 : doutput;
-  }
-  if (dh_n.defined()) {
-    if (dh_n.dtype() != dtype_)
-      throw Error(fmt::format("gru backward: grad_h_n has dtype {}, expected {}",
-                              dtype_name(dh_n.dtype()), dtype_name(dtype_)));
-    check_shape("gru backward", "grad_h_n", dh_n, t.h0_shape);
-    dhn = t.unbatched ? dh_n.unsqueeze(1) : dh_n;
-  }
-  return dtype_ == DType::f32 ? backward_impl<float>(config_, weights_, t, dout, dhn)
-                              : backward_impl<double>(config_, weights_, t, dout, dhn);
+  const ops::SeqUpstream u =
+      ops::normalize_upstream(seq_spec(config_, dtype_), t.lay.T, t.lay.N, t.unbatched,
+                              config_.directions() * config_.hidden_size, t.h0_shape, doutput, dh_n);
+  return ops::dispatch_float(dtype_, [&](auto x) {
+    return backward_impl<decltype(x)>(config_, weights_, t, u.doutput, u.dh_n);
+  });
 }
 
 // ---- GruCell: a one-layer GRU run for one step ----------------------------------------
@@ -760,6 +685,18 @@ GruCell GruCell::from_state_dict(const std::map<std::string, Tensor>& state, Gru
   return GruCell(g.config().input_size, g.config().hidden_size, form, g.weights()[0]);
 }
 
+GruCell::GruCell(const GruCell& other)
+    : input_size_(other.input_size_), hidden_size_(other.hidden_size_), form_(other.form_),
+      w_(other.w_) {
+  for (Tensor* t : {&w_.w_ih, &w_.w_hh, &w_.b_ih, &w_.b_hh})
+    if (t->defined()) *t = t->clone();
+}
+
+GruCell& GruCell::operator=(const GruCell& other) {
+  if (this != &other) *this = GruCell(other);
+  return *this;
+}
+
 std::map<std::string, Tensor> GruCell::state_dict() const {
   std::map<std::string, Tensor> out{{"weight_ih", w_.w_ih}, {"weight_hh", w_.w_hh}};
   if (w_.b_ih.defined()) out["bias_ih"] = w_.b_ih;
@@ -793,25 +730,26 @@ CellProblem cell_problem(const Tensor& x, const Tensor& h, int64_t I, int64_t H)
 }
 }  // namespace
 
-Tensor GruCell::forward(const Tensor& x, const Tensor& h) const {
-  CellProblem p = cell_problem(x, h, input_size_, hidden_size_);
+Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const {
+  CellProblem p = cell_problem(input, h, input_size_, hidden_size_);
   Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {w_});
-  Tensor h_new = g.forward(p.x, p.h).h_n.select(0, 0);
+  Tensor h_new = g.forward(p.x, p.h, {}, threads).h_n.select(0, 0);
   return p.unbatched ? h_new.select(0, 0) : h_new;
 }
 
-GruCell::Grads GruCell::backward(const Tensor& x, const Tensor& h, const Tensor& dh_new) const {
-  CellProblem p = cell_problem(x, h, input_size_, hidden_size_);
-  check_defined("gru cell backward", "grad_h_new", dh_new);
-  check_shape("gru cell backward", "grad_h_new", dh_new,
+GruCell::Grads GruCell::backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
+                                 int threads) const {
+  CellProblem p = cell_problem(input, h, input_size_, hidden_size_);
+  check_defined("gru cell backward", "dh_new", dh_new);
+  check_shape("gru cell backward", "dh_new", dh_new,
               p.unbatched ? Shape{hidden_size_} : Shape{p.x.size(1), hidden_size_});
   Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {w_});
   GruTape tape;
-  g.forward_train(p.x, p.h, {}, tape);
+  g.forward_train(p.x, p.h, {}, tape, 0, threads);
   Tensor dhn = p.unbatched ? dh_new.unsqueeze(0).unsqueeze(0) : dh_new.unsqueeze(0);
-  GruGrads gg = g.backward(tape, {}, dhn);
+  GruGrads gg = g.backward(tape, {}, dhn, threads);
   Grads out;
-  out.dx = p.unbatched ? gg.dinput.select(0, 0).select(0, 0) : gg.dinput.select(0, 0);
+  out.dinput = p.unbatched ? gg.dinput.select(0, 0).select(0, 0) : gg.dinput.select(0, 0);
   out.dh = p.unbatched ? gg.dh0.select(0, 0).select(0, 0) : gg.dh0.select(0, 0);
   out.dweights = gg.dweights[0];
   return out;

@@ -1,4 +1,4 @@
-// nn.Linear driver: validates x, w, b (and dy) at the API boundary, normalizes strided
+// nn.Linear driver: validates input, weight, bias (and doutput) at the API boundary, normalizes strided
 // operands for the GEMM, and calls the optimized or the reference kernels (cpu/linear.h).
 #include "cpu/linear.h"
 
@@ -10,22 +10,25 @@
 #include "grux/nn.h"
 #include "grux/runtime.h"
 #include "ops/nn_util.h"
+#include "ops/recurrent.h"
+#include "ops/threads_option.h"
 
 namespace grux {
 
 namespace {
 
-// x (M, I) and w (O, I): defined, 2-D, one floating dtype, CPU, matching I.
-void check_x_w(const char* op, const Tensor& x, const Tensor& w) {
-  ops::check_float_cpu(op, "x", x);
-  ops::check_float_cpu(op, "w", w);
-  ops::check_dim(op, "x", x, 2, "(M, I)");
-  ops::check_dim(op, "w", w, 2, "(O, I)");
-  check_same_dtype(op, "x", x, "w", w);
-  check_same_device(op, "x", x, "w", w);
-  if (w.size(1) != x.size(1))
-    throw Error(fmt::format("{}: w has shape {}, expected (O, {}) to match x's {} input features",
-                            op, shape_str(w.shape()), x.size(1), x.size(1)));
+// input (M, I) and weight (O, I): defined, 2-D, one floating dtype, CPU, matching I.
+void check_input_weight(const char* op, const Tensor& input, const Tensor& weight) {
+  ops::check_float_cpu(op, "input", input);
+  ops::check_float_cpu(op, "weight", weight);
+  ops::check_dim(op, "input", input, 2, "(M, I)");
+  ops::check_dim(op, "weight", weight, 2, "(O, I)");
+  check_same_dtype(op, "input", input, "weight", weight);
+  check_same_device(op, "input", input, "weight", weight);
+  if (weight.size(1) != input.size(1))
+    throw Error(
+        fmt::format("{}: weight has shape {}, expected (O, {}) to match input's {} features", op,
+                    shape_str(weight.shape()), input.size(1), input.size(1)));
 }
 
 template <typename T>
@@ -41,44 +44,52 @@ Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 template <typename T>
-LinearGrads backward(const Tensor& x, const Tensor& w, bool bias, const Tensor& dy, bool want_dx) {
+LinearGrads backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
+                     bool want_dx) {
   const int64_t M = x.size(0), I = x.size(1), O = w.size(0);
   const auto xo = ops::mat_operand<T>(x), wo = ops::mat_operand<T>(w);
   const auto dyo = ops::row_major_operand<T>(dy);
   LinearGrads g;
-  if (want_dx) g.dx = Tensor::empty({M, I}, dtype_of<T>());
-  g.dw = Tensor::empty({O, I}, dtype_of<T>());
-  if (bias) g.db = Tensor::empty({O}, dtype_of<T>());
+  if (want_dx) g.dinput = Tensor::empty({M, I}, dtype_of<T>());
+  g.dweight = Tensor::empty({O, I}, dtype_of<T>());
+  if (bias) g.dbias = Tensor::empty({O}, dtype_of<T>());
   auto kernel = reference_kernels() ? &cpu::ref::linear_backward<T> : &cpu::linear_backward<T>;
   kernel(M, I, O, xo.data, xo.ld, xo.trans, wo.data, wo.ld, wo.trans, dyo.data, dyo.ld,
-         want_dx ? g.dx.data<T>() : nullptr, g.dw.data<T>(), bias ? g.db.data<T>() : nullptr);
+         want_dx ? g.dinput.data<T>() : nullptr, g.dweight.data<T>(),
+         bias ? g.dbias.data<T>() : nullptr);
   return g;
 }
 
 }  // namespace
 
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                      int threads) {
   const char* op = "linear_forward";
-  check_x_w(op, x, w);
-  if (b.defined()) {
-    ops::check_float_cpu(op, "b", b);
-    check_same_dtype(op, "x", x, "b", b);
-    check_same_device(op, "x", x, "b", b);
-    check_shape(op, "b", b, {w.size(0)});
+  ops::ThreadsScope scope(op, threads);
+  check_input_weight(op, input, weight);
+  if (bias.defined()) {
+    ops::check_float_cpu(op, "bias", bias);
+    check_same_dtype(op, "input", input, "bias", bias);
+    check_same_device(op, "input", input, "bias", bias);
+    check_shape(op, "bias", bias, {weight.size(0)});
   }
-  return x.dtype() == DType::f32 ? forward<float>(x, w, b) : forward<double>(x, w, b);
+  return ops::dispatch_float(input.dtype(), [&](auto t) {
+    return forward<decltype(t)>(input, weight, bias);
+  });
 }
 
-LinearGrads linear_backward(const Tensor& x, const Tensor& w, bool bias, const Tensor& dy,
-                            bool want_dx) {
+LinearGrads linear_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
+                            bool bias, bool want_dinput, int threads) {
   const char* op = "linear_backward";
-  check_x_w(op, x, w);
-  ops::check_float_cpu(op, "dy", dy);
-  check_same_dtype(op, "x", x, "dy", dy);
-  check_same_device(op, "x", x, "dy", dy);
-  check_shape(op, "dy", dy, {x.size(0), w.size(0)});
-  return x.dtype() == DType::f32 ? backward<float>(x, w, bias, dy, want_dx)
-                                 : backward<double>(x, w, bias, dy, want_dx);
+  ops::ThreadsScope scope(op, threads);
+  check_input_weight(op, input, weight);
+  ops::check_float_cpu(op, "doutput", doutput);
+  check_same_dtype(op, "input", input, "doutput", doutput);
+  check_same_device(op, "input", input, "doutput", doutput);
+  check_shape(op, "doutput", doutput, {input.size(0), weight.size(0)});
+  return ops::dispatch_float(input.dtype(), [&](auto t) {
+    return backward<decltype(t)>(input, weight, doutput, bias, want_dinput);
+  });
 }
 
 LinearProblem LinearProblem::parse(const std::string& text) {

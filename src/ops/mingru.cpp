@@ -28,6 +28,8 @@
 #include "cpu/scan.h"
 #include "grux/runtime.h"
 #include "ops/mingru_internal.h"
+#include "ops/recurrent.h"
+#include "ops/threads_option.h"
 
 namespace grux {
 
@@ -53,7 +55,7 @@ MinGruTape::~MinGruTape() = default;
 MinGruTape::MinGruTape(MinGruTape&&) noexcept = default;
 MinGruTape& MinGruTape::operator=(MinGruTape&&) noexcept = default;
 bool MinGruTape::empty() const {
-  return data == nullptr;
+  return data_ == nullptr;
 }
 
 // What backward needs from forward_train.
@@ -77,106 +79,32 @@ namespace {
 void check_layer_weights(const MinGruConfig& c, DType dtype, const MinGruLayerWeights& w,
                          int64_t l) {
   const int64_t H = c.hidden_size;
-  auto check = [&](const char* what, const Tensor& t, const Shape& shape) {
-    const std::string key = mingru_key(what, l);
-    if (!t.defined()) throw Error(fmt::format("mingru: missing weight '{}'", key));
-    if (t.shape() != shape)
-      throw Error(fmt::format("mingru: weight '{}' has shape {}, expected {}", key,
-                              shape_str(t.shape()), shape_str(shape)));
-    if (t.dtype() != dtype)
-      throw Error(
-          fmt::format("mingru: weight '{}' has dtype {}, expected {} like the other weights", key,
-                      dtype_name(t.dtype()), dtype_name(dtype)));
-    if (t.device() != Device::cpu())
-      throw Error(fmt::format("mingru: weight '{}' is on {}, expected cpu", key, t.device().str()));
-  };
-  check("weight", w.weight, {2 * H, c.layer_input_size(l)});
+  ops::check_weight("mingru", mingru_key("weight", l), w.weight, {2 * H, c.layer_input_size(l)},
+                    dtype);
   if (c.bias)
-    check("bias", w.bias, {2 * H});
+    ops::check_weight("mingru", mingru_key("bias", l), w.bias, {2 * H}, dtype);
   else if (w.bias.defined())
     throw Error(fmt::format("mingru: layer {} has a bias but bias is false", l));
 }
 
 // ---- Problem normalization -----------------------------------------------------------
 
-// The caller's tensors as time-major views.
-struct Problem {
-  Tensor x;                  // (T, N, I)
-  Tensor h0;                 // (L, N, H) or undefined
-  std::vector<int64_t> len;  // (N) or empty (all T)
-  bool unbatched = false;
-};
+using Problem = ops::SeqInput;  // len: empty also when every length is T
+
+ops::SeqSpec seq_spec(const MinGruConfig& c, DType dtype) {
+  return {"mingru", c.input_size, c.hidden_size, c.num_layers, c.batch_first, dtype};
+}
 
 Problem normalize(const MinGruConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
                   const Tensor& lengths) {
-  const char* op = "mingru";
-  check_defined(op, "input", input);
-  if (input.dtype() != dtype)
-    throw Error(fmt::format(
-        "mingru: input has dtype {} but the weights have dtype {} (expected the same dtype)",
-        dtype_name(input.dtype()), dtype_name(dtype)));
-  if (input.device() != Device::cpu())
-    throw Error(
-        fmt::format("mingru: input is on {} but the weights are on cpu (expected the same device)",
-                    input.device().str()));
-  Problem p;
-  if (input.dim() == 2) {
-    p.unbatched = true;
-    p.x = input.unsqueeze(1);
-  } else if (input.dim() == 3) {
-    p.x = c.batch_first ? input.transpose(0, 1) : input;
-  } else {
-    throw Error(fmt::format(
-        "mingru: input has shape {}, expected (T, N, I), (N, T, I) with batch_first, or "
-        "(T, I) unbatched",
-        shape_str(input.shape())));
-  }
-  const int64_t T = p.x.size(0), N = p.x.size(1), I = p.x.size(2);
-  if (I != c.input_size)
-    throw Error(fmt::format("mingru: input has shape {}: feature size {}, expected input_size {}",
-                            shape_str(input.shape()), I, c.input_size));
-  if (T < 1 || N < 1)
-    throw Error(
-        fmt::format("mingru: input has shape {}, expected at least one time step and one sequence",
-                    shape_str(input.shape())));
-  const int64_t L = c.num_layers, H = c.hidden_size;
-  if (h0.defined()) {
-    check_same_dtype(op, "input", input, "h0", h0);
-    check_same_device(op, "input", input, "h0", h0);
-    if (p.unbatched) {
-      check_shape(op, "h0", h0, {L, H});
-      p.h0 = h0.unsqueeze(1);
-    } else {
-      check_shape(op, "h0", h0, {L, N, H});
-      p.h0 = h0;
-    }
-  }
-  if (lengths.defined()) {
-    if (p.unbatched)
-      throw Error(
-          "mingru: lengths given with unbatched input (expected a batched input (T, N, I))");
-    check_same_device(op, "input", input, "lengths", lengths);
-    check_dtype(op, "lengths", lengths, DType::i64);
-    check_shape(op, "lengths", lengths, {N});
-    p.len.resize(N);
-    bool all_full = true;
-    for (int64_t n = 0; n < N; ++n) {
-      p.len[n] = static_cast<int64_t>(lengths.at_flat(n));
-      if (p.len[n] < 1 || p.len[n] > T)
-        throw Error(
-            fmt::format("mingru: lengths[{}] = {} is out of range (expected 1 <= length <= T = {})",
-                        n, p.len[n], T));
-      all_full = all_full && p.len[n] == T;
-    }
-    if (all_full) p.len.clear();  // no padding: the kernels skip the per-row test
-  }
+  Problem p = ops::normalize_input(seq_spec(c, dtype), input, h0, lengths);
+  const int64_t T = p.x.size(0);
+  // No padding: the kernels skip the per-row test.
+  if (std::all_of(p.len.begin(), p.len.end(), [T](int64_t n) { return n == T; })) p.len.clear();
   return p;
 }
 
-Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched) {
-  if (unbatched) return t.squeeze(1);
-  return batch_first ? t.transpose(0, 1).contiguous() : t;
-}
+using ops::to_caller_layout;
 
 // ---- Kernels -----------------------------------------------------------------------------
 
@@ -552,22 +480,36 @@ MinGru::MinGru(const MinGruConfig& config, DType dtype, uint64_t seed)
 }
 
 MinGru::MinGru(const MinGruConfig& config, std::vector<MinGruLayerWeights> weights)
-    : config_(config), weights_(std::move(weights)) {
+    : config_(config) {
   config_.validate();
-  if (static_cast<int64_t>(weights_.size()) != config_.num_layers)
+  set_weights(std::move(weights));
+}
+
+MinGru::MinGru(const MinGru& other)
+    : config_(other.config_), dtype_(other.dtype_), weights_(other.weights_) {
+  for (MinGruLayerWeights& w : weights_)
+    for (Tensor* t : {&w.weight, &w.bias})
+      if (t->defined()) *t = t->clone();
+}
+
+MinGru& MinGru::operator=(const MinGru& other) {
+  if (this != &other) *this = MinGru(other);
+  return *this;
+}
+
+void MinGru::set_weights(std::vector<MinGruLayerWeights> weights) {
+  if (static_cast<int64_t>(weights.size()) != config_.num_layers)
     throw Error(fmt::format("mingru: {} weight sets given, expected num_layers = {}",
-                            weights_.size(), config_.num_layers));
-  dtype_ = weights_[0].weight.defined() ? weights_[0].weight.dtype() : DType::f32;
-  if (dtype_ != DType::f32 && dtype_ != DType::f64)
-    throw Error(fmt::format("mingru: weight 'weight_l0' has dtype {}, expected f32 or f64",
-                            dtype_name(dtype_)));
+                            weights.size(), config_.num_layers));
+  const DType dtype = ops::weights_dtype("mingru", mingru_key("weight", 0), weights[0].weight);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
-    MinGruLayerWeights& w = weights_[l];
-    check_layer_weights(config_, dtype_, w, l);
-    // Kernels take raw row-major pointers.
-    w.weight = w.weight.contiguous();
-    if (w.bias.defined()) w.bias = w.bias.contiguous();
+    MinGruLayerWeights& w = weights[l];
+    check_layer_weights(config_, dtype, w, l);
+    ops::make_contiguous(w.weight);
+    ops::make_contiguous(w.bias);
   }
+  dtype_ = dtype;
+  weights_ = std::move(weights);
 }
 
 MinGru MinGru::from_state_dict(const std::map<std::string, Tensor>& state,
@@ -596,25 +538,16 @@ MinGru MinGru::from_state_dict(const std::map<std::string, Tensor>& state,
   c.input_size = t0.size(1);
   c.num_layers = max_layer + 1;
   c.bias = state.count("bias_l0") > 0;
-  std::set<std::string> expected;
-  auto get = [&](const char* what, int64_t l) {
-    const std::string key = mingru_key(what, l);
-    expected.insert(key);
-    auto it = state.find(key);
-    if (it == state.end()) throw Error(fmt::format("mingru weights: missing key '{}'", key));
-    return it->second;
-  };
+  ops::StateDictReader reader("mingru", state);
   std::vector<MinGruLayerWeights> weights;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     MinGruLayerWeights w;
-    w.weight = get("weight", l);
-    if (c.bias) w.bias = get("bias", l);
+    w.weight = reader.get(mingru_key("weight", l));
+    if (c.bias) w.bias = reader.get(mingru_key("bias", l));
     weights.push_back(std::move(w));
   }
-  for (const auto& [key, t] : state)
-    if (!expected.count(key))
-      throw Error(fmt::format("mingru weights: unexpected key '{}' for a {}-layer minGRU{}", key,
-                              c.num_layers, c.bias ? "" : " without bias"));
+  reader.check_no_other(
+      fmt::format("a {}-layer minGRU{}", c.num_layers, c.bias ? "" : " without bias"));
   return MinGru(c, std::move(weights));
 }
 
@@ -634,17 +567,21 @@ std::map<std::string, Tensor> MinGruGrads::state_dict(const MinGruConfig& c) con
   return out;
 }
 
-MinGruOutput MinGru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths) const {
+MinGruOutput MinGru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths,
+                             int threads) const {
+  ops::ThreadsScope scope("mingru", threads);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
-  MinGruOutput r = dtype_ == DType::f32 ? forward_impl<float>(config_, weights_, p, nullptr)
-                                        : forward_impl<double>(config_, weights_, p, nullptr);
+  MinGruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
+    return forward_impl<decltype(t)>(config_, weights_, p, nullptr);
+  });
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
 }
 
 MinGruOutput MinGru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                                   MinGruTape& tape) const {
+                                   MinGruTape& tape, int threads) const {
+  ops::ThreadsScope scope("mingru", threads);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
   auto data = std::make_unique<MinGruTapeData>();
   const int64_t L = config_.num_layers;
@@ -658,53 +595,30 @@ MinGruOutput MinGru::forward_train(const Tensor& input, const Tensor& h0, const 
   data->states.resize(L);
   data->h0.resize(L);
   if (config_.log_space && p.h0.defined()) data->h0_raw = p.h0;
-  MinGruOutput r = dtype_ == DType::f32 ? forward_impl<float>(config_, weights_, p, data.get())
-                                        : forward_impl<double>(config_, weights_, p, data.get());
+  MinGruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
+    return forward_impl<decltype(t)>(config_, weights_, p, data.get());
+  });
   data->h0_shape = r.h_n.shape();
   if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);
-  tape.data = std::move(data);
+  tape.data_ = std::move(data);
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
 }
 
-MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput,
-                             const Tensor& dh_n) const {
+MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput, const Tensor& dh_n,
+                             int threads) const {
+  ops::ThreadsScope scope("mingru backward", threads);
   if (tape.empty()) throw Error("mingru backward: the tape is empty (run forward_train first)");
-  const MinGruTapeData& t = *tape.data;
+  const MinGruTapeData& t = *tape.data_;
   if (t.dtype != dtype_)
     throw Error("mingru backward: the tape was recorded with weights of another dtype");
-  if (!doutput.defined() && !dh_n.defined())
-    throw Error("mingru backward: neither grad_output nor grad_h_n given (expected at least one)");
-  const int64_t H = config_.hidden_size;
-  Tensor dout, dhn;
-  if (doutput.defined()) {
-    if (doutput.dtype() != dtype_)
-      throw Error(fmt::format("mingru backward: grad_output has dtype {}, expected {}",
-                              dtype_name(doutput.dtype()), dtype_name(dtype_)));
-    if (doutput.device() != Device::cpu())
-      throw Error(fmt::format("mingru backward: grad_output is on {}, expected cpu",
-                              doutput.device().str()));
-    const Shape expected = t.unbatched           ? Shape{t.T, H}
-                           : config_.batch_first ? Shape{t.N, t.T, H}
-                                                 : Shape{t.T, t.N, H};
-    check_shape("mingru backward", "grad_output", doutput, expected);
-    dout = t.unbatched           ? doutput.unsqueeze(1)
-           : config_.batch_first ? doutput.transpose(0, 1)
-                                 : doutput;
-  }
-  if (dh_n.defined()) {
-    if (dh_n.dtype() != dtype_)
-      throw Error(fmt::format("mingru backward: grad_h_n has dtype {}, expected {}",
-                              dtype_name(dh_n.dtype()), dtype_name(dtype_)));
-    if (dh_n.device() != Device::cpu())
-      throw Error(
-          fmt::format("mingru backward: grad_h_n is on {}, expected cpu", dh_n.device().str()));
-    check_shape("mingru backward", "grad_h_n", dh_n, t.h0_shape);
-    dhn = t.unbatched ? dh_n.unsqueeze(1) : dh_n;
-  }
-  MinGruGrads g = dtype_ == DType::f32 ? backward_impl<float>(config_, weights_, t, dout, dhn)
-                                       : backward_impl<double>(config_, weights_, t, dout, dhn);
+  const ops::SeqUpstream u = ops::normalize_upstream(
+      seq_spec(config_, dtype_), t.T, t.N, t.unbatched, config_.hidden_size, t.h0_shape, doutput,
+      dh_n);
+  MinGruGrads g = ops::dispatch_float(dtype_, [&](auto x) {
+    return backward_impl<decltype(x)>(config_, weights_, t, u.doutput, u.dh_n);
+  });
   g.dinput = to_caller_layout(g.dinput, config_.batch_first, t.unbatched);
   if (t.unbatched) g.dh0 = g.dh0.squeeze(1);
   return g;

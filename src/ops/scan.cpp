@@ -22,7 +22,12 @@ namespace grux {
 
 namespace {
 
-int team(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+// The scans pass their thread count to the kernels (docs/api.md's `threads` option).
+int team(int threads) {
+  if (threads < 0)
+    throw Error(fmt::format("scan: threads is {}, expected 0 (grux chooses) or >= 1", threads));
+  return threads > 0 ? threads : omp_get_max_threads();
+}
 
 int64_t wrap_dim(const char* op, const Tensor& x, int64_t dim) {
   const int64_t r = x.dim();
@@ -493,8 +498,8 @@ Tensor log_affine_scan(const Tensor& log_a, const Tensor& log_b, int64_t dim,
   return run_affine(L, log_a, log_b, log_h0, true, opt);
 }
 
-AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h, const Tensor& dh,
-                                     int64_t dim, const Tensor& h0,
+AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h0, const Tensor& h,
+                                     const Tensor& dh, int64_t dim,
                                      const AffineScanOptions& opt) {
   const char* name = "affine_scan_backward";
   const AffineLayout L = affine_layout(name, a, h, dim, h0);

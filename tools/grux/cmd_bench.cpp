@@ -387,7 +387,7 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
   const CpuTiming tb = time_with_cpu(a.reps, [&] {
     for (int64_t l = 0; l < p.L; ++l) {
       linear_forward(gx[l], gw[l], gb[l]);
-      if (a.train) linear_backward(gx[l], gw[l], p.bias, gdy[l], /*want_dx=*/true);
+      if (a.train) linear_backward(gx[l], gw[l], gdy[l], p.bias, /*want_dx=*/true);
     }
   });
   double flops = 0;  // 2 * rows * 2H * in per layer, x3 with backward
@@ -455,8 +455,8 @@ void run_bench_conv2d(const ConvBenchArgs& a) {
     const Tensor xs = n == p.N ? x : x.slice(0, 0, n);
     std::vector<Tensor> out{conv2d_forward(xs, w, b, o)};
     if (a.train) {
-      ConvGrads g = conv2d_backward(n == p.N ? dy : dy.slice(0, 0, n), xs, w, true, o);
-      out.insert(out.end(), {g.grad_input, g.grad_weight, g.grad_bias});
+      ConvGrads g = conv2d_backward(xs, w, n == p.N ? dy : dy.slice(0, 0, n), true, o);
+      out.insert(out.end(), {g.dinput, g.dweight, g.dbias});
     }
     if (a.inject_mismatch && with != ConvAlgo::loops) {  // the result under test only
       out[0] = out[0].clone();

@@ -60,11 +60,11 @@ void run_conv(const ConvArgs& a) {
   if (a.dims == 2) {
     const Conv2dOptions o{stride, padding, dilation, a.groups, algo};
     y = conv2d_forward(x, w, b, o);
-    if (dy.defined()) g = conv2d_backward(dy, x, w, b.defined(), o);
+    if (dy.defined()) g = conv2d_backward(x, w, dy, b.defined(), o);
   } else {
     const Conv1dOptions o{stride.w, padding.w, dilation.w, a.groups, algo};
     y = conv1d_forward(x, w, b, o);
-    if (dy.defined()) g = conv1d_backward(dy, x, w, b.defined(), o);
+    if (dy.defined()) g = conv1d_backward(x, w, dy, b.defined(), o);
   }
 
   std::error_code ec;
@@ -74,9 +74,9 @@ void run_conv(const ConvArgs& a) {
   const std::filesystem::path out(a.out);
   write_npy((out / "output.npy").string(), y);
   if (dy.defined()) {
-    write_npy((out / "grad_input.npy").string(), g.grad_input);
-    write_npy((out / "grad_weight.npy").string(), g.grad_weight);
-    if (b.defined()) write_npy((out / "grad_bias.npy").string(), g.grad_bias);
+    write_npy((out / "grad_input.npy").string(), g.dinput);
+    write_npy((out / "grad_weight.npy").string(), g.dweight);
+    if (b.defined()) write_npy((out / "grad_bias.npy").string(), g.dbias);
   }
 }
 

@@ -1,0 +1,145 @@
+// Shared checks and layouts of the recurrent stack drivers (see recurrent.h).
+#include "ops/recurrent.h"
+
+#include <fmt/format.h>
+
+namespace grux::ops {
+
+void check_weight(const char* op, const std::string& key, const Tensor& t, const Shape& shape,
+                  DType dtype) {
+  if (!t.defined()) throw Error(fmt::format("{}: missing weight '{}'", op, key));
+  if (t.shape() != shape)
+    throw Error(fmt::format("{}: weight '{}' has shape {}, expected {}", op, key,
+                            shape_str(t.shape()), shape_str(shape)));
+  if (t.dtype() != dtype)
+    throw Error(fmt::format("{}: weight '{}' has dtype {}, expected {} like the other weights", op,
+                            key, dtype_name(t.dtype()), dtype_name(dtype)));
+  if (t.device() != Device::cpu())
+    throw Error(fmt::format("{}: weight '{}' is on {}, expected cpu", op, key, t.device().str()));
+}
+
+DType weights_dtype(const char* op, const std::string& key, const Tensor& first) {
+  if (!first.defined()) return DType::f32;
+  if (first.dtype() != DType::f32 && first.dtype() != DType::f64)
+    throw Error(fmt::format("{}: weight '{}' has dtype {}, expected f32 or f64", op, key,
+                            dtype_name(first.dtype())));
+  return first.dtype();
+}
+
+void make_contiguous(Tensor& t) {
+  if (t.defined()) t = t.contiguous();
+}
+
+SeqInput normalize_input(const SeqSpec& s, const Tensor& input, const Tensor& h0,
+                         const Tensor& lengths) {
+  const char* op = s.op;
+  check_defined(op, "input", input);
+  if (input.dtype() != s.dtype)
+    throw Error(fmt::format(
+        "{}: input has dtype {} but the weights have dtype {} (expected the same dtype)", op,
+        dtype_name(input.dtype()), dtype_name(s.dtype)));
+  if (input.device() != Device::cpu())
+    throw Error(
+        fmt::format("{}: input is on {} but the weights are on cpu (expected the same device)", op,
+                    input.device().str()));
+  SeqInput p;
+  if (input.dim() == 2) {
+    p.unbatched = true;
+    p.x = input.unsqueeze(1);
+  } else if (input.dim() == 3) {
+    p.x = s.batch_first ? input.transpose(0, 1) : input;
+  } else {
+    throw Error(fmt::format(
+        "{}: input has shape {}, expected (T, N, I), (N, T, I) with batch_first, or (T, I) "
+        "unbatched",
+        op, shape_str(input.shape())));
+  }
+  const int64_t T = p.x.size(0), N = p.x.size(1), I = p.x.size(2);
+  if (I != s.input_size)
+    throw Error(fmt::format("{}: input has shape {}: feature size {}, expected input_size {}", op,
+                            shape_str(input.shape()), I, s.input_size));
+  if (T < 1 || N < 1)
+    throw Error(
+        fmt::format("{}: input has shape {}, expected at least one time step and one sequence", op,
+                    shape_str(input.shape())));
+  const int64_t R = s.state_rows, H = s.hidden_size;
+  if (h0.defined()) {
+    check_same_dtype(op, "input", input, "h0", h0);
+    check_same_device(op, "input", input, "h0", h0);
+    if (p.unbatched) {
+      check_shape(op, "h0", h0, {R, H});
+      p.h0 = h0.unsqueeze(1);
+    } else {
+      check_shape(op, "h0", h0, {R, N, H});
+      p.h0 = h0;
+    }
+  }
+  if (lengths.defined()) {
+    if (p.unbatched)
+      throw Error(fmt::format(
+          "{}: lengths given with unbatched input (expected a batched input (T, N, I))", op));
+    check_same_device(op, "input", input, "lengths", lengths);
+    check_dtype(op, "lengths", lengths, DType::i64);
+    check_shape(op, "lengths", lengths, {N});
+    p.len.resize(N);
+    for (int64_t n = 0; n < N; ++n) {
+      p.len[n] = static_cast<int64_t>(lengths.at_flat(n));
+      if (p.len[n] < 1 || p.len[n] > T)
+        throw Error(
+            fmt::format("{}: lengths[{}] = {} is out of range (expected 1 <= length <= T = {})", op,
+                        n, p.len[n], T));
+    }
+  }
+  return p;
+}
+
+Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched) {
+  if (unbatched) return t.squeeze(1);
+  return batch_first ? t.transpose(0, 1).contiguous() : t;
+}
+
+SeqUpstream normalize_upstream(const SeqSpec& s, int64_t T, int64_t N, bool unbatched,
+                               int64_t out_width, const Shape& h_n_shape, const Tensor& doutput,
+                               const Tensor& dh_n) {
+  const std::string op = fmt::format("{} backward", s.op);
+  if (!doutput.defined() && !dh_n.defined())
+    throw Error(fmt::format("{}: neither doutput nor dh_n given (expected at least one)", op));
+  auto check = [&](const char* name, const Tensor& t, const Shape& shape) {
+    if (t.dtype() != s.dtype)
+      throw Error(fmt::format("{}: {} has dtype {}, expected {} like the weights", op, name,
+                              dtype_name(t.dtype()), dtype_name(s.dtype)));
+    if (t.device() != Device::cpu())
+      throw Error(fmt::format("{}: {} is on {}, expected cpu", op, name, t.device().str()));
+    check_shape(op.c_str(), name, t, shape);
+  };
+  SeqUpstream u;
+  if (doutput.defined()) {
+    const Shape expected = unbatched       ? Shape{T, out_width}
+                           : s.batch_first ? Shape{N, T, out_width}
+                                           : Shape{T, N, out_width};
+    check("doutput", doutput, expected);
+    u.doutput = unbatched       ? doutput.unsqueeze(1)
+                : s.batch_first ? doutput.transpose(0, 1)
+                                : doutput;
+  }
+  if (dh_n.defined()) {
+    check("dh_n", dh_n, h_n_shape);
+    u.dh_n = unbatched ? dh_n.unsqueeze(1) : dh_n;
+  }
+  return u;
+}
+
+const Tensor& StateDictReader::get(const std::string& key) {
+  auto it = state_.find(key);
+  if (it == state_.end()) throw Error(fmt::format("{} weights: missing key '{}'", op_, key));
+  read_.insert(key);
+  return it->second;
+}
+
+void StateDictReader::check_no_other(const std::string& what) const {
+  for (const auto& [key, t] : state_)
+    if (!read_.count(key))
+      throw Error(fmt::format("{} weights: unexpected key '{}' for {}", op_, key, what));
+}
+
+}  // namespace grux::ops

@@ -1,0 +1,89 @@
+// Code the recurrent stack drivers (gru.cpp, mingru.cpp, gru_stream.cpp) share, so that
+// they check and shape their arguments the same way and give the same messages: weight
+// checks, the caller's input as a time-major problem, the upstream gradients of backward,
+// the caller's output layout, state-dict key reading, and dtype dispatch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grux/tensor.h"
+
+namespace grux::ops {
+
+// One weight tensor of a recurrent stack: defined, `shape`, `dtype`, on the CPU. `op` ("gru",
+// "mingru") and `key` (its state-dict key) name it in the message.
+void check_weight(const char* op, const std::string& key, const Tensor& t, const Shape& shape,
+                  DType dtype);
+// The dtype of a stack's weights, from its first weight (`key`): f32 or f64, else an error.
+// An undefined first weight gives f32 (check_weight reports it as missing).
+DType weights_dtype(const char* op, const std::string& key, const Tensor& first);
+// Kernels take raw row-major pointers: a non-contiguous weight is replaced by a contiguous
+// copy (same values), so no layout a caller gives is misread.
+void make_contiguous(Tensor& t);
+
+// What the drivers' input checks need to know of the stack.
+struct SeqSpec {
+  const char* op;       // "gru", "mingru": the messages' prefix
+  int64_t input_size;   // I
+  int64_t hidden_size;  // H
+  int64_t state_rows;   // rows of h0 / h_n: L * D (GRU), L (minGRU)
+  bool batch_first;
+  DType dtype;  // the weights'
+};
+
+// The caller's input, h0 and lengths as time-major views, checked.
+struct SeqInput {
+  Tensor x;                  // (T, N, I)
+  Tensor h0;                 // (state_rows, N, H) or undefined
+  std::vector<int64_t> len;  // (N) when lengths were given, else empty
+  bool unbatched = false;
+};
+// input (T, N, I), (N, T, I) with batch_first or (T, I) unbatched, same dtype as the weights,
+// on the CPU; h0 (state_rows, N, H) or (state_rows, H) unbatched, or undefined; lengths (N,)
+// i64 in [1, T] (batched input only), or undefined. Errors name the argument and what was
+// expected.
+SeqInput normalize_input(const SeqSpec& s, const Tensor& input, const Tensor& h0,
+                         const Tensor& lengths);
+
+// Restores the caller's layout of a time-major (T, N, C) result: batch_first or unbatched.
+Tensor to_caller_layout(const Tensor& t, bool batch_first, bool unbatched);
+
+// The upstream gradients of backward, checked against what forward_train returned and made
+// time-major: doutput (T, N, out_width) in the caller's layout, dh_n shaped `h_n_shape`.
+// Either may be undefined, not both.
+struct SeqUpstream {
+  Tensor doutput;  // (T, N, out_width) or undefined
+  Tensor dh_n;     // (state_rows, N, H) or undefined
+};
+SeqUpstream normalize_upstream(const SeqSpec& s, int64_t T, int64_t N, bool unbatched,
+                               int64_t out_width, const Shape& h_n_shape, const Tensor& doutput,
+                               const Tensor& dh_n);
+
+// Reads a stack's weights out of a state dict: get() returns a key's tensor (an error names
+// a missing key) and remembers it; check_no_other() rejects keys that were not read.
+class StateDictReader {
+ public:
+  StateDictReader(const char* op, const std::map<std::string, Tensor>& state)
+      : op_(op), state_(state) {}
+  const Tensor& get(const std::string& key);
+  // `what`: the stack as the message names it, e.g. "a 2-layer GRU without bias".
+  void check_no_other(const std::string& what) const;
+
+ private:
+  const char* op_;
+  const std::map<std::string, Tensor>& state_;
+  std::set<std::string> read_;
+};
+
+// Calls f(float{}) or f(double{}) for the weights' dtype (f32 or f64).
+template <typename F>
+decltype(auto) dispatch_float(DType dtype, F&& f) {
+  if (dtype == DType::f32) return f(float{});
+  return f(double{});
+}
+
+}  // namespace grux::ops
