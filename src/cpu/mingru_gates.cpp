@@ -14,47 +14,13 @@
 #include <limits>
 
 #include "cpu/mingru_gates.h"
+#include "cpu/simd_row-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace grux {
 namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Loads and stores of one chunk of a row: full vectors, or masked at the row's tail.
-template <class D>
-struct Lanes {
-  using T = hn::TFromD<D>;
-  using V = hn::Vec<D>;
-  D d;
-  bool full;
-  int64_t n;  // lanes in this chunk
-  hn::Mask<D> mask;
-  Lanes(D d_, int64_t remaining)
-      : d(d_),
-        full(remaining >= static_cast<int64_t>(hn::Lanes(d_))),
-        n(std::min<int64_t>(remaining, hn::Lanes(d_))),
-        mask(hn::FirstN(d_, static_cast<size_t>(remaining))) {}
-  V load(const T* p) const {
-    if (full) return hn::LoadU(d, p);
-#if HWY_TARGET <= HWY_AVX2
-    return hn::MaskedLoad(mask, d, p);  // a true masked load: nothing past the tail is read
-#else
-    // Before AVX2, Highway's MaskedLoad reads a whole vector and needs an aligned pointer
-    // (a row's tail is neither): the tail goes through an aligned copy.
-    HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)] = {};
-    std::memcpy(buf, p, n * sizeof(T));
-    return hn::Load(d, buf);
-#endif
-  }
-  V load_or_zero(const T* p) const { return p ? load(p) : hn::Zero(d); }
-  void store(V v, T* p) const {
-    if (full)
-      hn::StoreU(v, d, p);
-    else
-      hn::BlendedStore(v, mask, d, p);
-  }
-};
 
 // Row r of arrays whose row 0 is step t0: step t0 + r / N of sequence r % N.
 inline bool is_padding(int64_t r, int64_t t0, int64_t N, const int64_t* len) {
@@ -65,7 +31,7 @@ inline bool is_padding(int64_t r, int64_t t0, int64_t N, const int64_t* len) {
 template <class D, class Body>
 HWY_INLINE void ForUnits(D d, int64_t H, Body body) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t j = 0; j < H; j += L) body(Lanes<D>(d, H - j), j);
+  for (int64_t j = 0; j < H; j += L) body(Chunk<D>(d, H - j), j);
 }
 
 // The gate of one chunk: z = sigmoid(kz) and a = 1 - z = sigmoid(-kz), both from one
