@@ -164,6 +164,41 @@ TEST(Api, MinGruSetWeightsReadsAnyLayout) {
   EXPECT_THROW(m.set_weights(w), Error);
 }
 
+// ---- One problem description per operator ------------------------------------------------
+
+// The GRU's problem is its operator's options plus the data's shape, under one set of names:
+// a benchmark's or the CLI's problem builds the operator as it is.
+TEST(Api, ProblemsAreTheOperatorsOptionsPlusTheDataShape) {
+  GruProblem p = GruProblem::parse("l2d2t5n3i4h6");
+  EXPECT_EQ(p.num_layers, 2);
+  EXPECT_TRUE(p.bidirectional);
+  EXPECT_EQ(p.input_size, 4);
+  EXPECT_EQ(p.hidden_size, 6);
+  EXPECT_EQ(p.T, 5);
+  EXPECT_EQ(p.N, 3);
+  p.bias = false;
+  const Gru gru(p, DType::f64);
+  EXPECT_EQ(gru.config().num_layers, 2);
+  EXPECT_FALSE(gru.config().bias);
+  std::mt19937_64 rng(31);
+  const GruOutput y = gru.forward(random_tensor({p.T, p.N, p.input_size}, DType::f64, rng));
+  EXPECT_EQ(y.output.shape(), (Shape{5, 3, 12}));
+  EXPECT_EQ(p.descriptor(), "l2d2t5n3i4h6");
+  EXPECT_EQ(p.rows(), 15);
+
+  MinGruProblem m = MinGruProblem::parse("l3t7n2i5h4");
+  EXPECT_EQ(m.descriptor(), "l3t7n2i5h4");
+  EXPECT_EQ(MinGruProblem::parse("l3d1t7n2i5h4").descriptor(), "l3t7n2i5h4");
+  EXPECT_THROW(MinGruProblem::parse("l1d2t7n2i5h4"), Error);
+  EXPECT_THROW(MinGruProblem::parse("t7n2i5"), Error);
+  m.log_space = true;
+  const MinGru mg(m, DType::f32);
+  EXPECT_TRUE(mg.config().log_space);
+  EXPECT_EQ(mg.config().num_layers, 3);
+  m.set_lengths("uniform:1:7:3");
+  EXPECT_EQ(static_cast<int64_t>(m.lengths.size()), 2);
+}
+
 // ---- The per-call threads option --------------------------------------------------------
 
 // Runs `f` with the caller's OpenMP setting at 2 and checks that it is 2 again afterwards.

@@ -581,8 +581,8 @@ TEST(CostScan, ShapeErrorsNameTheDescriptor) {
   EXPECT_THROW(scan_cost(ScanCostOp::matmul, scan("n9999999t9999999d99999")), Error);
 }
 
-GruProblem mingru(const char* d, bool bias = true) {
-  GruProblem p = GruProblem::parse(d);
+MinGruProblem mingru(const char* d, bool bias = true) {
+  MinGruProblem p = MinGruProblem::parse(d);
   p.bias = bias;
   return p;
 }
@@ -592,25 +592,26 @@ TEST(CostMinGru, ForwardMatchesTheCountedEquations) {
   // z = sigmoid(W_z x + b_z), v = W_h x + b_h, h = (1 - z) h + z v.
   for (const char* d : {"l1t3n2i4h3", "l2t4n1i2h5", "l1t1n1i1h1"})
     for (bool bias : {true, false}) {
-      const GruProblem p = mingru(d, bias);
+      const MinGruProblem p = mingru(d, bias);
       g_ops = 0;
-      int64_t in = p.I;
-      for (int64_t l = 0; l < p.L; ++l) {
-        const auto w = filled(2 * p.H * in, 1.0 + l), b = filled(2 * p.H, 2.0 + l),
-                   x = filled(p.T * p.N * in, 3.0 + l);
-        std::vector<Num> h = filled(p.N * p.H, 4.0 + l);
+      int64_t in = p.input_size;
+      for (int64_t l = 0; l < p.num_layers; ++l) {
+        const auto w = filled(2 * p.hidden_size * in, 1.0 + l),
+                   b = filled(2 * p.hidden_size, 2.0 + l), x = filled(p.T * p.N * in, 3.0 + l);
+        std::vector<Num> h = filled(p.N * p.hidden_size, 4.0 + l);
         for (int64_t t = 0; t < p.T; ++t)
           for (int64_t n = 0; n < p.N; ++n)
-            for (int64_t u = 0; u < p.H; ++u) {
+            for (int64_t u = 0; u < p.hidden_size; ++u) {
               const int64_t row = t * p.N + n;
               Num kz = dot(in, [&](int64_t i) { return w[u * in + i] * x[row * in + i]; });
-              Num v = dot(in, [&](int64_t i) { return w[(p.H + u) * in + i] * x[row * in + i]; });
-              if (bias) kz = kz + b[u], v = v + b[p.H + u];
+              Num v = dot(
+                  in, [&](int64_t i) { return w[(p.hidden_size + u) * in + i] * x[row * in + i]; });
+              if (bias) kz = kz + b[u], v = v + b[p.hidden_size + u];
               const Num z = sigmoid_(kz);
-              Num& hn = h[n * p.H + u];
+              Num& hn = h[n * p.hidden_size + u];
               hn = (kOne - z) * hn + z * v;
             }
-        in = p.H;
+        in = p.hidden_size;
       }
       const CostReport r = mingru_cost(p);
       EXPECT_EQ(r.fwd(kSeed).total(), g_ops) << d << " " << bias;
@@ -619,7 +620,7 @@ TEST(CostMinGru, ForwardMatchesTheCountedEquations) {
 
 TEST(CostMinGru, ClosedFormsBytesAndLengths) {
   // l1t7n3i5h4: 21 rows, 8 dots of length 5 per row (k_z and v).
-  const GruProblem p = mingru("l1t7n3i5h4");
+  const MinGruProblem p = mingru("l1t7n3i5h4");
   const CostReport r = mingru_cost(p);
   EXPECT_EQ(r.fwd(kGemm).total(), 2 * 21 * 8 * 5);  // GEMM mode: matrix products only
   EXPECT_EQ(r.fwd(kGemm).matmul, 2 * 21 * 8 * 5);
@@ -628,10 +629,10 @@ TEST(CostMinGru, ClosedFormsBytesAndLengths) {
   EXPECT_EQ(r.memory.parameter_bytes, 4 * 48);
   // Against the GRU of the same size: minGRU's matrix products are 4HI per row, the GRU's
   // 6H(I + H).
-  const CostReport g = gru_cost(p);
+  const CostReport g = gru_cost(GruProblem::parse(p.descriptor()));
   EXPECT_EQ(g.fwd(kGemm).matmul * 4 * 5, r.fwd(kGemm).matmul * 6 * (5 + 4));
   // Every count is per row: lengths summing to 12 of the 21 rows count 12/21 of the work.
-  GruProblem lp = mingru("l2t7n3i5h4");
+  MinGruProblem lp = mingru("l2t7n3i5h4");
   const CostReport full = mingru_cost(lp);
   lp.set_lengths("uniform:1:7:5");
   int64_t rows = 0;
@@ -651,7 +652,7 @@ TEST(CostMinGru, ClosedFormsBytesAndLengths) {
 
 TEST(CostMinGru, Errors) {
   try {
-    mingru_cost(mingru("l1d2t4n1i2h3"));
+    mingru("l1d2t4n1i2h3");
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("unidirectional"));

@@ -196,12 +196,12 @@ TEST(GruErrors, Cell) {
 
 TEST(GruProblem, DescriptorRoundTripAndErrors) {
   GruProblem p = GruProblem::parse("l2d2t200n32i128h256");
-  EXPECT_EQ(p.L, 2);
-  EXPECT_EQ(p.D, 2);
+  EXPECT_EQ(p.num_layers, 2);
+  EXPECT_EQ(p.directions(), 2);
   EXPECT_EQ(p.T, 200);
   EXPECT_EQ(p.N, 32);
-  EXPECT_EQ(p.I, 128);
-  EXPECT_EQ(p.H, 256);
+  EXPECT_EQ(p.input_size, 128);
+  EXPECT_EQ(p.hidden_size, 256);
   EXPECT_EQ(p.descriptor(), "l2d2t200n32i128h256");
   GruProblem q = GruProblem::parse("t100n64i256h512");
   EXPECT_EQ(q.descriptor(), "l1d1t100n64i256h512");

@@ -16,9 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "grux/export.h"
 #include "grux/conv.h"
+#include "grux/export.h"
 #include "grux/gru.h"
+#include "grux/mingru.h"
 #include "grux/nn.h"
 #include "grux/scan.h"
 #include "grux/tensor.h"
@@ -137,9 +138,9 @@ CostReport conv1d_cost(const Conv1dProblem& p);
 enum class ScanCostOp { sum, prod, max, min, logaddexp, matmul, affine };
 const char* scan_cost_op_name(ScanCostOp op);  // "sum", ..., "affine"
 CostReport scan_cost(ScanCostOp op, const ScanProblem& p);
-// The minGRU stack (linear variant; include/grux/mingru.h) of a GRU problem's size:
-// l{L}t{T}n{N}i{I}h{H}, d1 only; bias or not; variable lengths count sum-of-lengths rows.
-CostReport mingru_cost(const GruProblem& p);
+// The minGRU stack (linear variant; include/grux/mingru.h): MinGruProblem
+// l{L}t{T}n{N}i{I}h{H}; bias or not; variable lengths count sum-of-lengths rows.
+CostReport mingru_cost(const MinGruProblem& p);
 
 // An elementwise activation over `n` elements. Descriptor: n{COUNT}, e.g. "n65536".
 enum class Activation { sigmoid, tanh, relu };

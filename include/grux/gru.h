@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "grux/export.h"
+#include "grux/sequence.h"
 #include "grux/tensor.h"
 
 namespace grux GRUX_API {
@@ -43,30 +44,20 @@ struct GruConfig {
   void validate() const;
 };
 
-// One GRU problem: what the operator, its benchmark, the CLI and the cost model all read.
+// One GRU problem, what the operator, its benchmark, the CLI and the cost model all read: the
+// operator's options (GruConfig: layers, directions, I, H, bias, form) and the data's shape
+// (SequenceShape: T, N, dtype, lengths), one set of names. A GruProblem is a GruConfig: pass
+// it to Gru's constructor as it is.
 // Descriptor string: l{L}d{D}t{T}n{N}i{I}h{H}, e.g. "l2d2t200n32i128h256"; l and d may be
 // omitted (default 1), the other four are required, in this order.
-struct GruProblem {
-  int64_t L = 1, D = 1, T = 0, N = 0, I = 0, H = 0;
-  bool bias = true;
-  GruForm form = GruForm::linear_before_reset;
-  DType dtype = DType::f32;
-  std::vector<int64_t> lengths;  // (N) valid lengths; empty means every sequence has T steps
-
+struct GruProblem : GruConfig, SequenceShape {
   // Throws grux::Error naming the descriptor and what was expected.
   static GruProblem parse(const std::string& descriptor);
   std::string descriptor() const;  // always with l and d: "l1d1t100n64i256h512"
-  GruConfig config() const;
-  // Time steps actually computed per layer-direction: sum of lengths, or N * T.
-  int64_t rows() const;
+  const GruConfig& config() const { return *this; }
   // GEMM flops of one forward pass: 2 * rows * 3H * (in + H) per layer and direction, with
   // in = I for layer 0 and D*H above (../shared/WORKLOADS.md). Training is 3x this.
   double gemm_flops() const;
-  // Sets `lengths` from a specification: "uniform:LO:HI:SEED" (std::mt19937_64(SEED), N
-  // integers uniform in [LO, HI], 1 <= LO <= HI <= T) or the path of an int64 .npy file of
-  // shape (N,). Throws grux::Error naming the specification. Returns the suffix that problem
-  // names carry ("_len10-100s1", "_lenfile"); "" for an empty specification.
-  std::string set_lengths(const std::string& spec);
 };
 
 // One GRUCell problem (one step of one layer, nn.GRUCell): what the cost model and the CLI

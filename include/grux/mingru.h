@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "grux/export.h"
+#include "grux/sequence.h"
 #include "grux/tensor.h"
 
 namespace grux GRUX_API {
@@ -40,6 +41,18 @@ struct MinGruConfig {
   int64_t layer_input_size(int64_t layer) const;
   // Throws grux::Error if a size is < 1.
   void validate() const;
+};
+
+// One minGRU problem, what the operator, `grux bench mingru`, the cost model and the CLI read:
+// the operator's options (MinGruConfig) and the data's shape (SequenceShape: T, N, dtype,
+// lengths). A MinGruProblem is a MinGruConfig: pass it to MinGru's constructor as it is.
+// Descriptor string: l{L}t{T}n{N}i{I}h{H}, e.g. "l2t4096n8i256h256"; l may be omitted
+// (default 1). The GRU's "d1" after l is accepted (minGRU is unidirectional: d2 is an error).
+struct MinGruProblem : MinGruConfig, SequenceShape {
+  // Throws grux::Error naming the descriptor and what was expected.
+  static MinGruProblem parse(const std::string& descriptor);
+  std::string descriptor() const;  // always with l: "l1t4096n8i256h256"
+  const MinGruConfig& config() const { return *this; }
 };
 
 // Weights of one layer: weight (2H, in), bias (2H) or undefined when bias is false.

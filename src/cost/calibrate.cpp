@@ -46,7 +46,7 @@ double best_seconds(int reps, const std::function<void()>& fn) {
 Tensor gru_input(const GruProblem& p, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(-1, 1);
-  Tensor x = Tensor::empty({p.T, p.N, p.I}, DType::f32);
+  Tensor x = Tensor::empty({p.T, p.N, p.input_size}, DType::f32);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(u(rng));
   return x;
 }
@@ -142,11 +142,12 @@ double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double b
   // W_hh + b_hh once, and the rate counts the whole step (its barrier and gates included).
   const double h = std::sqrt(double(bytes_per_thread) * threads / 12.0);
   GruProblem p;
-  p.N = 1, p.I = 16, p.H = std::max<int64_t>(16 * threads, (static_cast<int64_t>(h) + 8) / 16 * 16);
-  const double whh = (3.0 * p.H * p.H + 3.0 * p.H) * 4;
+  p.N = 1, p.input_size = 16,
+  p.hidden_size = std::max<int64_t>(16 * threads, (static_cast<int64_t>(h) + 8) / 16 * 16);
+  const double whh = (3.0 * p.hidden_size * p.hidden_size + 3.0 * p.hidden_size) * 4;
   p.T = std::clamp<int64_t>(static_cast<int64_t>(bytes_to_read / whh), 20, 4000);
   Gru gru(p.config(), DType::f32, 1);
-  Tensor x = Tensor::full({p.T, 1, p.I}, 0.25, DType::f32);
+  Tensor x = Tensor::full({p.T, 1, p.input_size}, 0.25, DType::f32);
   const double s = best_seconds(3, [&] { gru.forward(x); });
   return whh * double(p.T) / s / 1e9;
 }
@@ -185,7 +186,7 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
   // One hidden block of 16 units per thread, so that the team is exactly `threads` wide and
   // pays its barrier, while the work of a step is a few hundred flops.
   GruProblem p;
-  p.T = steps, p.N = 1, p.I = 16, p.H = 16 * threads;
+  p.T = steps, p.N = 1, p.input_size = 16, p.hidden_size = 16 * threads;
   Gru gru(p.config(), DType::f32, 1);
   const Tensor x = gru_input(p, 2);
   MachineProfile one;
@@ -194,7 +195,7 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
   const double seq_roof =
       predict(gru_cost(p).inference_phases, DType::f32, one, threads).roofline_ms;
   GruStream stream(gru, 1);
-  Tensor out = Tensor::empty({1, p.H}, DType::f32);
+  Tensor out = Tensor::empty({1, p.hidden_size}, DType::f32);
   const double str_s = best_seconds(5, [&] {
     stream.reset();
     for (int64_t t = 0; t < p.T; ++t) {

@@ -81,18 +81,20 @@ CostReport gru_cost(const GruProblem& p) {
   if (!p.lengths.empty()) r.variant += fmt::format(", lengths (sum {})", p.rows());
   r.dtype = p.dtype;
   const wide es = static_cast<wide>(dtype_size(p.dtype));
-  const wide R = p.rows(), H = p.H, N = p.N, TN = wide(p.T) * p.N;
+  const wide R = p.rows(), H = p.hidden_size, N = p.N, TN = wide(p.T) * p.N;
   const int64_t S = p.lengths.empty() ? p.T : *std::max_element(p.lengths.begin(), p.lengths.end());
   const std::string what = "gru " + p.descriptor();
   {
     // Per row, unit and layer-direction at most 6 in + 6H + 21 forward and twice that backward
     // (ops), or 4 in + 6H values moved: 64 (in + H) bounds both, in + H <= (I + 2H) + H.
     const double rows = static_cast<double>(R) + static_cast<double>(TN) + double(p.N);
-    check_countable(64.0 * double(p.L) * double(p.D) * rows * double(p.H) *
-                        (double(p.I) + 3.0 * double(p.H) + 8) * 8.0,
+    check_countable(64.0 * double(p.num_layers) * double(p.directions()) * rows *
+                        double(p.hidden_size) *
+                        (double(p.input_size) + 3.0 * double(p.hidden_size) + 8) * 8.0,
                     what);
-    check_countable(64.0 * double(p.L) * double(p.D) * double(S) * double(p.H) *
-                        (double(p.I) + 3.0 * double(p.H) + 8),
+    check_countable(64.0 * double(p.num_layers) * double(p.directions()) * double(S) *
+                        double(p.hidden_size) *
+                        (double(p.input_size) + 3.0 * double(p.hidden_size) + 8),
                     what);
   }
 
@@ -100,12 +102,13 @@ CostReport gru_cost(const GruProblem& p) {
   wide params = 0, tape = 0, infer_peak = 0;
   wide fwd_cached_r = 0, fwd_cached_w = 0, fwd_reread_r = 0;
   wide trn_cached_r = 0, trn_cached_w = 0, trn_reread_r = 0;
-  for (int64_t l = 0; l < p.L; ++l) {
-    const wide in = l == 0 ? p.I : p.D * p.H;
+  for (int64_t l = 0; l < p.num_layers; ++l) {
+    const wide in = l == 0 ? p.input_size : p.directions() * p.hidden_size;
     // Inference peak while layer l runs: its input, its output, the final states.
-    infer_peak = std::max(infer_peak, TN * in + TN * p.D * H);
-    if (p.D == 2) counts.bwd[kSeed].elementwise += R * in;  // the two directions' dx summed
-    for (int64_t d = 0; d < p.D; ++d) {
+    infer_peak = std::max(infer_peak, TN * in + TN * p.directions() * H);
+    if (p.directions() == 2)
+      counts.bwd[kSeed].elementwise += R * in;  // the two directions' dx summed
+    for (int64_t d = 0; d < p.directions(); ++d) {
       counts += layer_counts(R, in, H, p.bias, p.form, /*carry=*/true);
       const wide wi = 3 * H * in, wh = 3 * H * H, b = p.bias ? 3 * H : 0;
       params += wi + wh + 2 * b;
@@ -132,7 +135,7 @@ CostReport gru_cost(const GruProblem& p) {
       // pre-activations read back); in training, the backward recurrence (W_hh at every
       // step) and then dx, dW_ih and dW_hh as GEMMs over all rows.
       const double e = static_cast<double>(es);
-      const int64_t split = split_of(p.H, p.dtype);
+      const int64_t split = split_of(p.hidden_size, p.dtype);
       Phase proj;
       proj.name = fmt::format("layer {} direction {}: input projection", l, d);
       proj.gemm_flops = static_cast<double>(2 * R * 3 * H * in);
@@ -180,15 +183,16 @@ CostReport gru_cost(const GruProblem& p) {
     }
   }
   counts.store(r);
-  const wide states = wide(p.L) * p.D * N * H;
+  const wide states = wide(p.num_layers) * p.directions() * N * H;
   r.memory.parameters = narrow(params, what);
   r.memory.parameter_bytes = narrow(params * es, what);
   r.memory.gradient_bytes = r.memory.parameter_bytes;
   r.memory.inference_bytes = narrow((infer_peak + states) * es, what);
   // Training keeps the input, every layer's output (the next layer's input; the top one is
   // the output), the tape of every layer-direction and the final states.
-  r.memory.training_bytes =
-      narrow((TN * p.I + wide(p.L) * TN * p.D * H + tape + states) * es, what);
+  r.memory.training_bytes = narrow(
+      (TN * p.input_size + wide(p.num_layers) * TN * p.directions() * H + tape + states) * es,
+      what);
   r.inference_traffic.cached = {narrow(fwd_cached_r * es, what), narrow(fwd_cached_w * es, what)};
   r.inference_traffic.reread = {narrow(fwd_reread_r * es, what), narrow(fwd_cached_w * es, what)};
   r.training_traffic.cached = {narrow(trn_cached_r * es, what), narrow(trn_cached_w * es, what)};
@@ -198,7 +202,7 @@ CostReport gru_cost(const GruProblem& p) {
 
 CostReport gru_stream_cost(const GruProblem& p) {
   using namespace cost_detail;
-  if (p.D != 1)
+  if (p.directions() != 1)
     throw Error(fmt::format("gru {}: the streaming API runs unidirectional stacks only (d1)",
                             p.descriptor()));
   if (!p.lengths.empty())
@@ -206,13 +210,13 @@ CostReport gru_stream_cost(const GruProblem& p) {
   CostReport r = gru_cost(p);
   r.op = "gru_stream";
   const wide es = static_cast<wide>(dtype_size(p.dtype));
-  const wide H = p.H, N = p.N, T = p.T;
+  const wide H = p.hidden_size, N = p.N, T = p.T;
   const std::string what = "gru_stream " + p.descriptor();
   // Every frame is a separate call: each layer reads all its weights once per frame.
   wide reread_r = 0;
   r.inference_phases.clear();
-  for (int64_t l = 0; l < p.L; ++l) {
-    const wide in = l == 0 ? p.I : H;
+  for (int64_t l = 0; l < p.num_layers; ++l) {
+    const wide in = l == 0 ? p.input_size : H;
     const wide w = 3 * H * in + 3 * H * H + (p.bias ? 6 * H : 0);
     reread_r += T * w + T * N * in + N * H;
     Phase f;
@@ -220,7 +224,7 @@ CostReport gru_stream_cost(const GruProblem& p) {
     f.gemm_flops = static_cast<double>(2 * T * N * 3 * H * (in + H));
     f.weight_bytes = static_cast<double>(w * es);
     f.weight_passes = static_cast<double>(T);
-    f.split = split_of(p.H, p.dtype);
+    f.split = split_of(p.hidden_size, p.dtype);
     f.stream_bytes = static_cast<double>((T * N * in + T * N * H + 2 * N * H) * es);
     f.steps = static_cast<double>(T);
     r.inference_phases.push_back(f);

@@ -153,10 +153,8 @@ CostReport scan_cost(ScanCostOp op, const ScanProblem& p) {
   return r;
 }
 
-CostReport mingru_cost(const GruProblem& p) {
+CostReport mingru_cost(const MinGruProblem& p) {
   using namespace cost_detail;
-  if (p.D != 1)
-    throw Error(fmt::format("mingru {}: minGRU is unidirectional (expected d1)", p.descriptor()));
   check_lengths("mingru", p);
   CostReport r;
   r.op = "mingru";
@@ -165,16 +163,16 @@ CostReport mingru_cost(const GruProblem& p) {
   if (!p.lengths.empty()) r.variant += fmt::format(", lengths (sum {})", p.rows());
   r.dtype = p.dtype;
   const std::string what = "mingru " + p.descriptor();
-  check_countable(64.0 * double(p.L) * (double(p.T) * double(p.N) + 1) * double(p.H) *
-                      (double(p.I) + double(p.H) + 16),
+  check_countable(64.0 * double(p.num_layers) * (double(p.T) * double(p.N) + 1) *
+                      double(p.hidden_size) * (double(p.input_size) + double(p.hidden_size) + 16),
                   what);
   const wide es = static_cast<wide>(dtype_size(p.dtype));
-  const wide R = p.rows(), H = p.H, N = p.N, TN = wide(p.T) * p.N, RH = R * H;
+  const wide R = p.rows(), H = p.hidden_size, N = p.N, TN = wide(p.T) * p.N, RH = R * H;
   WideCounts c;
   wide params = 0, tape = 0, infer_peak = 0, fwd_r = 0, fwd_w = 0, trn_r = 0, trn_w = 0;
   const double e = static_cast<double>(es);
-  for (int64_t l = 0; l < p.L; ++l) {
-    const wide in = l == 0 ? p.I : p.H;
+  for (int64_t l = 0; l < p.num_layers; ++l) {
+    const wide in = l == 0 ? p.input_size : p.hidden_size;
     // Forward per row: 2H dots of length `in` (k_z and v) with their biases; per (row,
     // unit) the sigmoid, a = 1 - z and b = z v (2), and the scan step a h + b (2).
     add_dots(c.fwd, R * 2 * H, in);
@@ -212,7 +210,7 @@ CostReport mingru_cost(const GruProblem& p) {
     f.gemm_flops = static_cast<double>(2 * R * 2 * H * in);
     f.weight_bytes = static_cast<double>(w + b) * e;
     f.weight_passes = 1;
-    f.split = split_units(p.H, p.dtype);
+    f.split = split_units(p.hidden_size, p.dtype);
     f.stream_bytes = static_cast<double>(R * in + R * H) * e;
     r.inference_phases.push_back(f);
     Phase ft = f;
@@ -230,12 +228,12 @@ CostReport mingru_cost(const GruProblem& p) {
     r.training_phases.push_back(bk);
   }
   c.store(r);
-  const wide states = wide(p.L) * N * H;
+  const wide states = wide(p.num_layers) * N * H;
   r.memory.parameters = narrow(params, what);
   r.memory.parameter_bytes = narrow(params * es, what);
   r.memory.gradient_bytes = r.memory.parameter_bytes;
   r.memory.inference_bytes = narrow((infer_peak + states) * es, what);
-  r.memory.training_bytes = narrow((TN * p.I + tape + states) * es, what);
+  r.memory.training_bytes = narrow((TN * p.input_size + tape + states) * es, what);
   // Nothing re-reads weights step by step: both cache models agree.
   r.inference_traffic.cached =
       r.inference_traffic.reread = {narrow(fwd_r * es, what), narrow(fwd_w * es, what)};

@@ -38,7 +38,8 @@ inline void check_countable(double estimate, const std::string& what) {
 }
 
 // A problem's sequence lengths, when it has them: one per sequence, each in [1, T].
-inline void check_lengths(const char* op, const GruProblem& p) {
+template <typename Problem>  // GruProblem or MinGruProblem
+void check_lengths(const char* op, const Problem& p) {
   if (p.lengths.empty()) return;
   if (static_cast<int64_t>(p.lengths.size()) != p.N)
     throw Error(fmt::format("{} {}: {} lengths for n{} sequences", op, p.descriptor(),

@@ -121,10 +121,10 @@ const std::vector<CostOp>& cost_ops() {
          p.dtype = o.dtype;
          return conv2d_cost(p);
        }},
-      {"mingru", "minGRU stack (linear variant; grux bench mingru)", "l{L}d1t{T}n{N}i{I}h{H}",
-       "l1d1t4096n8i256h256", "ldtnih", "ld", true, false, true,
+      {"mingru", "minGRU stack (linear variant; grux bench mingru)", "l{L}t{T}n{N}i{I}h{H}",
+       "l1t4096n8i256h256", "ltnih", "l", true, false, true,
        [](const std::string& d, const CostOptions& o) {
-         GruProblem p = GruProblem::parse(d);
+         MinGruProblem p = MinGruProblem::parse(d);
          p.bias = o.bias, p.dtype = o.dtype;
          p.set_lengths(o.lengths);
          return mingru_cost(p);

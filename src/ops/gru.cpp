@@ -52,72 +52,32 @@ GruProblem GruProblem::parse(const std::string& text) {
                             text));
   GruProblem p;
   auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
-  p.L = num(1, 1), p.D = num(2, 1), p.T = num(3, 0), p.N = num(4, 0), p.I = num(5, 0),
-  p.H = num(6, 0);
-  if (p.D != 1 && p.D != 2)
-    throw Error(fmt::format("problem descriptor '{}': d{} (expected d1 or d2)", text, p.D));
-  for (auto [name, v] : {std::pair{"l", p.L}, {"t", p.T}, {"n", p.N}, {"i", p.I}, {"h", p.H}})
+  const int64_t D = num(2, 1);
+  p.num_layers = num(1, 1), p.T = num(3, 0), p.N = num(4, 0), p.input_size = num(5, 0),
+  p.hidden_size = num(6, 0);
+  if (D != 1 && D != 2)
+    throw Error(fmt::format("problem descriptor '{}': d{} (expected d1 or d2)", text, D));
+  p.bidirectional = D == 2;
+  for (auto [name, v] : {std::pair{"l", p.num_layers},
+                         {"t", p.T},
+                         {"n", p.N},
+                         {"i", p.input_size},
+                         {"h", p.hidden_size}})
     if (v < 1)
       throw Error(fmt::format("problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
   return p;
 }
 
 std::string GruProblem::descriptor() const {
-  return fmt::format("l{}d{}t{}n{}i{}h{}", L, D, T, N, I, H);
-}
-
-GruConfig GruProblem::config() const {
-  GruConfig c;
-  c.input_size = I;
-  c.hidden_size = H;
-  c.num_layers = L;
-  c.bias = bias;
-  c.bidirectional = D == 2;
-  c.form = form;
-  return c;
-}
-
-int64_t GruProblem::rows() const {
-  if (lengths.empty()) return N * T;
-  int64_t sum = 0;
-  for (int64_t v : lengths) sum += v;
-  return sum;
+  return fmt::format("l{}d{}t{}n{}i{}h{}", num_layers, directions(), T, N, input_size, hidden_size);
 }
 
 double GruProblem::gemm_flops() const {
+  const int64_t D = directions(), H = hidden_size;
   double f = 0;
-  for (int64_t l = 0; l < L; ++l)
-    f += D * 2.0 * static_cast<double>(rows()) * 3 * H * ((l == 0 ? I : D * H) + H);
+  for (int64_t l = 0; l < num_layers; ++l)
+    f += D * 2.0 * static_cast<double>(rows()) * 3 * H * (layer_input_size(l) + H);
   return f;
-}
-
-std::string GruProblem::set_lengths(const std::string& spec) {
-  if (spec.empty()) {
-    lengths.clear();
-    return "";
-  }
-  if (spec.rfind("uniform:", 0) == 0) {
-    long long lo, hi, seed;
-    char tail;
-    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld:%lld%c", &lo, &hi, &seed, &tail) != 3)
-      throw Error(fmt::format("--lengths '{}' is malformed (expected uniform:LO:HI:SEED)", spec));
-    if (lo < 1 || hi < lo || hi > T)
-      throw Error(fmt::format("--lengths '{}': expected 1 <= LO <= HI <= T = {}", spec, T));
-    std::mt19937_64 rng(static_cast<uint64_t>(seed));
-    std::uniform_int_distribution<int64_t> u(lo, hi);
-    lengths.resize(N);
-    for (auto& v : lengths) v = u(rng);
-    return fmt::format("_len{}-{}s{}", lo, hi, seed);
-  }
-  Tensor t = read_npy(spec);
-  if (t.dtype() != DType::i64 || t.dim() != 1 || t.size(0) != N)
-    throw Error(fmt::format("{}: expected int64 lengths of shape ({},)", spec, N));
-  for (int64_t n = 0; n < N; ++n)
-    if (t.data<int64_t>()[n] < 1 || t.data<int64_t>()[n] > T)
-      throw Error(fmt::format("{}: length {} of sequence {} is outside [1, T = {}]", spec,
-                              t.data<int64_t>()[n], n, T));
-  lengths.assign(t.data<int64_t>(), t.data<int64_t>() + N);
-  return "_lenfile";
 }
 
 GruCellProblem GruCellProblem::parse(const std::string& text) {

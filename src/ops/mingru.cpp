@@ -46,6 +46,38 @@ void MinGruConfig::validate() const {
     throw Error(fmt::format("mingru: num_layers is {}, expected >= 1", num_layers));
 }
 
+MinGruProblem MinGruProblem::parse(const std::string& text) {
+  static const std::regex re(
+      R"((?:l(\d{1,6}))?(?:d(\d{1,6}))?t(\d{1,9})n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw Error(fmt::format(
+        "minGRU problem descriptor '{}' is malformed (expected l{{L}}t{{T}}n{{N}}i{{I}}h{{H}}, "
+        "e.g. l2t4096n8i256h256; l may be omitted)",
+        text));
+  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
+  if (num(2, 1) != 1)
+    throw Error(
+        fmt::format("minGRU problem descriptor '{}': d{} (minGRU is unidirectional: d1 or no d)",
+                    text, num(2, 1)));
+  MinGruProblem p;
+  p.num_layers = num(1, 1), p.T = num(3, 0), p.N = num(4, 0), p.input_size = num(5, 0),
+  p.hidden_size = num(6, 0);
+  for (auto [name, v] : {std::pair{"l", p.num_layers},
+                         {"t", p.T},
+                         {"n", p.N},
+                         {"i", p.input_size},
+                         {"h", p.hidden_size}})
+    if (v < 1)
+      throw Error(
+          fmt::format("minGRU problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  return p;
+}
+
+std::string MinGruProblem::descriptor() const {
+  return fmt::format("l{}t{}n{}i{}h{}", num_layers, T, N, input_size, hidden_size);
+}
+
 std::string mingru_key(const char* what, int64_t layer) {
   return fmt::format("{}_l{}", what, layer);
 }

@@ -3,6 +3,53 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <random>
+
+#include "grux/io.h"
+#include "grux/sequence.h"
+
+namespace grux {
+
+int64_t SequenceShape::rows() const {
+  if (lengths.empty()) return N * T;
+  int64_t sum = 0;
+  for (int64_t v : lengths) sum += v;
+  return sum;
+}
+
+std::string SequenceShape::set_lengths(const std::string& spec) {
+  if (spec.empty()) {
+    lengths.clear();
+    return "";
+  }
+  if (spec.rfind("uniform:", 0) == 0) {
+    long long lo, hi, seed;
+    char tail;
+    if (std::sscanf(spec.c_str(), "uniform:%lld:%lld:%lld%c", &lo, &hi, &seed, &tail) != 3)
+      throw Error(fmt::format("--lengths '{}' is malformed (expected uniform:LO:HI:SEED)", spec));
+    if (lo < 1 || hi < lo || hi > T)
+      throw Error(fmt::format("--lengths '{}': expected 1 <= LO <= HI <= T = {}", spec, T));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::uniform_int_distribution<int64_t> u(lo, hi);
+    lengths.resize(N);
+    for (auto& v : lengths) v = u(rng);
+    return fmt::format("_len{}-{}s{}", lo, hi, seed);
+  }
+  const Tensor t = read_npy(spec);
+  if (t.dtype() != DType::i64 || t.dim() != 1 || t.size(0) != N)
+    throw Error(fmt::format("{}: expected int64 lengths of shape ({},)", spec, N));
+  const int64_t* v = t.data<int64_t>();
+  for (int64_t n = 0; n < N; ++n)
+    if (v[n] < 1 || v[n] > T)
+      throw Error(
+          fmt::format("{}: length {} of sequence {} is outside [1, T = {}]", spec, v[n], n, T));
+  lengths.assign(v, v + N);
+  return "_lenfile";
+}
+
+}  // namespace grux
+
 namespace grux::ops {
 
 void check_weight(const char* op, const std::string& key, const Tensor& t, const Shape& shape,

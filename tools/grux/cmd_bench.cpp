@@ -158,12 +158,12 @@ double available_bytes() {
 // would not fit in memory, instead of being killed half-way.
 void check_fits_in_memory(const GruProblem& p, bool train) {
   const double es = static_cast<double>(dtype_size(p.dtype));
-  const double rows = static_cast<double>(p.T) * p.N, H = p.H;
-  double bytes = rows * p.I * es * 3;  // input, its packed copy, input gradient
-  for (int64_t l = 0; l < p.L; ++l) {
-    const double in = l == 0 ? p.I : p.D * H;
-    bytes += p.D * (3 * H * (in + H) * es * 3);                 // weights, packed, gradients
-    bytes += p.D * rows * (6 * H + in) * es * (train ? 3 : 1);  // gates, states, outputs
+  const double rows = static_cast<double>(p.T) * p.N, H = p.hidden_size;
+  double bytes = rows * p.input_size * es * 3;  // input, its packed copy, input gradient
+  for (int64_t l = 0; l < p.num_layers; ++l) {
+    const double in = l == 0 ? p.input_size : p.directions() * H;
+    bytes += p.directions() * (3 * H * (in + H) * es * 3);  // weights, packed, gradients
+    bytes += p.directions() * rows * (6 * H + in) * es * (train ? 3 : 1);  // gates, states, outputs
   }
   const double avail = available_bytes();
   if (avail > 0 && bytes > 0.8 * avail)
@@ -186,7 +186,7 @@ void run_bench_gru(const BenchArgs& a) {
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
   std::string name = p.descriptor() + p.set_lengths(a.lengths);
   if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
-  if (a.cell && p.D != 1) throw Error("--cell needs a unidirectional problem (d1)");
+  if (a.cell && p.directions() != 1) throw Error("--cell needs a unidirectional problem (d1)");
   if (a.reset_before) name += "_rb";
   check_fits_in_memory(p, a.train);
   const int threads = set_threads(a.threads);
@@ -194,9 +194,10 @@ void run_bench_gru(const BenchArgs& a) {
 
   Gru gru(p.config(), p.dtype, 1);
   std::mt19937_64 rng(2);
-  Tensor x = uniform({p.T, p.N, p.I}, p.dtype, rng);
+  Tensor x = uniform({p.T, p.N, p.input_size}, p.dtype, rng);
   Tensor lengths = p.lengths.empty() ? Tensor() : Tensor::from_vector<int64_t>({p.N}, p.lengths);
-  Tensor dy = a.train ? uniform({p.T, p.N, p.D * p.H}, p.dtype, rng) : Tensor();
+  Tensor dy =
+      a.train ? uniform({p.T, p.N, p.directions() * p.hidden_size}, p.dtype, rng) : Tensor();
 
   // The computation under test; returns the tensors that are checked.
   std::function<std::vector<Tensor>()> run;
@@ -212,7 +213,7 @@ void run_bench_gru(const BenchArgs& a) {
   } else if (a.cell) {
     // One frame per call, as a real-time caller would; outputs kept for the check.
     run = [&, stream = std::make_shared<GruStream>(gru, p.N),
-           all = Tensor::empty({p.T, p.N, p.H}, p.dtype)]() mutable {
+           all = Tensor::empty({p.T, p.N, p.hidden_size}, p.dtype)]() mutable {
       stream->reset();
       for (int64_t t = 0; t < p.T; ++t) {
         Tensor frame_out = all.select(0, t);  // written in place
@@ -316,23 +317,22 @@ CpuTiming time_with_cpu(int reps, const std::function<void()>& fn) {
 // the reference kernels; the full run's first Ts output steps must then match that small run
 // (outputs at t < Ts do not depend on later inputs), so the full-size path is checked too.
 void run_bench_mingru(const MinGruBenchArgs& a) {
-  GruProblem p = GruProblem::parse(a.descriptor);
+  MinGruProblem p = MinGruProblem::parse(a.descriptor);
   p.dtype = parse_dtype(a.dtype);
-  if (p.D != 1)
-    throw Error(fmt::format("problem {}: minGRU is unidirectional (expected d1)", a.descriptor));
+  p.log_space = a.log_space;
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
-  check_fits_in_memory(p, a.train);
+  // The GRU of the same sizes, timed beside it.
+  GruProblem gp;
+  static_cast<SequenceShape&>(gp) = p;
+  gp.input_size = p.input_size, gp.hidden_size = p.hidden_size, gp.num_layers = p.num_layers;
+  gp.bias = p.bias;
+  check_fits_in_memory(gp, a.train);
   const int threads = set_threads(a.threads);
-  MinGruConfig cfg;
-  cfg.input_size = p.I;
-  cfg.hidden_size = p.H;
-  cfg.num_layers = p.L;
-  cfg.bias = p.bias;
-  cfg.log_space = a.log_space;
+  const MinGruConfig& cfg = p.config();
   const MinGru m(cfg, p.dtype, 1);
   std::mt19937_64 rng(2);
-  const Tensor x = uniform({p.T, p.N, p.I}, p.dtype, rng);
-  const Tensor dy = a.train ? uniform({p.T, p.N, p.H}, p.dtype, rng) : Tensor();
+  const Tensor x = uniform({p.T, p.N, p.input_size}, p.dtype, rng);
+  const Tensor dy = a.train ? uniform({p.T, p.N, p.hidden_size}, p.dtype, rng) : Tensor();
   auto run = [&](const Tensor& xs, const Tensor& dys) {
     if (!a.train) {
       MinGruOutput y = m.forward(xs);
@@ -363,7 +363,7 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
   full.clear();
   // 2. Time the minGRU, then the GRU of the same size.
   const CpuTiming t = time_with_cpu(a.reps, [&] { run(x, dy); });
-  Gru gru(p.config(), p.dtype, 1);
+  Gru gru(gp.config(), p.dtype, 1);
   const CpuTiming tg = time_with_cpu(a.reps, [&] {
     if (!a.train) {
       gru.forward(x);
@@ -377,22 +377,23 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
   // products), as nn.Linear runs them: no minGRU can be faster than these, so
   // speedup_bound = gru_median_ms / gemm_median_ms is the most any scan could reach.
   std::vector<Tensor> gx, gw, gb, gdy;
-  for (int64_t l = 0; l < p.L; ++l) {
-    const int64_t in = l == 0 ? p.I : p.H;
+  for (int64_t l = 0; l < p.num_layers; ++l) {
+    const int64_t in = l == 0 ? p.input_size : p.hidden_size;
     gx.push_back(uniform({p.T * p.N, in}, p.dtype, rng));
-    gw.push_back(uniform({2 * p.H, in}, p.dtype, rng));
-    gb.push_back(p.bias ? uniform({2 * p.H}, p.dtype, rng) : Tensor());
-    gdy.push_back(a.train ? uniform({p.T * p.N, 2 * p.H}, p.dtype, rng) : Tensor());
+    gw.push_back(uniform({2 * p.hidden_size, in}, p.dtype, rng));
+    gb.push_back(p.bias ? uniform({2 * p.hidden_size}, p.dtype, rng) : Tensor());
+    gdy.push_back(a.train ? uniform({p.T * p.N, 2 * p.hidden_size}, p.dtype, rng) : Tensor());
   }
   const CpuTiming tb = time_with_cpu(a.reps, [&] {
-    for (int64_t l = 0; l < p.L; ++l) {
+    for (int64_t l = 0; l < p.num_layers; ++l) {
       linear_forward(gx[l], gw[l], gb[l]);
       if (a.train) linear_backward(gx[l], gw[l], gdy[l], p.bias, /*want_dx=*/true);
     }
   });
   double flops = 0;  // 2 * rows * 2H * in per layer, x3 with backward
-  for (int64_t l = 0; l < p.L; ++l)
-    flops += 2.0 * p.T * p.N * 2 * p.H * (l == 0 ? p.I : p.H) * (a.train ? 3 : 1);
+  for (int64_t l = 0; l < p.num_layers; ++l)
+    flops += 2.0 * p.T * p.N * 2 * p.hidden_size * (l == 0 ? p.input_size : p.hidden_size) *
+             (a.train ? 3 : 1);
   fmt::print(
       "{{\"op\":\"mingru\",\"problem\":\"{}\",\"mode\":\"{}\",\"log_space\":{},"
       "\"threads\":{},\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},"
@@ -541,8 +542,9 @@ Action add_bench_command(CLI::App& app) {
   CLI::App* mg = c->add_subcommand(
       "mingru",
       "Time a minGRU stack (Feng et al. 2024) of a GRU problem's size and, in the same process, "
-      "grux's GRU layer of that size. DESCRIPTOR is the GRU's l{L}t{T}n{N}i{I}h{H} (d1 only), "
-      "e.g. l1t4096n8i256h256. Default mode: forward. gflops counts the minGRU's GEMM flops "
+      "grux's GRU layer of that size. DESCRIPTOR is MinGruProblem's l{L}t{T}n{N}i{I}h{H} ("
+      "e.g. l1t4096n8i256h256; a GRU descriptor with d1 is accepted). Default mode: forward. "
+      "gflops counts the minGRU's GEMM flops "
       "(2*N*T*2H*in per layer, x3 for --train); speedup_vs_gru = gru_median_ms / median_ms; "
       "cpu_ms / gru_cpu_ms are median process CPU times (all threads) and speedup_vs_gru_cpu "
       "their ratio, steadier than wall times on a shared machine. gemm_median_ms times the "

@@ -78,7 +78,8 @@ void run_show(const ModelArgs& a) {
 
   // One training step: forward, then backward at twice the forward's GEMM work.
   GruProblem p;
-  p.L = c.layers, p.T = o.window, p.N = o.batch, p.I = c.embed, p.H = c.hidden;
+  p.num_layers = c.layers, p.T = o.window, p.N = o.batch, p.input_size = c.embed,
+  p.hidden_size = c.hidden;
   const double tokens = static_cast<double>(o.window * o.batch);
   const double gru_f = p.gemm_flops(), fc_f = 2.0 * tokens * c.hidden * c.vocab;
   fmt::print(
