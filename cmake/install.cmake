@@ -12,7 +12,7 @@ set(GRUX_ENGINE_HEADERS
   include/grux/calibrate.h include/grux/conv.h include/grux/cost.h include/grux/error.h include/grux/export.h
   include/grux/gru.h include/grux/grux.h include/grux/io.h include/grux/mingru.h
   include/grux/nn.h include/grux/optim.h include/grux/rearrange.h include/grux/runtime.h
-  include/grux/scan.h include/grux/tensor.h include/grux/tensor_ops.h
+  include/grux/scan.h include/grux/sequence.h include/grux/tensor.h include/grux/tensor_ops.h
   ${GRUX_GENERATED_INCLUDE}/grux/version.h)
 install(FILES ${GRUX_ENGINE_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/grux COMPONENT dev)
 
@@ -23,6 +23,8 @@ if(GRUX_BUILD_TOOLS)
                 include/grux/train.h
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/grux COMPONENT dev)
   install(TARGETS grux_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+  # The CLI's data (the example model, the training text): PREFIX/share/grux.
+  install(DIRECTORY data/ DESTINATION ${CMAKE_INSTALL_DATADIR}/grux COMPONENT tools)
 endif()
 install(TARGETS ${GRUX_INSTALLED_TARGETS} EXPORT gruxTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev

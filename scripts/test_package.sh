@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # grux as other projects take it in (README, "Embedding grux"), from a configured and built tree:
 #   - installs it static and shared (cmake --install) and builds the Debian packages (cpack);
-#   - checks the installed files: headers, libraries, SONAME, that the shared library exports
-#     the public API and nothing of grux's internals;
+#   - checks the installed files: every public header, libraries, SONAME, that the shared
+#     library exports the public API and nothing of grux's internals, that the installed CLI
+#     runs on its installed data;
 #   - builds examples/consumer with find_package(grux) against the static install, the shared
 #     install and the unpacked Debian packages, and runs it (PyTorch's numbers on data/example);
 #   - builds the C program examples/c_api/stream.c with `pkg-config --cflags --libs grux`
@@ -52,6 +53,15 @@ for f in include/grux/grux.h include/grux/gru.h include/grux/version.h include/g
   [ -f "$work/static/$f" ] || fail "static install lacks $f"
   [ -f "$work/shared/$f" ] || fail "shared install lacks $f"
 done
+# Every public header (a header that includes one left out breaks every consumer).
+for h in include/grux/*.h; do
+  [ -f "$work/static/$h" ] || fail "the install lacks $h"
+done
+# The installed CLI finds its data under PREFIX/share/grux, not in this source tree.
+data_default=$("$work/static/bin/grux" demo --help)
+grep -qF "$work/static/share/grux" <<<"$data_default" ||
+  fail "the installed grux does not default to its installed data ($work/static/share/grux)"
+quiet "$work/static/bin/grux" demo --reps 1
 [ -f "$work/static/lib/libgrux.a" ] && [ -f "$work/static/lib/libgrux_tools.a" ] ||
   fail "static install lacks libgrux.a or libgrux_tools.a"
 so=$work/shared/lib/libgrux.so.$soversion

@@ -27,7 +27,8 @@ class Interrupted : public Error {
 // Sets OpenMP's (grux's kernels) and OpenBLAS's (the measured peer) thread counts; 0 means all
 // cores. Returns the count.
 int set_threads(int k);
-// The data folder: $GRUX_DATA_DIR, or the source tree's data/ this binary was built from.
+// The data folder: $GRUX_DATA_DIR; else, for an installed grux (PREFIX/bin/grux),
+// PREFIX/share/grux; else the source tree's data/ this binary was built from.
 std::string default_data_dir();
 std::string default_data_path(const std::string& name);
 // A whole text file for `option` (named in errors); empty or oversized files are errors.

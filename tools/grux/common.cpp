@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 
 #include "commands.h"
 #include "cpu/blas.h"
@@ -20,8 +22,16 @@ int set_threads(int k) {
 }
 
 std::string default_data_dir() {
-  const char* env = std::getenv("GRUX_DATA_DIR");
-  return env ? env : GRUX_DATA_DIR;
+  if (const char* env = std::getenv("GRUX_DATA_DIR")) return env;
+  // An installed grux (PREFIX/bin/grux) reads PREFIX/share/grux, wherever PREFIX was moved.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path installed =
+        exe.parent_path().parent_path() / GRUX_INSTALL_DATADIR / "grux";
+    if (std::filesystem::is_directory(installed / "example", ec)) return installed.string();
+  }
+  return GRUX_DATA_DIR;  // the source tree this binary was built from
 }
 
 std::string default_data_path(const std::string& name) {
