@@ -6,11 +6,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <regex>
-#include <set>
 #include <type_traits>
 
 #include "grux/io.h"
@@ -44,27 +42,13 @@ std::string gru_key(const char* what, int64_t layer, int64_t direction) {
 }
 
 GruProblem GruProblem::parse(const std::string& text) {
-  static const std::regex re(R"((?:l(\d{1,6}))?(?:d(\d{1,6}))?t(\d{1,9})n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(fmt::format("problem descriptor '{}' is malformed (expected l{{L}}d{{D}}t{{T}}n{{N}}"
-                            "i{{I}}h{{H}}, e.g. l1d1t100n64i256h512; l and d may be omitted)",
-                            text));
+  const ops::SeqDescriptor d = ops::parse_seq_descriptor(
+      text, "problem descriptor",
+      "l{L}d{D}t{T}n{N}i{I}h{H}, e.g. l1d1t100n64i256h512; l and d may be omitted", 2,
+      "expected d1 or d2");
   GruProblem p;
-  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
-  const int64_t D = num(2, 1);
-  p.num_layers = num(1, 1), p.T = num(3, 0), p.N = num(4, 0), p.input_size = num(5, 0),
-  p.hidden_size = num(6, 0);
-  if (D != 1 && D != 2)
-    throw Error(fmt::format("problem descriptor '{}': d{} (expected d1 or d2)", text, D));
-  p.bidirectional = D == 2;
-  for (auto [name, v] : {std::pair{"l", p.num_layers},
-                         {"t", p.T},
-                         {"n", p.N},
-                         {"i", p.input_size},
-                         {"h", p.hidden_size}})
-    if (v < 1)
-      throw Error(fmt::format("problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  p.num_layers = d.L, p.bidirectional = d.D == 2, p.T = d.T, p.N = d.N, p.input_size = d.I,
+  p.hidden_size = d.H;
   return p;
 }
 

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <random>
 #include <regex>
-#include <set>
 
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
@@ -47,30 +46,12 @@ void MinGruConfig::validate() const {
 }
 
 MinGruProblem MinGruProblem::parse(const std::string& text) {
-  static const std::regex re(
-      R"((?:l(\d{1,6}))?(?:d(\d{1,6}))?t(\d{1,9})n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(fmt::format(
-        "minGRU problem descriptor '{}' is malformed (expected l{{L}}t{{T}}n{{N}}i{{I}}h{{H}}, "
-        "e.g. l2t4096n8i256h256; l may be omitted)",
-        text));
-  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
-  if (num(2, 1) != 1)
-    throw Error(
-        fmt::format("minGRU problem descriptor '{}': d{} (minGRU is unidirectional: d1 or no d)",
-                    text, num(2, 1)));
+  const ops::SeqDescriptor d = ops::parse_seq_descriptor(
+      text, "minGRU problem descriptor",
+      "l{L}t{T}n{N}i{I}h{H}, e.g. l2t4096n8i256h256; l may be omitted", 1,
+      "minGRU is unidirectional: d1 or no d");
   MinGruProblem p;
-  p.num_layers = num(1, 1), p.T = num(3, 0), p.N = num(4, 0), p.input_size = num(5, 0),
-  p.hidden_size = num(6, 0);
-  for (auto [name, v] : {std::pair{"l", p.num_layers},
-                         {"t", p.T},
-                         {"n", p.N},
-                         {"i", p.input_size},
-                         {"h", p.hidden_size}})
-    if (v < 1)
-      throw Error(
-          fmt::format("minGRU problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  p.num_layers = d.L, p.T = d.T, p.N = d.N, p.input_size = d.I, p.hidden_size = d.H;
   return p;
 }
 

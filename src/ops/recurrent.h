@@ -79,6 +79,16 @@ class StateDictReader {
   std::set<std::string> read_;
 };
 
+// The sizes of a recurrent problem's descriptor l{L}d{D}t{T}n{N}i{I}h{H} (l and d optional,
+// default 1), as GruProblem and MinGruProblem parse it. Errors start with `kind` (e.g.
+// "problem descriptor") and the text: malformed (naming `form`, the expected form), a size
+// below 1, or D above `max_directions` (`directions_note` says what is expected).
+struct SeqDescriptor {
+  int64_t L = 1, D = 1, T = 0, N = 0, I = 0, H = 0;
+};
+SeqDescriptor parse_seq_descriptor(const std::string& text, const char* kind, const char* form,
+                                   int64_t max_directions, const char* directions_note);
+
 // Calls f(float{}) or f(double{}) for the weights' dtype (f32 or f64).
 template <typename F>
 decltype(auto) dispatch_float(DType dtype, F&& f) {
