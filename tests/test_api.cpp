@@ -5,6 +5,8 @@
 // `threads` option that leaves the caller's OpenMP setting as it was.
 #include <omp.h>
 
+#include <atomic>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -267,6 +269,17 @@ TEST(Api, EveryOperatorTakesThreadsAndRestoresTheCallersSetting) {
     const Tensor h = affine_scan(a, a, 0, {}, o);
     affine_scan_backward(a, {}, h, h, 0, o);
   });
+  // The setting is the calling thread's: another thread's is not touched while calls with
+  // threads = 1 run (a process-wide setting would show up there).
+  std::atomic<bool> done{false}, changed{false};
+  std::thread other([&] {
+    omp_set_num_threads(2);
+    while (!done) changed = changed || omp_get_max_threads() != 2;
+  });
+  for (int i = 0; i < 200; ++i) gru.forward(x, {}, {}, 1);
+  done = true;
+  other.join();
+  EXPECT_FALSE(changed) << "a call with threads = 1 changed another thread's setting";
   // A negative count is an error naming the operator.
   EXPECT_THROW(gru.forward(x, {}, {}, -1), Error);
   EXPECT_THROW(m.forward(x, {}, {}, -2), Error);
