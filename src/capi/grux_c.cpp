@@ -5,14 +5,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "cpu/linear.h"
+#include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/version.h"
@@ -80,8 +83,13 @@ struct grux_stream {
   grux::GruStream stream;
   Head head;
   int64_t batch = 0;
-  std::vector<float> gru_out;  // (frames, batch, H) when there is a head or a residual
-  std::string error;
+  int threads = 0;
+  // Sized at creation; process() runs calls in blocks of `block` frames and allocates nothing.
+  int64_t block = 0;
+  std::vector<float> gru_out{};    // (block, batch, H) when there is a head
+  Tensor head_packed{};  // the head's W^T packed once, as cpu::gemm packs it (64-byte aligned)
+  grux::cpu::PackedB<float> head_b{};
+  std::string error{};
 };
 
 extern "C" {
@@ -183,8 +191,22 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "grux_stream_create: threads is {}, expected 1 (the calling thread), 0 (grux chooses) "
           "or more",
           threads));
-    return new grux_stream{grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch,
-                           {}, {}};
+    std::unique_ptr<grux_stream> s(new grux_stream{
+        grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch, threads});
+    const Head& h = s->head;
+    if (!h.w.empty()) {
+      // Blocks of about 256 KiB of GRU outputs: the head's product over a block stays in cache.
+      s->block = std::clamp<int64_t>((int64_t(1) << 16) / (batch * h.H), 1, 512);
+      s->gru_out.resize(s->block * batch * h.H);
+      const int64_t panel = grux::cpu::gemm_panel_width<float>(h.O);
+      s->head_packed =
+          Tensor::empty({grux::cpu::packed_size<float>(h.H, h.O, panel)}, grux::DType::f32);
+      // W (O x H) row-major used as W^T (H x O): stride_k = 1, stride_n = H (cpu::gemm's way).
+      grux::cpu::pack_b<float>(h.H, h.O, panel, h.w.data(), 1, h.H, nullptr, nullptr,
+                               s->head_packed.data<float>());
+      s->head_b = {h.H, h.O, panel, s->head_packed.data<float>()};
+    }
+    return s.release();
   } catch (...) {
     set_error(err, err_len, current_error("grux_stream_create"));
   }
@@ -205,18 +227,29 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
       return GRUX_EINVAL;
     }
     const Head& h = s->head;
-    const int64_t rows = frames * s->batch;
-    float* y = out;  // the GRU's outputs: into out directly unless a head follows
-    if (!h.w.empty()) {
-      if (static_cast<int64_t>(s->gru_out.size()) < rows * h.H) s->gru_out.resize(rows * h.H);
-      y = s->gru_out.data();
+    if (h.w.empty()) {  // the GRU's outputs are the stream's
+      s->stream.process<float>(in, out, frames);
+    } else {
+      const int64_t I = h.input_size, B = s->batch;
+      const float* bias = h.b.empty() ? nullptr : h.b.data();
+      for (int64_t f0 = 0; f0 < frames; f0 += s->block) {
+        const int64_t f = std::min(s->block, frames - f0), rows = f * B;
+        const float* x = in + f0 * B * I;
+        float* o = out + f0 * B * h.O;
+        float* y = s->gru_out.data();
+        s->stream.process<float>(x, y, f);
+        // The head: linear_forward's product (cpu::gemm packs W^T the same way, then runs
+        // this kernel), on the calling thread only when the stream is single-threaded.
+        if (s->threads == 1)
+          grux::cpu::gemm_packed<float>(rows, y, h.H, false, s->head_b, bias, false, o, h.O, 0,
+                                        s->head_b.panels());
+        else
+          grux::cpu::gemm_packed_parallel<float>(rows, y, h.H, false, s->head_b, bias, false, o,
+                                                 h.O);
+        if (h.residual)
+          for (int64_t i = 0; i < rows * h.O; ++i) o[i] = x[i] + o[i];
+      }
     }
-    s->stream.process<float>(in, y, frames);
-    if (!h.w.empty())
-      grux::cpu::linear_forward<float>(rows, h.H, h.O, y, h.H, false, h.w.data(), h.H, false,
-                                       h.b.empty() ? nullptr : h.b.data(), out);
-    if (h.residual)
-      for (int64_t i = 0; i < rows * h.O; ++i) out[i] = in[i] + out[i];
     return GRUX_OK;
   } catch (...) {
     s->error = current_error("grux_stream_process");

@@ -45,10 +45,15 @@ namespace {
 // spinning barrier sized to the team OpenMP actually gives (one thread when nested in a
 // caller's parallel region), or on `persistent` when it is given and of the right size.
 template <typename Body>
-void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, Body body) {
-  const int team = gru_team_size(H, unit);
+void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, Body body) {
+  int team = gru_team_size(H, unit);
+  if (max_threads > 0) team = std::min(team, max_threads);
   SpinBarrier barrier;
   barrier.reset(team);
+  if (team == 1) {  // no OpenMP region: even one of one thread allocates and costs microseconds
+    body(team_share(H, unit, 0, 1, &barrier));
+    return;
+  }
   if (persistent && persistent->size() == team && team > 1 && !omp_in_parallel()) {
     auto job = [&](int member) { body(team_share(H, unit, member, team, &barrier)); };
     persistent->run(job);
@@ -128,12 +133,13 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
 
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
-                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh, ThreadTeam* team) {
+                       const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh, ThreadTeam* team,
+                       int max_threads) {
   const int64_t H = P.H, G = 3 * H, rows = lay.rows();
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
-  run_team(team, H, cpu::kUnit<T>, [&](const TeamShare& me) {
+  run_team(team, H, cpu::kUnit<T>, max_threads, [&](const TeamShare& me) {
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
     //    row blocks that stay in L2 while my panels stream by.
     constexpr int64_t kRowBlock = 96;
@@ -200,7 +206,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
          drz = Tensor::empty({lbr ? 0 : rows, 2 * H}, dt);
   Tensor carry = Tensor::empty({2, N, H}, dt), drh = Tensor::empty({N, H}, dt);
   // 1. Walk time backwards; dL/dh of step s = gradient from above + carry from step s + 1.
-  run_team(nullptr, H, U, [&](const TeamShare& me) {
+  run_team(nullptr, H, U, 0, [&](const TeamShare& me) {
     const int64_t j0 = me.b0 * U, j1 = std::min(H, me.b1 * U);
     T* dh_next = carry.data<T>();          // dL/dh_prev produced by step s + 1
     T* dh_prev = carry.data<T>() + N * H;  // produced by step s
@@ -252,7 +258,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool);                 \
   template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,               \
                                      const SeqLayout&, const T*, const T*, T*, T*, T*, T*,      \
-                                     ThreadTeam*);                                              \
+                                     ThreadTeam*, int);                                              \
   template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,              \
                                       const SeqLayout&, const T*, const T*, const T*, const T*, \
                                       T*, T*, GruLayerWeights&, T*);

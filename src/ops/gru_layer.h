@@ -42,11 +42,12 @@ int gru_team_size(int64_t H, int64_t unit);
 //   Outputs: g (rows x 3H) gate activations (interleaved), aux (rows x H) hn or rh,
 //   hs (rows x H) states. gh (N x 3H): scratch.
 // `team`, when given and of gru_team_size(), runs the time loop instead of an OpenMP region
-// (the stream's frames are too short for OpenMP's fork and join).
+// (the stream's frames are too short for OpenMP's fork and join). `max_threads` > 0 caps the
+// threads (1: the calling thread only, no OpenMP region at all).
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh,
-                       ThreadTeam* team = nullptr);
+                       ThreadTeam* team = nullptr, int max_threads = 0);
 
 // Backward over all steps of one layer-direction, given the forward's g and aux, and its
 // states: h0s (N rows, sorted order) followed by hs (rows), in one buffer.

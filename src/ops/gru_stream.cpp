@@ -27,9 +27,10 @@ struct GruStream::Impl {
   int64_t N;  // batch (1 internally when unbatched)
   bool unbatched;
   Tensor state;            // (L, N, H)
-  int64_t capacity = 0;    // chunk length the workspace holds
+  int64_t capacity = 0;    // frames the workspace holds: longer calls run in blocks of it
   std::vector<Tensor> hs;  // per layer (capacity * N, H): that layer's outputs
   Tensor xp, g, aux, gh;   // workspace
+  Tensor reorder;          // (capacity * N, H): outputs on their way to a strided `out`
   // Per layer, weights packed once at construction (one of the two, by dtype).
   std::vector<ops::PackedLayer<float>> packed_f32;
   std::vector<ops::PackedLayer<double>> packed_f64;
@@ -48,21 +49,42 @@ struct GruStream::Impl {
     return out;
   }
 
-  void ensure_capacity(int64_t t) {
-    if (t <= capacity) return;
+  // The whole workspace, sized once at construction: up to kMaxBlock frames, fewer when a
+  // frame's buffers are large (a block of about kBlockBytes at most). Blocks give the same
+  // bits as one long chunk (every product is row-invariant), so any call is split into them
+  // and no call allocates.
+  static constexpr int64_t kMaxBlock = 512;
+  static constexpr int64_t kBlockBytes = int64_t(8) << 20;
+  void allocate_workspace() {
     const GruConfig& c = config;
-    const int64_t H = c.hidden_size, rows = t * N;
+    const int64_t H = c.hidden_size, I = c.input_size, L = c.num_layers;
+    const int64_t frame_bytes =
+        N * (I + 3 * H + H + L * H + H) * static_cast<int64_t>(dtype_size(dtype));
+    capacity = std::clamp<int64_t>(kBlockBytes / std::max<int64_t>(frame_bytes, 1), 1, kMaxBlock);
+    const int64_t rows = capacity * N;
     const DType dt = dtype;
-    xp = Tensor::empty({rows, c.input_size}, dt);
+    xp = Tensor::empty({rows, I}, dt);
     g = Tensor::empty({rows, 3 * H}, dt);
     aux = Tensor::empty({rows, H}, dt);
     gh = Tensor::empty({N, 3 * H}, dt);
-    hs.assign(c.num_layers, Tensor());
+    reorder = Tensor::empty({rows, H}, dt);
+    hs.assign(L, Tensor());
     for (auto& h : hs) h = Tensor::empty({rows, H}, dt);
-    capacity = t;
+    // The layout of a block of `capacity` frames, its vectors at full size: shorter blocks
+    // rewrite it in place (set_block_length) without allocating.
+    lay = ops::make_seq_layout(capacity, N, nullptr);
+  }
+  // The layout for blocks of t <= capacity frames of N full-length sequences.
+  void set_block_length(int64_t t) {
+    if (lay.T == t) return;
+    lay.T = lay.S = t;
+    std::fill(lay.len.begin(), lay.len.end(), t);
+    lay.bs.resize(t, N);  // within the capacity reserved at construction: no allocation
+    lay.off.resize(t + 1);
+    for (int64_t s = 0; s <= t; ++s) lay.off[s] = s * N;
   }
 
-  ops::SeqLayout lay;  // for chunks of lay.T frames (kept: most calls repeat the last size)
+  ops::SeqLayout lay;  // for blocks of lay.T frames
   // The threads that run the frames: the calling thread's persistent team, sized like an
   // OpenMP team would be at the time of the call (none inside a parallel region), capped at
   // `threads`.
@@ -74,12 +96,23 @@ struct GruStream::Impl {
     return size > 1 ? &calling_thread_team(size) : nullptr;
   }
 
+  // Runs the frames in blocks of at most `capacity`; out (f.t, N, H) time-major, contiguous.
   template <typename T>
   void run(const T* src, const Frames& f, T* out) {
+    const int64_t H = config.hidden_size;
+    for (int64_t s0 = 0; s0 < f.t; s0 += capacity) {
+      Frames b = f;
+      b.t = std::min(capacity, f.t - s0);
+      run_block<T>(src + s0 * f.st_t, b, out + s0 * N * H);
+    }
+  }
+
+  template <typename T>
+  void run_block(const T* src, const Frames& f, T* out) {
     const GruConfig& c = config;
     const int64_t t = f.t, H = c.hidden_size, I = c.input_size, rows = t * N;
     const auto k = ops::gru_kernels<T>();
-    if (lay.T != t || lay.off.empty()) lay = ops::make_seq_layout(t, N, nullptr);
+    set_block_length(t);
     // Layer 0 input, packed time-major (row s * N + n).
     T* xpd = xp.data<T>();
     const int64_t st0 = f.st_t, st1 = f.st_n, st2 = f.st_i;
@@ -92,7 +125,7 @@ struct GruStream::Impl {
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
       ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(), h,
-                                gh.data<T>(), frames_team);
+                                gh.data<T>(), frames_team, threads == 1 ? 1 : 0);
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }
@@ -119,6 +152,7 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int thread
     impl_->packed_f32 = impl_->pack_all<float>(gru);
   else
     impl_->packed_f64 = impl_->pack_all<double>(gru);
+  impl_->allocate_workspace();
   reset(h0);
 }
 
@@ -129,8 +163,8 @@ GruStream& GruStream::operator=(GruStream&&) noexcept = default;
 void GruStream::reset(const Tensor& h0) {
   const GruConfig& c = impl_->config;
   const int64_t L = c.num_layers, N = impl_->N, H = c.hidden_size;
-  if (impl_->state.defined() && !h0.defined()) {
-    impl_->state.fill(0);  // no allocation
+  if (impl_->state.defined() && !h0.defined()) {  // no allocation, no threads
+    std::memset(impl_->state.raw_data(), 0, impl_->state.numel() * dtype_size(impl_->dtype));
     return;
   }
   impl_->state = Tensor::zeros({L, N, H}, impl_->dtype);
@@ -195,6 +229,7 @@ OutShape out_shape(const Frames& f, const GruConfig& c, bool unbatched, int64_t 
 }  // namespace
 
 void GruStream::step_into(const Tensor& frames, Tensor& out) {
+  // Real-time callers call this per frame: nothing here builds a Tensor or a shape.
   check_defined("gru stream", "frames", frames);
   check_same_dtype("gru stream", "weights", impl_->state, "frames", frames);
   const GruConfig& c = impl_->config;
@@ -203,16 +238,39 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   check_defined("gru stream", "out", out);
   check_same_dtype("gru stream", "frames", frames, "out", out);
   if (!want.matches(out)) check_shape("gru stream", "out", out, want.shape());
-  impl_->ensure_capacity(f.t);
-  // Results go to out directly when its layout is time-major and contiguous.
+  // Results go to out directly when its layout is time-major and contiguous; otherwise block
+  // by block through `reorder`, then element by element into out's strides.
   const bool direct = out.is_contiguous() && !(f.chunk && c.batch_first && !impl_->unbatched);
   const int64_t N = impl_->N, H = c.hidden_size;
-  Tensor dst = direct ? out : Tensor::empty({f.t, N, H}, out.dtype());
+  auto go = [&]<typename T>(T*) {
+    const T* src = frames.data<T>();
+    if (direct) return impl_->run<T>(src, f, out.data<T>());
+    // out's strides per (time, batch, unit), as the frames' are per (time, batch, feature).
+    const Shape& os = out.strides();
+    int64_t ot = 0, on = 0, oh = os[out.dim() - 1];
+    if (impl_->unbatched) {
+      ot = f.chunk ? os[0] : 0;
+    } else if (!f.chunk) {
+      on = os[0];
+    } else {
+      ot = c.batch_first ? os[1] : os[0], on = c.batch_first ? os[0] : os[1];
+    }
+    T* o = out.data<T>();
+    T* tmp = impl_->reorder.data<T>();
+    for (int64_t s0 = 0; s0 < f.t; s0 += impl_->capacity) {
+      Frames b = f;
+      b.t = std::min(impl_->capacity, f.t - s0);
+      impl_->run_block<T>(src + s0 * f.st_t, b, tmp);
+      for (int64_t s = 0; s < b.t; ++s)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t u = 0; u < H; ++u)
+            o[(s0 + s) * ot + n * on + u * oh] = tmp[(s * N + n) * H + u];
+    }
+  };
   if (impl_->dtype == DType::f32)
-    impl_->run<float>(frames.data<float>(), f, dst.data<float>());
+    go(static_cast<float*>(nullptr));
   else
-    impl_->run<double>(frames.data<double>(), f, dst.data<double>());
-  if (!direct) out.copy_from(dst.transpose(0, 1));
+    go(static_cast<double*>(nullptr));
 }
 
 Tensor GruStream::step(const Tensor& frames) {
@@ -234,7 +292,6 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
   if (frames == 0) return;
   if (!in || !out) throw Error("gru stream: process given a null pointer for in or out");
   const int64_t N = impl_->N, I = impl_->config.input_size;
-  impl_->ensure_capacity(frames);
   impl_->run<T>(in, Frames{frames, N * I, I, 1, true}, out);
 }
 template void GruStream::process<float>(const float*, float*, int64_t);
