@@ -3,8 +3,13 @@
 // plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
+#include <random>
+#include <vector>
 
+#include "cpu/gru_stream.h"
+#include "cpu/ref/gru_stream_ref.h"
 #include "grux/gru.h"
 #include "grux/runtime.h"
 #include "test_util.h"
@@ -48,6 +53,18 @@ TEST_P(Stream, EqualsWholeSequence) {
                 : k.batch_first ? whole.output.transpose(0, 1)
                                 : whole.output;
 
+  // A stream of one sequence in f32 runs the real-time kernel (cpu/gru_stream.h): within f32
+  // rounding of the whole-sequence engine, and bit-identical for any split into calls
+  // (checked against a stream fed every frame in one call). Every other stream runs the
+  // engine's kernels: bit-identical to the whole sequence.
+  const bool realtime = k.dtype == DType::f32 && N == 1;
+  const test::Tol tol = realtime ? test::tol_for(DType::f32) : test::Tol{0.0, 0.0};
+  Tensor y_one_call;
+  if (realtime) {
+    GruStream all_at_once(gru, k.batch, h0c);
+    y_one_call = all_at_once.step(k.batch == 0 ? x_tm.select(1, 0) : x_tm);
+    if (k.batch != 0) y_one_call = y_one_call.select(1, 0);
+  }
   GruStream stream(gru, k.batch, h0c);
   int64_t t0 = 0;
   for (int64_t len : k.chunks) {
@@ -63,11 +80,15 @@ TEST_P(Stream, EqualsWholeSequence) {
     Tensor got = stream.step(frames);
     // Bit-identical: the input projection's rounding does not depend on the chunk size.
     ASSERT_TRUE(test::all_close(std::string(k.name) + " chunk at t=" + std::to_string(t0), "output",
-                                got, expect, {0.0, 0.0}));
+                                got, expect, tol));
+    if (realtime) {
+      const Tensor one_call = y_one_call.slice(0, t0, t0 + len).reshape(got.shape());
+      ASSERT_EQ(max_abs_diff(got, one_call), 0.0) << k.name << " chunk at t=" << t0;
+    }
     t0 += len;
   }
   Tensor state = stream.state();
-  EXPECT_TRUE(test::all_close(k.name, "state", state, whole.h_n, {0.0, 0.0}));
+  EXPECT_TRUE(test::all_close(k.name, "state", state, whole.h_n, tol));
 }
 
 constexpr auto LBR = GruForm::linear_before_reset;
@@ -151,6 +172,51 @@ TEST(StreamApi, OutlivesItsGruAndRawProcessMatchesStep) {
   any.process<float>(x.data<float>(), out.data<float>(), 2);
   any.process<float>(x.data<float>() + 2 * 3 * 5, out.data<float>() + 2 * 3 * 80, 4);
   EXPECT_EQ(max_abs_diff(out, expected), 0.0);
+}
+
+// The real-time kernel against its reference twin (f64, straight from the equations) at the
+// sizes where its tiling changes: H below, at and past the SIMD width and its multiples, odd
+// sizes, several tiles; I from 1; both forms; with and without bias; state carried across
+// calls of different lengths.
+TEST(StreamKernel, MatchesReference) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  int cases = 0;
+  for (int64_t H : {1, 3, 4, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 100, 128, 200})
+    for (int64_t I : {1, 3, 16})
+      for (bool rb : {false, true})
+        for (bool bias : {true, false}) {
+          if (!bias && (I != 3 || H % 2 == 0)) continue;
+          std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H);
+          for (auto* v : {&wih, &whh, &bih, &bhh})
+            for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 1.0f);
+          const cpu::StreamLayer L = cpu::gru_stream_pack(
+              I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
+              bias ? bhh.data() : nullptr);
+          const int64_t T = 9;
+          std::vector<float> x(T * I), out(T * H);
+          for (float& v : x) v = 2 * u(rng);
+          auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(L, T));
+          auto state = hwy::AllocateAligned<float>(2 * L.Hp);
+          std::fill(state.get(), state.get() + 2 * L.Hp, 0.0f);
+          std::vector<double> h(H, 0.0), want(T * H);
+          for (int64_t u0 = 0; u0 < H; ++u0) state[u0] = static_cast<float>(h[u0] = 0.1 * (u0 % 5));
+          // Calls of 1, 3 and 5 frames.
+          for (int64_t t0 : {0, 1, 4})
+            cpu::gru_stream_forward(L, t0 == 0 ? 1 : t0 == 1 ? 3 : 5, x.data() + t0 * I, I,
+                                    state.get(), out.data() + t0 * H, H, scratch.get());
+          cpu::ref::gru_stream_forward(I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
+                                       bias ? bhh.data() : nullptr, T, x.data(), h.data(), want.data());
+          const std::string where = "H " + std::to_string(H) + " I " + std::to_string(I) +
+                                    (rb ? " reset-before" : "") + (bias ? "" : " no bias");
+          for (int64_t i = 0; i < T * H; ++i)
+            ASSERT_NEAR(out[i], want[i], 2e-6 + 1e-5 * std::abs(want[i])) << where << " at " << i;
+          for (int64_t u0 = 0; u0 < H; ++u0)
+            ASSERT_EQ(state[u0], out[(T - 1) * H + u0]) << where << ": the state is the last output";
+          for (int64_t u0 = H; u0 < L.Hp; ++u0) ASSERT_EQ(state[u0], 0.0f) << where << ": padding";
+          ++cases;
+        }
+  EXPECT_GT(cases, 100);
 }
 
 }  // namespace

@@ -46,6 +46,22 @@ double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
 std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int threads,
                                                 int steps = 2000);
 
+// What a real-time stream's frame (batch 1, f32, one thread) cannot beat on this machine:
+// the longer of its dependency chain and its arithmetic. Per layer and frame, the chain runs
+// from the state h to h': a product (1 FMA), a sum of H terms as a tree (ceil(log2 H) adds),
+// the input projection's add, sigmoid(r), r (W_hn h + b_hn) + gx_n (1 FMA), tanh, and
+// (1 - z) n + z h (2 operations); the layers of a stack overlap (layer l + 1 works on frame t
+// while layer l works on frame t + 1), so the stack's chain is one layer's. The work is the
+// products' FMAs at `peak_gflops` (a measured single-thread GEMM rate). Latencies are
+// measured here with the kernel's own instructions.
+struct StreamBound {
+  double fma_ns = 0, sigmoid_ns = 0, tanh_ns = 0;  // measured latencies
+  double chain_ns = 0, work_ns = 0;                // per frame
+  double ns() const { return chain_ns > work_ns ? chain_ns : work_ns; }
+  const char* side() const { return chain_ns > work_ns ? "chain" : "work"; }
+};
+StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops);
+
 // Measures this machine at each thread count (grux calibrate); sets OpenMP's and the BLAS's
 // thread counts while measuring and restores them after. `quick` shortens every measurement
 // (for tests; noisier numbers). Every measurement is repeated over `rounds` rounds and keeps

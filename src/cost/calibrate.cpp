@@ -18,6 +18,7 @@
 #include "cost/cost_util.h"
 #include "cpu/blas.h"
 #include "cpu/gemm_packed.h"
+#include "cpu/gru_stream.h"
 #include "cpu/read_bandwidth.h"
 #include "grux/calibrate.h"
 
@@ -134,6 +135,17 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
 
 double measure_handoff_ns(int threads) {
   return threads < 2 ? 0 : handoff_round_trip_ns(calling_thread_team(threads));
+}
+
+StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
+  const cpu::StreamLatencies lat = cpu::measure_stream_latencies();
+  StreamBound b;
+  b.fma_ns = lat.fma_ns, b.sigmoid_ns = lat.sigmoid_ns, b.tanh_ns = lat.tanh_ns;
+  const double H = static_cast<double>(p.hidden_size);
+  const double tree = std::ceil(std::log2(std::max(H, 1.0)));
+  b.chain_ns = (1 + tree + 1 + 1 + 2) * lat.fma_ns + lat.sigmoid_ns + lat.tanh_ns;
+  b.work_ns = p.gemm_flops() / static_cast<double>(p.T) / (peak_gflops * 1e9) * 1e9;
+  return b;
 }
 
 double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read) {

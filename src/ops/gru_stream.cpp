@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
 
@@ -41,6 +42,41 @@ struct GruStream::Impl {
     else
       return packed_f64;
   }
+  // The real-time kernel (cpu/gru_stream.h) runs f32 streams of one sequence, hidden sizes up
+  // to kFastMaxHidden, on the calling thread; everything else runs the engine's layer kernels.
+  static constexpr int64_t kFastMaxHidden = 256;
+  bool fast = false;
+  std::vector<cpu::StreamLayer> fast_layers;
+  hwy::AlignedFreeUniquePtr<float[]> fast_scratch;
+  // Per layer, 2 Hp floats: the state padded to the kernel's Hp (what the kernel reads and
+  // updates; `state` is synchronised from it when read) and the kernel's second buffer.
+  hwy::AlignedFreeUniquePtr<float[]> fast_state;
+  float* fast_h(int64_t l) const { return fast_state.get() + l * 2 * fast_layers[0].Hp; }
+  // state <-> fast_state (fast path only).
+  void state_to_fast() {
+    const int64_t H = config.hidden_size, Hp = fast_layers[0].Hp;
+    std::memset(fast_state.get(), 0, config.num_layers * 2 * Hp * sizeof(float));
+    for (int64_t l = 0; l < config.num_layers; ++l)
+      std::memcpy(fast_h(l), state.data<float>() + l * H, H * sizeof(float));
+  }
+  void fast_to_state() const {
+    const int64_t H = config.hidden_size;
+    for (int64_t l = 0; l < config.num_layers; ++l)
+      std::memcpy(const_cast<float*>(state.data<float>()) + l * H, fast_h(l), H * sizeof(float));
+  }
+  static bool fast_path(const Gru& gru, int64_t N) {
+    return gru.dtype() == DType::f32 && N == 1 && gru.config().hidden_size <= kFastMaxHidden;
+  }
+  void pack_fast(const Gru& gru) {
+    const bool rb = gru.config().form == GruForm::reset_before;
+    for (const GruLayerWeights& w : gru.weights())
+      fast_layers.push_back(cpu::gru_stream_pack(
+          w.w_ih.size(1), w.w_hh.size(1), rb, w.w_ih.contiguous().data<float>(),
+          w.w_hh.contiguous().data<float>(),
+          w.b_ih.defined() ? w.b_ih.contiguous().data<float>() : nullptr,
+          w.b_hh.defined() ? w.b_hh.contiguous().data<float>() : nullptr));
+  }
+
   template <typename T>
   std::vector<ops::PackedLayer<T>> pack_all(const Gru& gru) const {
     std::vector<ops::PackedLayer<T>> out;
@@ -55,9 +91,26 @@ struct GruStream::Impl {
   // and no call allocates.
   static constexpr int64_t kMaxBlock = 512;
   static constexpr int64_t kBlockBytes = int64_t(8) << 20;
+  static constexpr int64_t kFastBlockBytes = int64_t(64) << 10;
   void allocate_workspace() {
     const GruConfig& c = config;
     const int64_t H = c.hidden_size, I = c.input_size, L = c.num_layers;
+    if (fast) {
+      // Blocks whose input projections (3 Hp floats a frame) fit in about 64 KiB.
+      const int64_t Hp = fast_layers[0].Hp;
+      capacity = std::clamp<int64_t>(kFastBlockBytes / (3 * Hp * 4), 1, kMaxBlock);
+      int64_t scratch = 0;
+      for (const auto& fl : fast_layers)
+        scratch = std::max(scratch, cpu::gru_stream_scratch(fl, capacity));
+      fast_scratch = hwy::AllocateAligned<float>(static_cast<size_t>(scratch));
+      fast_state = hwy::AllocateAligned<float>(static_cast<size_t>(L * 2 * Hp));
+      if (!fast_scratch || !fast_state) throw Error("gru stream: out of memory for the workspace");
+      xp = Tensor::empty({capacity, I}, dtype);
+      reorder = Tensor::empty({capacity, H}, dtype);
+      hs.assign(L, Tensor());
+      for (auto& h : hs) h = Tensor::empty({capacity, H}, dtype);
+      return;
+    }
     const int64_t frame_bytes =
         N * (I + 3 * H + H + L * H + H) * static_cast<int64_t>(dtype_size(dtype));
     capacity = std::clamp<int64_t>(kBlockBytes / std::max<int64_t>(frame_bytes, 1), 1, kMaxBlock);
@@ -85,6 +138,7 @@ struct GruStream::Impl {
   }
 
   ops::SeqLayout lay;  // for blocks of lay.T frames
+  void run_block_fast(const float* src, const Frames& f, float* out);
   // The threads that run the frames: the calling thread's persistent team, sized like an
   // OpenMP team would be at the time of the call (none inside a parallel region), capped at
   // `threads`.
@@ -109,6 +163,9 @@ struct GruStream::Impl {
 
   template <typename T>
   void run_block(const T* src, const Frames& f, T* out) {
+    if constexpr (sizeof(T) == 4) {
+      if (fast) return run_block_fast(src, f, out);
+    }
     const GruConfig& c = config;
     const int64_t t = f.t, H = c.hidden_size, I = c.input_size, rows = t * N;
     const auto k = ops::gru_kernels<T>();
@@ -133,6 +190,25 @@ struct GruStream::Impl {
   }
 };
 
+// The real-time kernel's block: one sequence, f32; out (t, H) contiguous.
+void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* out) {
+  const int64_t t = f.t, H = config.hidden_size, I = config.input_size, L = config.num_layers;
+  const float* in = src;
+  int64_t in_stride = f.st_t;
+  if (f.st_i != 1) {  // strided features: gather them (frames are contiguous rows otherwise)
+    float* xpd = xp.data<float>();
+    for (int64_t s = 0; s < t; ++s)
+      for (int64_t i = 0; i < I; ++i) xpd[s * I + i] = src[s * f.st_t + i * f.st_i];
+    in = xpd, in_stride = I;
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    float* dst = l + 1 == L ? out : hs[l].data<float>();
+    cpu::gru_stream_forward(fast_layers[l], t, in, in_stride, fast_h(l), dst, H,
+                            fast_scratch.get());
+    in = dst, in_stride = H;
+  }
+}
+
 GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads)
     : impl_(new Impl) {
   if (gru.config().bidirectional)
@@ -148,7 +224,10 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int thread
   impl_->threads = threads;
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
-  if (gru.dtype() == DType::f32)
+  impl_->fast = Impl::fast_path(gru, impl_->N);
+  if (impl_->fast)
+    impl_->pack_fast(gru);
+  else if (gru.dtype() == DType::f32)
     impl_->packed_f32 = impl_->pack_all<float>(gru);
   else
     impl_->packed_f64 = impl_->pack_all<double>(gru);
@@ -165,16 +244,21 @@ void GruStream::reset(const Tensor& h0) {
   const int64_t L = c.num_layers, N = impl_->N, H = c.hidden_size;
   if (impl_->state.defined() && !h0.defined()) {  // no allocation, no threads
     std::memset(impl_->state.raw_data(), 0, impl_->state.numel() * dtype_size(impl_->dtype));
+    if (impl_->fast) impl_->state_to_fast();
     return;
   }
-  impl_->state = Tensor::zeros({L, N, H}, impl_->dtype);
-  if (!h0.defined()) return;
-  check_same_dtype("gru stream", "weights", impl_->state, "h0", h0);
-  check_shape("gru stream", "h0", h0, impl_->unbatched ? Shape{L, H} : Shape{L, N, H});
-  impl_->state.copy_from(impl_->unbatched ? h0.unsqueeze(1) : h0);
+  Tensor s = Tensor::zeros({L, N, H}, impl_->dtype);
+  if (h0.defined()) {
+    check_same_dtype("gru stream", "weights", s, "h0", h0);
+    check_shape("gru stream", "h0", h0, impl_->unbatched ? Shape{L, H} : Shape{L, N, H});
+    s.copy_from(impl_->unbatched ? h0.unsqueeze(1) : h0);
+  }
+  impl_->state = s;
+  if (impl_->fast) impl_->state_to_fast();
 }
 
 Tensor GruStream::state() const {
+  if (impl_->fast) impl_->fast_to_state();
   return impl_->unbatched ? impl_->state.squeeze(1).clone() : impl_->state.clone();
 }
 

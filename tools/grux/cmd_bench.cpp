@@ -36,6 +36,7 @@ struct BenchArgs {
   bool predict = false;
   std::string profile;
   int threads = 0, reps = 10;
+  int64_t block = 1;  // --cell: frames per call
 };
 
 struct Timing {
@@ -187,6 +188,9 @@ void run_bench_gru(const BenchArgs& a) {
   std::string name = p.descriptor() + p.set_lengths(a.lengths);
   if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
   if (a.cell && p.directions() != 1) throw Error("--cell needs a unidirectional problem (d1)");
+  if (a.block != 1 && !a.cell) throw Error("--block needs --cell (it sets the frames per call)");
+  if (a.block < 1 || a.block > p.T)
+    throw Error(fmt::format("--block {} (expected 1 to T = {})", a.block, p.T));
   if (a.reset_before) name += "_rb";
   check_fits_in_memory(p, a.train);
   const int threads = set_threads(a.threads);
@@ -211,14 +215,25 @@ void run_bench_gru(const BenchArgs& a) {
       return out;
     };
   } else if (a.cell) {
-    // One frame per call, as a real-time caller would; outputs kept for the check.
-    run = [&, stream = std::make_shared<GruStream>(gru, p.N),
+    // `block` frames per call through the raw real-time API (GruStream::process), as a
+    // real-time caller would, on the threads the stream was created with; outputs kept for
+    // the check.
+    run = [&, stream = std::make_shared<GruStream>(gru, p.N, Tensor(), a.threads),
            all = Tensor::empty({p.T, p.N, p.hidden_size}, p.dtype)]() mutable {
       stream->reset();
-      for (int64_t t = 0; t < p.T; ++t) {
-        Tensor frame_out = all.select(0, t);  // written in place
-        stream->step_into(x.select(0, t), frame_out);
-      }
+      const int64_t in_frame = p.N * p.input_size, out_frame = p.N * p.hidden_size;
+      auto go = [&]<typename T>(T*) {
+        const T* in = x.data<T>();
+        T* out = all.data<T>();
+        for (int64_t t = 0; t < p.T; t += a.block) {
+          const int64_t f = std::min(a.block, p.T - t);
+          stream->process<T>(in + t * in_frame, out + t * out_frame, f);
+        }
+      };
+      if (p.dtype == DType::f32)
+        go(static_cast<float*>(nullptr));
+      else
+        go(static_cast<double*>(nullptr));
       return std::vector<Tensor>{all};
     };
   } else if (a.prepacked) {
@@ -264,16 +279,33 @@ void run_bench_gru(const BenchArgs& a) {
       threads > 1 ? fmt::format(",\"handoff_ns\":{:.0f}", measure_handoff_ns(threads)) : "";
   const std::string predicted =
       a.predict ? prediction_fields(phases, p.dtype, threads, a.cell, a.profile, t.median_ms) : "";
+  // A stream's figures per frame (a sample for audio): ns, the real-time factor at 48 kHz
+  // (the frame budget, 20833 ns, over the time taken) and its lower bound on this machine.
+  std::string per_frame;
+  if (a.cell) {
+    const double ns = t.median_ms * 1e6 / static_cast<double>(p.T);
+    per_frame = fmt::format(",\"block\":{},\"ns_per_frame\":{:.1f},\"realtime_factor_48k\":{:.1f}",
+                            a.block, ns, 1e9 / 48000.0 / ns);
+    if (p.dtype == DType::f32 && p.N == 1) {
+      const StreamBound sb = measure_stream_bound(p, peak.best() / std::max(threads, 1));
+      per_frame += fmt::format(
+          ",\"bound_ns_per_frame\":{:.1f},\"bound_side\":\"{}\",\"pct_of_frame_bound\":{:.1f},"
+          "\"chain_ns\":{:.1f},\"work_ns\":{:.1f},\"fma_ns\":{:.2f},\"sigmoid_ns\":{:.2f},"
+          "\"tanh_ns\":{:.2f}",
+          sb.ns(), sb.side(), 100 * sb.ns() / ns, sb.chain_ns, sb.work_ns, sb.fma_ns,
+          sb.sigmoid_ns, sb.tanh_ns);
+    }
+  }
   fmt::print(
       "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"blas_gflops\":{:.2f},"
       "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
-      "\"read_gbps\":{:.1f}{}{}{},\"checked\":true}}\n",
+      "\"read_gbps\":{:.1f}{}{}{}{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
       100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms, bound.side,
       100 * bound.ms / t.median_ms, bound.read_gbps, handoff,
-      a.prepacked ? ",\"prepacked\":true" : "", predicted);
+      a.prepacked ? ",\"prepacked\":true" : "", predicted, per_frame);
 }
 
 // ---- minGRU --------------------------------------------------------------------------------
@@ -523,7 +555,16 @@ Action add_bench_command(CLI::App& app) {
       "that threads share pays about two of them.");
   g->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
   g->add_flag("--train", a->train, "time forward + backward");
-  g->add_flag("--cell", a->cell, "time T single-frame steps through the streaming API");
+  g->add_flag("--cell", a->cell,
+              "time T frames through the real-time streaming API (GruStream::process), one "
+              "call per --block frames; adds ns_per_frame, realtime_factor_48k (48 kHz frame "
+              "budget / time per frame) and, at batch 1 in f32, bound_ns_per_frame: the "
+              "longer of the recurrence's dependency chain and its FMA work at this machine's "
+              "rates, measured in the process (chain_ns, work_ns, and the fma / sigmoid / tanh "
+              "latencies)");
+  g->add_option("--block", a->block,
+                "with --cell: frames per call (an audio callback's block)")
+      ->capture_default_str();
   g->add_option("--lengths", a->lengths,
                 "variable lengths: uniform:LO:HI:SEED, or an int64 .npy of shape (N,)");
   g->add_flag("--reset-before", a->reset_before, "the reset-before candidate form");

@@ -1,0 +1,356 @@
+// The real-time GRU kernel (batch 1, f32) with Highway SIMD, dynamic dispatch; contract and
+// arithmetic in cpu/gru_stream.h.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/gru_stream.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// Must come after foreach_target.h.
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "cpu/gate_math-inl.h"
+#include "cpu/gru_stream.h"
+#include "cpu/simd_row-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace grux {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+
+int64_t StreamLanes() { return static_cast<int64_t>(hn::Lanes(DF())); }
+
+// Registers the accumulators of one tile may take: 24 of AVX-512's 32 vector registers, 12 of
+// the 16 elsewhere (the rest hold the broadcast values, weights in flight and constants).
+constexpr int kAccRegs = HWY_TARGET <= HWY_AVX3 ? 24 : 12;
+using V = hn::Vec<DF>;
+
+// One tile of a product: kG unit groups of kPer vectors each (R = kPer kG accumulators per
+// partial sum), columns of cs floats from w, summed over k < K against v[k] in S
+// interleaved partial sums (k mod S; the last K mod S columns go to partials 0, 1, ...).
+// Partial 0 starts from init(r), the others from zero; they are combined as (p0 + p1) +
+// (p2 + p3) and handed to epi(sums) in registers.
+template <int kPer, int kG, int S, class Init, class Epi>
+HWY_INLINE void Tile(const float* HWY_RESTRICT w, int64_t cs, const float* HWY_RESTRICT v,
+                     int64_t K, const Init& init, const Epi& epi) {
+  const DF d;
+  constexpr int R = kPer * kG;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  V acc[S][R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[0][r] = init(r);
+#pragma GCC unroll 16
+  for (int s = 1; s < S; ++s)
+  #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[s][r] = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + S <= K; k += S) {
+  #pragma GCC unroll 16
+    for (int s = 0; s < S; ++s) {
+      const V b = hn::Set(d, v[k + s]);
+      const float* col = w + (k + s) * cs;
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[s][r] = hn::MulAdd(hn::Load(d, col + r * kV), b, acc[s][r]);
+    }
+  }
+  // The last K mod S columns, into partials 0, 1, ... (s a constant: acc stays in registers).
+#pragma GCC unroll 4
+  for (int s = 0; s + 1 < S; ++s) {
+    if (k + s >= K) break;
+    const V b = hn::Set(d, v[k + s]);
+    const float* col = w + (k + s) * cs;
+  #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[s][r] = hn::MulAdd(hn::Load(d, col + r * kV), b, acc[s][r]);
+  }
+  V sum[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    sum[r] = acc[0][r];
+    if constexpr (S == 2) sum[r] = hn::Add(acc[0][r], acc[1][r]);
+    if constexpr (S == 4)
+      sum[r] = hn::Add(hn::Add(acc[0][r], acc[1][r]), hn::Add(acc[2][r], acc[3][r]));
+  }
+  epi(sum);
+}
+
+// Tile<kPer, g, S> for run-time g in [1, 12 / kPer] and S in {1, 2, 4}.
+template <int kPer, int kG, class Init, class Epi>
+HWY_INLINE void TileS(int S, const float* w, int64_t cs, const float* v, int64_t K,
+                      const Init& init, const Epi& epi) {
+  if (S == 4) return Tile<kPer, kG, 4>(w, cs, v, K, init, epi);
+  if (S == 2) return Tile<kPer, kG, 2>(w, cs, v, K, init, epi);
+  return Tile<kPer, kG, 1>(w, cs, v, K, init, epi);
+}
+template <int kPer, class Init, class Epi>
+HWY_INLINE void TileG(int64_t g, int S, const float* w, int64_t cs, const float* v, int64_t K,
+                      const Init& init, const Epi& epi) {
+  switch (g) {
+#define GRUX_TILE_CASE(n)                                                \
+  case n:                                                                \
+    if constexpr (kPer * n <= 12) return TileS<kPer, n>(S, w, cs, v, K, init, epi); \
+    break;
+    GRUX_TILE_CASE(1) GRUX_TILE_CASE(2) GRUX_TILE_CASE(3) GRUX_TILE_CASE(4)
+    GRUX_TILE_CASE(5) GRUX_TILE_CASE(6) GRUX_TILE_CASE(7) GRUX_TILE_CASE(8)
+    GRUX_TILE_CASE(9) GRUX_TILE_CASE(10) GRUX_TILE_CASE(11) GRUX_TILE_CASE(12)
+#undef GRUX_TILE_CASE
+    default:
+      break;
+  }
+}
+
+// How a product of `per` vectors per unit group, G groups, K columns is tiled: g groups per
+// tile (g * per <= 12 accumulators per partial sum) and S partial sums, within kAccRegs.
+struct Plan {
+  int64_t g;
+  int S;
+};
+Plan PlanFor(int64_t per, int64_t G, int64_t K) {
+  const int64_t g = std::max<int64_t>(1, std::min<int64_t>({G, kAccRegs / per, 12 / per}));
+  int S = 1;
+  while (S < 4 && 2 * S * g * per <= kAccRegs && 2 * S <= K) S *= 2;
+  return {g, S};
+}
+
+// gx (3 Hp) = W_ih x + bx for one frame.
+HWY_INLINE void InputProjection(const StreamLayer& L, const float* x, float* gx) {
+  const DF d;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  const int64_t G = L.Hp / kV, gmax = 4;
+  for (int64_t j = 0; j < G; j += gmax) {
+    const int64_t g = std::min(gmax, G - j);
+    const float* b = L.bx.get() + j * 3 * kV;
+    float* o = gx + j * 3 * kV;
+    TileG<3>(
+        g, 1, L.wx.get() + j * 3 * kV, 3 * L.Hp, x, L.I,
+        [&](int r) { return hn::Load(d, b + r * kV); },
+        [&](const V* sum) {
+          for (int64_t r = 0; r < 3 * g; ++r) hn::Store(sum[r], d, o + r * kV);
+        });
+  }
+}
+
+HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, const float* x, int64_t sx,
+                      float* state, float* out, int64_t so, float* scratch) {
+  const DF d;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  if (L.V != kV) throw std::logic_error("gru stream kernel: packed for another SIMD target");
+  const int64_t H = L.H, Hp = L.Hp, G = Hp / kV;
+  float* gx = scratch;  // t x 3Hp
+  float* zs = gx + t * 3 * Hp;  // Hp: z (reset-before)
+  float* rh = zs + Hp;          // Hp: r * h (reset-before)
+
+  // The input projection of the whole block, before the recurrence.
+  for (int64_t f = 0; f < t; ++f) InputProjection(L, x + f * sx, gx + f * 3 * Hp);
+
+  const V one = hn::Set(d, 1.0f);
+  // The state ping-pongs between state[0, Hp) and state[Hp, 2Hp) when a step takes several
+  // tiles (each tile reads all of h); in place when one tile covers every unit.
+  float* hc = state;
+  float* hn_buf = state + Hp;
+  if (!L.reset_before) {
+    const Plan p = PlanFor(3, G, H);
+    const bool in_place = p.g >= G;
+    const float* bhn = L.bhn.get();
+    for (int64_t f = 0; f < t; ++f) {
+      const float* gr = gx + f * 3 * Hp;
+      float* dst = in_place ? hc : hn_buf;
+      for (int64_t j = 0; j < G; j += p.g) {
+        const int64_t g = std::min(p.g, G - j);
+        const float* gj = gr + j * 3 * kV;
+        TileG<3>(
+            g, p.S, L.wh.get() + j * 3 * kV, 3 * Hp, hc, H,
+            [&](int r) {  // r, z start from gx; n from b_hn
+              const int q = r % 3, u = r / 3;
+              return q < 2 ? hn::Load(d, gj + r * kV) : hn::Load(d, bhn + (j + u) * kV);
+            },
+            [&](const V* sum) {
+              for (int64_t u = 0; u < g; ++u) {
+                const V r = Sigmoid(d, sum[3 * u]);
+                const V z = Sigmoid(d, sum[3 * u + 1]);
+                const V n = GateTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
+                const V hp = hn::Load(d, hc + (j + u) * kV);
+                hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, dst + (j + u) * kV);
+              }
+            });
+      }
+      if (!in_place) std::swap(hc, hn_buf);
+      float* o = out + f * so;
+      for (int64_t u = 0; u < H; ++u) o[u] = hc[u];
+    }
+  } else {
+    const Plan prz = PlanFor(2, G, H), pn = PlanFor(1, G, H);
+    const float* whn = L.wh.get() + H * 2 * Hp;
+    for (int64_t f = 0; f < t; ++f) {
+      const float* gr = gx + f * 3 * Hp;
+      for (int64_t j = 0; j < G; j += prz.g) {  // r, z, r * h
+        const int64_t g = std::min(prz.g, G - j);
+        TileG<2>(
+            g, prz.S, L.wh.get() + j * 2 * kV, 2 * Hp, hc, H,
+            [&](int r) { return hn::Load(d, gr + (j + r / 2) * 3 * kV + (r % 2) * kV); },
+            [&](const V* sum) {
+              for (int64_t u = 0; u < g; ++u) {
+                const V r = Sigmoid(d, sum[2 * u]);
+                hn::Store(hn::Mul(r, hn::Load(d, hc + (j + u) * kV)), d, rh + (j + u) * kV);
+                hn::Store(Sigmoid(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
+              }
+            });
+      }
+      for (int64_t j = 0; j < G; j += pn.g) {  // n from W_hn (r h), then h'
+        const int64_t g = std::min(pn.g, G - j);
+        TileG<1>(
+            g, pn.S, whn + j * kV, Hp, rh, H,
+            [&](int r) { return hn::Load(d, gr + (j + r) * 3 * kV + 2 * kV); },
+            [&](const V* sum) {
+              for (int64_t u = 0; u < g; ++u) {
+                const V n = GateTanh(d, sum[u]);
+                const V z = hn::Load(d, zs + (j + u) * kV);
+                const V hp = hn::Load(d, hc + (j + u) * kV);
+                hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, hc + (j + u) * kV);
+              }
+            });
+      }
+      float* o = out + f * so;
+      for (int64_t u = 0; u < H; ++u) o[u] = hc[u];
+    }
+  }
+  if (hc != state)
+    for (int64_t c = 0; c < Hp; c += kV) hn::Store(hn::Load(d, hc + c), d, state + c);
+}
+
+void DenseRows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,
+               const float* b, float* y, int64_t sy, bool accumulate) {
+  const DF d;
+  const int64_t kV = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t f = 0; f < t; ++f) {
+    const float* xr = x + f * sx;
+    float* yr = y + f * sy;
+    for (int64_t o = 0; o < O; ++o) {
+      const float* wr = w + o * K;
+      auto acc = hn::Zero(d);
+      for (int64_t k = 0; k < K; k += kV) {
+        const Chunk<DF> c(d, K - k);
+        acc = hn::MulAdd(c.load(wr + k), c.load(xr + k), acc);
+      }
+      float v = hn::GetLane(hn::SumOfLanes(d, acc));
+      if (b) v += b[o];
+      yr[o] = accumulate ? yr[o] + v : v;
+    }
+  }
+}
+
+// ns per call of op in a chain of n dependent calls (the best of 5 rounds).
+template <class Op>
+double ChainNs(Op op, int64_t n) {
+  const DF d;
+  double best = 1e300;
+  for (int round = 0; round < 5; ++round) {
+    auto v = hn::Set(d, 0.25f);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) v = op(v);
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    volatile float sink = hn::GetLane(v);
+    (void)sink;
+    best = std::min(best, ns / static_cast<double>(n));
+  }
+  return best;
+}
+
+StreamLatencies MeasureStreamLatencies() {
+  const DF d;
+  const auto a = hn::Set(d, 0.999f), b = hn::Set(d, 1e-4f), half = hn::Set(d, 0.5f);
+  StreamLatencies r;
+  r.fma_ns = ChainNs([&](auto v) { return hn::MulAdd(v, a, b); }, 400000);
+  // Arguments kept in (-1, 1), where the sums of a real step are; the clamps are counted.
+  r.sigmoid_ns = ChainNs([&](auto v) { return hn::Sub(Sigmoid(d, v), half); }, 100000) -
+                 r.fma_ns;
+  r.tanh_ns = ChainNs([&](auto v) { return GateTanh(d, hn::Mul(v, a)); }, 100000) - r.fma_ns;
+  return r;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace grux
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace grux::cpu {
+
+HWY_EXPORT(StreamLanes);
+HWY_EXPORT(GruStreamForward);
+HWY_EXPORT(DenseRows);
+HWY_EXPORT(MeasureStreamLatencies);
+
+StreamLatencies measure_stream_latencies() {
+  return HWY_DYNAMIC_DISPATCH(MeasureStreamLatencies)();
+}
+
+int64_t gru_stream_lanes() { return HWY_DYNAMIC_DISPATCH(StreamLanes)(); }
+
+namespace {
+hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t n) {
+  auto p = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  if (!p) throw std::bad_alloc();
+  std::memset(p.get(), 0, std::max<int64_t>(n, 1) * sizeof(float));
+  return p;
+}
+}  // namespace
+
+StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float* w_ih,
+                            const float* w_hh, const float* b_ih, const float* b_hh) {
+  StreamLayer L;
+  L.I = I, L.H = H, L.reset_before = reset_before;
+  L.V = gru_stream_lanes();
+  L.Hp = (H + L.V - 1) / L.V * L.V;
+  const int64_t V = L.V, Hp = L.Hp;
+  // Row of gate q, unit u in PyTorch's layout -> offset in a column of `per` vectors per
+  // group, the gate's vector being `slot` of them.
+  auto at = [&](int64_t u, int64_t per, int64_t slot) { return (u / V) * per * V + slot * V + u % V; };
+  L.wx = zeros(I * 3 * Hp);
+  for (int64_t k = 0; k < I; ++k)
+    for (int64_t q = 0; q < 3; ++q)
+      for (int64_t u = 0; u < H; ++u) L.wx[k * 3 * Hp + at(u, 3, q)] = w_ih[(q * H + u) * I + k];
+  L.wh = zeros(H * 3 * Hp);
+  for (int64_t k = 0; k < H; ++k)
+    for (int64_t q = 0; q < 3; ++q)
+      for (int64_t u = 0; u < H; ++u) {
+        const float v = w_hh[(q * H + u) * H + k];
+        if (!reset_before)
+          L.wh[k * 3 * Hp + at(u, 3, q)] = v;
+        else if (q < 2)
+          L.wh[k * 2 * Hp + at(u, 2, q)] = v;
+        else
+          L.wh[H * 2 * Hp + k * Hp + u] = v;
+      }
+  L.bx = zeros(3 * Hp);
+  L.bhn = zeros(Hp);
+  for (int64_t q = 0; q < 3; ++q)
+    for (int64_t u = 0; u < H; ++u) {
+      const float bi = b_ih ? b_ih[q * H + u] : 0.0f, bh = b_hh ? b_hh[q * H + u] : 0.0f;
+      if (q < 2 || reset_before)
+        L.bx[at(u, 3, q)] = bi + bh;
+      else
+        L.bx[at(u, 3, q)] = bi, L.bhn[u] = bh;
+    }
+  return L;
+}
+
+int64_t gru_stream_scratch(const StreamLayer& L, int64_t t) { return t * 3 * L.Hp + 2 * L.Hp; }
+
+void gru_stream_forward(const StreamLayer& layer, int64_t t, const float* x, int64_t sx,
+                        float* state, float* out, int64_t so, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(GruStreamForward)(layer, t, x, sx, state, out, so, scratch);
+}
+
+void dense_rows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,
+                const float* b, float* y, int64_t sy, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(DenseRows)(t, K, O, x, sx, w, b, y, sy, accumulate);
+}
+
+}  // namespace grux::cpu
+#endif  // HWY_ONCE

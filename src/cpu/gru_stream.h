@@ -1,0 +1,81 @@
+// The real-time GRU kernel: one sequence (batch 1), f32, small hidden sizes (the audio and
+// sensor models of GruStream and the C API's streams). A step is one fused pass per group of
+// units: the recurrent product's sums stay in registers and go straight into the gates, with
+// no GEMM machinery, packing or bookkeeping per call. The input projection of a block of
+// frames is computed before its recurrence (off the dependency chain). Raw pointers, no Tensor.
+//
+// Layout ("gate-vector interleaved"): units are grouped in vectors of V lanes (V: the SIMD
+// target's f32 lanes), Hp = H rounded up to V. Column k of a product holds, for each unit
+// group j, [r_j | z_j | n_j] (V floats each): 3 Hp floats. Padding units have zero weights.
+//
+// Arithmetic, fixed for a given H, I and SIMD target, so results are reproducible run to run
+// and identical for any split of the frames into calls:
+//   gx = (W_ih x) + bx, the product summed over k in order; bx = b_ih + b_hh for r and z,
+//        b_in for n (reset-before: b_in + b_hn)
+//   the recurrent products summed over k in S interleaved partial sums (k mod S), the first
+//        starting from the step's constant term, then (p0 + p1) + (p2 + p3); S (1, 2 or 4)
+//        shortens the dependency chain where registers allow:
+//   linear-before-reset: r = sig(gx_r + W_hr h), z = sig(gx_z + W_hz h),
+//        n = tanh(gx_n + r (b_hn + W_hn h)), h' = (1 - z) n + z h
+//   reset-before: r, z as above; n = tanh(gx_n + W_hn (r h)), h' as above.
+// Not bit-identical to the batched engine (whose GEMM sums in another order): within f32
+// rounding of it and of PyTorch.
+#pragma once
+
+#include <hwy/aligned_allocator.h>
+
+#include <cstdint>
+
+#include "core/visibility.h"
+
+namespace grux::cpu {
+
+// One layer's weights in the kernel's layout for this process's SIMD target.
+struct StreamLayer {
+  int64_t I = 0, H = 0;
+  int64_t V = 0;   // f32 lanes of the target it was packed for
+  int64_t Hp = 0;  // H rounded up to V
+  bool reset_before = false;
+  // wx: I columns of 3 Hp (W_ih). wh: linear-before-reset, H columns of 3 Hp (W_hh);
+  // reset-before, H columns of 2 Hp ([r_j | z_j]) followed by H columns of Hp (W_hn).
+  hwy::AlignedFreeUniquePtr<float[]> wx, wh;
+  hwy::AlignedFreeUniquePtr<float[]> bx;   // 3 Hp
+  hwy::AlignedFreeUniquePtr<float[]> bhn;  // Hp: b_hn (linear-before-reset), zeros otherwise
+};
+
+// f32 lanes of the SIMD target the kernels run on (dynamic dispatch).
+GRUX_INTERNAL int64_t gru_stream_lanes();
+
+// Packs PyTorch-layout weights: w_ih (3H x I), w_hh (3H x H) row-major, gate order r, z, n;
+// b_ih, b_hh (3H) or null for no bias.
+GRUX_INTERNAL StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before,
+                                          const float* w_ih, const float* w_hh,
+                                          const float* b_ih, const float* b_hh);
+
+// Floats of scratch gru_stream_forward needs for blocks of up to t frames.
+GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);
+
+// Runs t >= 1 steps: x (t rows of I, row stride sx), state (2 Hp floats, 64-byte aligned:
+// the state h padded with zeros to Hp in [0, Hp), read and updated; [Hp, 2Hp) is scratch),
+// out (t rows of H, row stride so; must not overlap x). scratch: gru_stream_scratch floats,
+// 64-byte aligned. Allocates nothing, takes no lock.
+GRUX_INTERNAL void gru_stream_forward(const StreamLayer& layer, int64_t t, const float* x,
+                                      int64_t sx, float* state, float* out, int64_t so,
+                                      float* scratch);
+
+// A Linear head on one sequence: y (t rows of O, stride sy) = x (t rows of K, stride sx) W^T
+// + b (+ y's previous contents when accumulate). W (O x K) row-major; b (O) or null. Each
+// output is one dot product summed in a fixed order.
+GRUX_INTERNAL void dense_rows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx,
+                              const float* w, const float* b, float* y, int64_t sy,
+                              bool accumulate);
+
+// Latencies (ns) of the operations on a step's dependency chain, measured here with the
+// kernel's own instructions: one FMA, one sigmoid and one tanh of a vector, each timed as a
+// chain of dependent calls.
+struct StreamLatencies {
+  double fma_ns = 0, sigmoid_ns = 0, tanh_ns = 0;
+};
+GRUX_INTERNAL StreamLatencies measure_stream_latencies();
+
+}  // namespace grux::cpu
