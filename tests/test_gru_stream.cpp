@@ -203,7 +203,7 @@ TEST(StreamKernel, MatchesReference) {
           for (int64_t u0 = 0; u0 < H; ++u0) state[u0] = static_cast<float>(h[u0] = 0.1 * (u0 % 5));
           // Calls of 1, 3 and 5 frames.
           for (int64_t t0 : {0, 1, 4})
-            cpu::gru_stream_forward(L, t0 == 0 ? 1 : t0 == 1 ? 3 : 5, x.data() + t0 * I, I,
+            cpu::gru_stream_forward(L, t0 == 0 ? 1 : t0 == 1 ? 3 : 5, t0, x.data() + t0 * I, I,
                                     state.get(), out.data() + t0 * H, H, scratch.get());
           cpu::ref::gru_stream_forward(I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
                                        bias ? bhh.data() : nullptr, T, x.data(), h.data(), want.data());

@@ -33,40 +33,45 @@ using V = hn::Vec<DF>;
 
 // One tile of a product: kG unit groups of kPer vectors each (R = kPer kG accumulators per
 // partial sum), columns of cs floats from w, summed over k < K against v[k] in S
-// interleaved partial sums (k mod S; the last K mod S columns go to partials 0, 1, ...).
-// Partial 0 starts from init(r), the others from zero; they are combined as (p0 + p1) +
-// (p2 + p3) and handed to epi(sums) in registers.
+// interleaved partial sums, the i-th column taken going to partial i mod S (the last K mod S
+// to partials 0, 1, ...). Columns are taken in order k = 0, 1, ... or, with `rev`, K - 1,
+// K - 2, ... Partial 0 starts from init(r), the others from zero; they are combined as
+// (p0 + p1) + (p2 + p3) and handed to epi(sums) in registers.
 template <int kPer, int kG, int S, class Init, class Epi>
 HWY_INLINE void Tile(const float* HWY_RESTRICT w, int64_t cs, const float* HWY_RESTRICT v,
-                     int64_t K, const Init& init, const Epi& epi) {
+                     int64_t K, bool rev, const Init& init, const Epi& epi) {
   const DF d;
   constexpr int R = kPer * kG;
   constexpr int64_t kV = hn::MaxLanes(d);
+  const int64_t dk = rev ? -1 : 1;
+  const float* col = rev ? w + (K - 1) * cs : w;
+  const float* vk = rev ? v + K - 1 : v;
+  const int64_t dcol = dk * cs;
   V acc[S][R];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[0][r] = init(r);
 #pragma GCC unroll 16
   for (int s = 1; s < S; ++s)
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[s][r] = hn::Zero(d);
-  int64_t k = 0;
-  for (; k + S <= K; k += S) {
-  #pragma GCC unroll 16
+  int64_t i = 0;
+  for (; i + S <= K; i += S) {
+#pragma GCC unroll 16
     for (int s = 0; s < S; ++s) {
-      const V b = hn::Set(d, v[k + s]);
-      const float* col = w + (k + s) * cs;
+      const V b = hn::Set(d, *vk);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[s][r] = hn::MulAdd(hn::Load(d, col + r * kV), b, acc[s][r]);
+      col += dcol, vk += dk;
     }
   }
-  // The last K mod S columns, into partials 0, 1, ... (s a constant: acc stays in registers).
+  // The last K mod S columns (s a constant in each copy: acc stays in registers).
 #pragma GCC unroll 4
   for (int s = 0; s + 1 < S; ++s) {
-    if (k + s >= K) break;
-    const V b = hn::Set(d, v[k + s]);
-    const float* col = w + (k + s) * cs;
-  #pragma GCC unroll 16
+    if (i + s >= K) break;
+    const V b = hn::Set(d, *vk);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[s][r] = hn::MulAdd(hn::Load(d, col + r * kV), b, acc[s][r]);
+    col += dcol, vk += dk;
   }
   V sum[R];
 #pragma GCC unroll 16
@@ -81,19 +86,19 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT w, int64_t cs, const float* HWY_R
 
 // Tile<kPer, g, S> for run-time g in [1, 12 / kPer] and S in {1, 2, 4}.
 template <int kPer, int kG, class Init, class Epi>
-HWY_INLINE void TileS(int S, const float* w, int64_t cs, const float* v, int64_t K,
+HWY_INLINE void TileS(int S, const float* w, int64_t cs, const float* v, int64_t K, bool rev,
                       const Init& init, const Epi& epi) {
-  if (S == 4) return Tile<kPer, kG, 4>(w, cs, v, K, init, epi);
-  if (S == 2) return Tile<kPer, kG, 2>(w, cs, v, K, init, epi);
-  return Tile<kPer, kG, 1>(w, cs, v, K, init, epi);
+  if (S == 4) return Tile<kPer, kG, 4>(w, cs, v, K, rev, init, epi);
+  if (S == 2) return Tile<kPer, kG, 2>(w, cs, v, K, rev, init, epi);
+  return Tile<kPer, kG, 1>(w, cs, v, K, rev, init, epi);
 }
 template <int kPer, class Init, class Epi>
 HWY_INLINE void TileG(int64_t g, int S, const float* w, int64_t cs, const float* v, int64_t K,
-                      const Init& init, const Epi& epi) {
+                      bool rev, const Init& init, const Epi& epi) {
   switch (g) {
 #define GRUX_TILE_CASE(n)                                                \
   case n:                                                                \
-    if constexpr (kPer * n <= 12) return TileS<kPer, n>(S, w, cs, v, K, init, epi); \
+    if constexpr (kPer * n <= 12) return TileS<kPer, n>(S, w, cs, v, K, rev, init, epi); \
     break;
     GRUX_TILE_CASE(1) GRUX_TILE_CASE(2) GRUX_TILE_CASE(3) GRUX_TILE_CASE(4)
     GRUX_TILE_CASE(5) GRUX_TILE_CASE(6) GRUX_TILE_CASE(7) GRUX_TILE_CASE(8)
@@ -117,17 +122,18 @@ Plan PlanFor(int64_t per, int64_t G, int64_t K) {
   return {g, S};
 }
 
-// gx (3 Hp) = W_ih x + bx for one frame.
-HWY_INLINE void InputProjection(const StreamLayer& L, const float* x, float* gx) {
+// gx (3 Hp) = W_ih x + bx for one frame, in S partial sums as the recurrent product (a
+// frame's projection is on the chain of a call of one frame).
+HWY_INLINE void InputProjection(const StreamLayer& L, const Plan& p, const float* x, float* gx) {
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
-  const int64_t G = L.Hp / kV, gmax = 4;
-  for (int64_t j = 0; j < G; j += gmax) {
-    const int64_t g = std::min(gmax, G - j);
+  const int64_t G = L.Hp / kV;
+  for (int64_t j = 0; j < G; j += p.g) {
+    const int64_t g = std::min(p.g, G - j);
     const float* b = L.bx.get() + j * 3 * kV;
     float* o = gx + j * 3 * kV;
     TileG<3>(
-        g, 1, L.wx.get() + j * 3 * kV, 3 * L.Hp, x, L.I,
+        g, p.S, L.wx.get() + j * 3 * kV, 3 * L.Hp, x, L.I, false,
         [&](int r) { return hn::Load(d, b + r * kV); },
         [&](const V* sum) {
           for (int64_t r = 0; r < 3 * g; ++r) hn::Store(sum[r], d, o + r * kV);
@@ -135,8 +141,9 @@ HWY_INLINE void InputProjection(const StreamLayer& L, const float* x, float* gx)
   }
 }
 
-HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, const float* x, int64_t sx,
-                      float* state, float* out, int64_t so, float* scratch) {
+HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0,
+                                  const float* x, int64_t sx, float* state, float* out,
+                                  int64_t so, float* scratch) {
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
   if (L.V != kV) throw std::logic_error("gru stream kernel: packed for another SIMD target");
@@ -146,7 +153,8 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, const float* 
   float* rh = zs + Hp;          // Hp: r * h (reset-before)
 
   // The input projection of the whole block, before the recurrence.
-  for (int64_t f = 0; f < t; ++f) InputProjection(L, x + f * sx, gx + f * 3 * Hp);
+  const Plan px = PlanFor(3, G, L.I);
+  for (int64_t f = 0; f < t; ++f) InputProjection(L, px, x + f * sx, gx + f * 3 * Hp);
 
   const V one = hn::Set(d, 1.0f);
   // The state ping-pongs between state[0, Hp) and state[Hp, 2Hp) when a step takes several
@@ -159,21 +167,22 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, const float* 
     const float* bhn = L.bhn.get();
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
+      const bool rev = (step0 + f) & 1;
       float* dst = in_place ? hc : hn_buf;
       for (int64_t j = 0; j < G; j += p.g) {
         const int64_t g = std::min(p.g, G - j);
         const float* gj = gr + j * 3 * kV;
         TileG<3>(
-            g, p.S, L.wh.get() + j * 3 * kV, 3 * Hp, hc, H,
+            g, p.S, L.wh.get() + j * 3 * kV, 3 * Hp, hc, H, rev,
             [&](int r) {  // r, z start from gx; n from b_hn
               const int q = r % 3, u = r / 3;
               return q < 2 ? hn::Load(d, gj + r * kV) : hn::Load(d, bhn + (j + u) * kV);
             },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V r = Sigmoid(d, sum[3 * u]);
-                const V z = Sigmoid(d, sum[3 * u + 1]);
-                const V n = GateTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
+                const V r = Sigmoid<true>(d, sum[3 * u]);
+                const V z = Sigmoid<true>(d, sum[3 * u + 1]);
+                const V n = GateTanh<true>(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
                 const V hp = hn::Load(d, hc + (j + u) * kV);
                 hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, dst + (j + u) * kV);
               }
@@ -188,27 +197,28 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, const float* 
     const float* whn = L.wh.get() + H * 2 * Hp;
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
+      const bool rev = (step0 + f) & 1;
       for (int64_t j = 0; j < G; j += prz.g) {  // r, z, r * h
         const int64_t g = std::min(prz.g, G - j);
         TileG<2>(
-            g, prz.S, L.wh.get() + j * 2 * kV, 2 * Hp, hc, H,
+            g, prz.S, L.wh.get() + j * 2 * kV, 2 * Hp, hc, H, rev,
             [&](int r) { return hn::Load(d, gr + (j + r / 2) * 3 * kV + (r % 2) * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V r = Sigmoid(d, sum[2 * u]);
+                const V r = Sigmoid<true>(d, sum[2 * u]);
                 hn::Store(hn::Mul(r, hn::Load(d, hc + (j + u) * kV)), d, rh + (j + u) * kV);
-                hn::Store(Sigmoid(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
+                hn::Store(Sigmoid<true>(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
               }
             });
       }
       for (int64_t j = 0; j < G; j += pn.g) {  // n from W_hn (r h), then h'
         const int64_t g = std::min(pn.g, G - j);
         TileG<1>(
-            g, pn.S, whn + j * kV, Hp, rh, H,
+            g, pn.S, whn + j * kV, Hp, rh, H, rev,
             [&](int r) { return hn::Load(d, gr + (j + r) * 3 * kV + 2 * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V n = GateTanh(d, sum[u]);
+                const V n = GateTanh<true>(d, sum[u]);
                 const V z = hn::Load(d, zs + (j + u) * kV);
                 const V hp = hn::Load(d, hc + (j + u) * kV);
                 hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, hc + (j + u) * kV);
@@ -267,9 +277,9 @@ StreamLatencies MeasureStreamLatencies() {
   StreamLatencies r;
   r.fma_ns = ChainNs([&](auto v) { return hn::MulAdd(v, a, b); }, 400000);
   // Arguments kept in (-1, 1), where the sums of a real step are; the clamps are counted.
-  r.sigmoid_ns = ChainNs([&](auto v) { return hn::Sub(Sigmoid(d, v), half); }, 100000) -
+  r.sigmoid_ns = ChainNs([&](auto v) { return hn::Sub(Sigmoid<true>(d, v), half); }, 100000) -
                  r.fma_ns;
-  r.tanh_ns = ChainNs([&](auto v) { return GateTanh(d, hn::Mul(v, a)); }, 100000) - r.fma_ns;
+  r.tanh_ns = ChainNs([&](auto v) { return GateTanh<true>(d, hn::Mul(v, a)); }, 100000) - r.fma_ns;
   return r;
 }
 
@@ -342,9 +352,9 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
 
 int64_t gru_stream_scratch(const StreamLayer& L, int64_t t) { return t * 3 * L.Hp + 2 * L.Hp; }
 
-void gru_stream_forward(const StreamLayer& layer, int64_t t, const float* x, int64_t sx,
-                        float* state, float* out, int64_t so, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(GruStreamForward)(layer, t, x, sx, state, out, so, scratch);
+void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0, const float* x,
+                        int64_t sx, float* state, float* out, int64_t so, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(GruStreamForward)(layer, t, step0, x, sx, state, out, so, scratch);
 }
 
 void dense_rows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,

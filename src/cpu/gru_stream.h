@@ -14,7 +14,9 @@
 //        b_in for n (reset-before: b_in + b_hn)
 //   the recurrent products summed over k in S interleaved partial sums (k mod S), the first
 //        starting from the step's constant term, then (p0 + p1) + (p2 + p3); S (1, 2 or 4)
-//        shortens the dependency chain where registers allow:
+//        shortens the dependency chain where registers allow; the columns are taken in
+//        order k = 0, 1, ... at even steps since the stream began and in reverse at odd ones
+//        (recurrent weights larger than the L1 cache then find its last-used part there):
 //   linear-before-reset: r = sig(gx_r + W_hr h), z = sig(gx_z + W_hz h),
 //        n = tanh(gx_n + r (b_hn + W_hn h)), h' = (1 - z) n + z h
 //   reset-before: r, z as above; n = tanh(gx_n + W_hn (r h)), h' as above.
@@ -55,13 +57,13 @@ GRUX_INTERNAL StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_befor
 // Floats of scratch gru_stream_forward needs for blocks of up to t frames.
 GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);
 
-// Runs t >= 1 steps: x (t rows of I, row stride sx), state (2 Hp floats, 64-byte aligned:
+// Runs t >= 1 steps, the first being step step0 since the state was set: x (t rows of I, row stride sx), state (2 Hp floats, 64-byte aligned:
 // the state h padded with zeros to Hp in [0, Hp), read and updated; [Hp, 2Hp) is scratch),
 // out (t rows of H, row stride so; must not overlap x). scratch: gru_stream_scratch floats,
 // 64-byte aligned. Allocates nothing, takes no lock.
-GRUX_INTERNAL void gru_stream_forward(const StreamLayer& layer, int64_t t, const float* x,
-                                      int64_t sx, float* state, float* out, int64_t so,
-                                      float* scratch);
+GRUX_INTERNAL void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0,
+                                      const float* x, int64_t sx, float* state, float* out,
+                                      int64_t so, float* scratch);
 
 // A Linear head on one sequence: y (t rows of O, stride sy) = x (t rows of K, stride sx) W^T
 // + b (+ y's previous contents when accumulate). W (O x K) row-major; b (O) or null. Each

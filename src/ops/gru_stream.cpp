@@ -51,9 +51,11 @@ struct GruStream::Impl {
   // Per layer, 2 Hp floats: the state padded to the kernel's Hp (what the kernel reads and
   // updates; `state` is synchronised from it when read) and the kernel's second buffer.
   hwy::AlignedFreeUniquePtr<float[]> fast_state;
+  int64_t fast_steps = 0;  // frames since the state was set (the kernel's step0)
   float* fast_h(int64_t l) const { return fast_state.get() + l * 2 * fast_layers[0].Hp; }
   // state <-> fast_state (fast path only).
   void state_to_fast() {
+    fast_steps = 0;
     const int64_t H = config.hidden_size, Hp = fast_layers[0].Hp;
     std::memset(fast_state.get(), 0, config.num_layers * 2 * Hp * sizeof(float));
     for (int64_t l = 0; l < config.num_layers; ++l)
@@ -203,10 +205,11 @@ void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* o
   }
   for (int64_t l = 0; l < L; ++l) {
     float* dst = l + 1 == L ? out : hs[l].data<float>();
-    cpu::gru_stream_forward(fast_layers[l], t, in, in_stride, fast_h(l), dst, H,
+    cpu::gru_stream_forward(fast_layers[l], t, fast_steps, in, in_stride, fast_h(l), dst, H,
                             fast_scratch.get());
     in = dst, in_stride = H;
   }
+  fast_steps += t;
 }
 
 GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads)
