@@ -90,10 +90,18 @@ TEST(Api, MinGruAndGruCellCopiesDeepCopyTheirWeights) {
   const Tensor xc = random_tensor({2, 3}, DType::f32, rng);
   const Tensor cell_before = cell.forward(xc);
   const GruCell cell_copy(cell);
-  Tensor cell_handle = cell.weights().w_ih;
-  cell_handle.fill(0.75);
+  GruLayerWeights changed = cell.weights();
+  changed.w_ih = changed.w_ih.clone();
+  changed.w_ih.fill(0.75);
+  cell.set_weights(changed);
   ASSERT_FALSE(all_close("cell", "original changed", cell.forward(xc), cell_before, {0, 0}));
   EXPECT_TRUE(all_close("cell", "copy", cell_copy.forward(xc), cell_before, {0, 0}));
+  // Its batch-1 path (the real-time kernel) sees the new weights too.
+  const Tensor x1 = xc.select(0, 0);
+  EXPECT_FALSE(all_close("cell", "unbatched", cell.forward(x1), cell_copy.forward(x1), {0, 0}));
+  GruLayerWeights bad = cell.weights();
+  bad.w_hh = Tensor::zeros({12, 5}, DType::f32);
+  EXPECT_THROW(cell.set_weights(bad), Error);
 }
 
 // ---- Replaced weights: any layout of the same values, the same results -----------------

@@ -193,7 +193,11 @@ class GruInference {
   std::unique_ptr<Impl> impl_;
 };
 
-// nn.GRUCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh.
+// nn.GRUCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh. The
+// weights are packed once, when the cell is made: a loop of forward() calls (one per frame)
+// repacks nothing. At batch 1 (or unbatched) in f32 forward() runs the real-time kernel of
+// GruStream (equal to the batched engine within f32 rounding); otherwise the engine's.
+struct GruCellPlan;
 class GruCell {
  public:
   GruCell(int64_t input_size, int64_t hidden_size, bool bias = true,
@@ -216,19 +220,25 @@ class GruCell {
   // Copies deep-copy the weights (as Gru's); moves keep them.
   GruCell(const GruCell& other);
   GruCell& operator=(const GruCell& other);
-  GruCell(GruCell&&) noexcept = default;
-  GruCell& operator=(GruCell&&) noexcept = default;
+  GruCell(GruCell&&) noexcept;
+  GruCell& operator=(GruCell&&) noexcept;
+  ~GruCell();
 
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }
   GruForm form() const { return form_; }
+  // The weights, to read: the cell packed them when made (or set), so writing through these
+  // handles changes nothing it computes; set_weights() replaces them.
   const GruLayerWeights& weights() const { return w_; }
+  // New weights of the same shapes, dtype and bias presence (checked); packed here.
+  void set_weights(GruLayerWeights weights);
 
  private:
   GruCell(int64_t input_size, int64_t hidden_size, GruForm form, GruLayerWeights w);
   int64_t input_size_, hidden_size_;
   GruForm form_;
   GruLayerWeights w_;
+  std::shared_ptr<const GruCellPlan> plan_;  // packed from w_; never changed after
 };
 
 // Stateful streaming over a unidirectional GRU: feed one frame or a chunk at a time; the

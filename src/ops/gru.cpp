@@ -4,13 +4,16 @@
 #include "grux/gru.h"
 
 #include <fmt/format.h>
+#include <hwy/aligned_allocator.h>
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <regex>
 #include <type_traits>
 
+#include "cpu/gru_stream.h"
 #include "grux/io.h"
 #include "ops/gru_layer.h"
 #include "ops/recurrent.h"
@@ -617,8 +620,50 @@ GruCell::GruCell(int64_t input_size, int64_t hidden_size, bool bias, GruForm for
     : GruCell(input_size, hidden_size, form,
               Gru(cell_config(input_size, hidden_size, bias, form), dtype, seed).weights()[0]) {}
 
+// A cell's weights packed once: the real-time kernel's layout (f32) and the engine's.
+struct GruCellPlan {
+  std::optional<GruInference> engine;
+  cpu::StreamLayer fast;  // f32 only
+};
+
+namespace {
+std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
+                                             const GruLayerWeights& w) {
+  auto plan = std::make_shared<GruCellPlan>();
+  plan->engine.emplace(Gru(cell_config(I, H, w.b_ih.defined(), form), {w}));
+  if (w.w_ih.dtype() == DType::f32) {
+    const Tensor wih = w.w_ih.contiguous(), whh = w.w_hh.contiguous();
+    const Tensor bih = w.b_ih.defined() ? w.b_ih.contiguous() : Tensor();
+    const Tensor bhh = w.b_hh.defined() ? w.b_hh.contiguous() : Tensor();
+    plan->fast = cpu::gru_stream_pack(I, H, form == GruForm::reset_before, wih.data<float>(),
+                                      whh.data<float>(), bih.defined() ? bih.data<float>() : nullptr,
+                                      bhh.defined() ? bhh.data<float>() : nullptr);
+  }
+  return plan;
+}
+}  // namespace
+
 GruCell::GruCell(int64_t input_size, int64_t hidden_size, GruForm form, GruLayerWeights w)
-    : input_size_(input_size), hidden_size_(hidden_size), form_(form), w_(std::move(w)) {}
+    : input_size_(input_size), hidden_size_(hidden_size), form_(form), w_(std::move(w)),
+      plan_(plan_cell(input_size, hidden_size, form, w_)) {}
+
+void GruCell::set_weights(GruLayerWeights weights) {
+  if (weights.b_ih.defined() != w_.b_ih.defined())
+    throw Error(fmt::format("gru cell: set_weights {} biases, the cell {}",
+                            weights.b_ih.defined() ? "given" : "without",
+                            w_.b_ih.defined() ? "has them" : "has none"));
+  if (weights.w_ih.defined() && weights.w_ih.dtype() != w_.w_ih.dtype())
+    throw Error(fmt::format("gru cell: set_weights given {} weights, the cell's are {}",
+                            dtype_name(weights.w_ih.dtype()), dtype_name(w_.w_ih.dtype())));
+  // Checked (shapes, dtypes, contiguity) as a one-layer Gru's.
+  Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {std::move(weights)});
+  w_ = g.weights()[0];
+  plan_ = plan_cell(input_size_, hidden_size_, form_, w_);
+}
+
+GruCell::GruCell(GruCell&&) noexcept = default;
+GruCell& GruCell::operator=(GruCell&&) noexcept = default;
+GruCell::~GruCell() = default;
 
 GruCell GruCell::from_state_dict(const std::map<std::string, Tensor>& state, GruForm form) {
   GruConfig options;
@@ -634,6 +679,7 @@ GruCell::GruCell(const GruCell& other)
       w_(other.w_) {
   for (Tensor* t : {&w_.w_ih, &w_.w_hh, &w_.b_ih, &w_.b_hh})
     if (t->defined()) *t = t->clone();
+  plan_ = other.plan_;  // immutable, packed from equal weights
 }
 
 GruCell& GruCell::operator=(const GruCell& other) {
@@ -676,8 +722,30 @@ CellProblem cell_problem(const Tensor& x, const Tensor& h, int64_t I, int64_t H)
 
 Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const {
   CellProblem p = cell_problem(input, h, input_size_, hidden_size_);
-  Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {w_});
-  Tensor h_new = g.forward(p.x, p.h, {}, threads).h_n.select(0, 0);
+  if (threads < 0)
+    throw Error(fmt::format("gru cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
+  const DType dt = w_.w_ih.dtype();
+  check_same_dtype("gru cell", "weights", w_.w_ih, "input", input);
+  if (h.defined()) check_same_dtype("gru cell", "weights", w_.w_ih, "hx", h);
+  if (dt == DType::f32 && p.x.size(1) == 1) {
+    // One sequence: the real-time kernel, one step (a thread's worth of work at any size).
+    const cpu::StreamLayer& L = plan_->fast;
+    const int64_t H = hidden_size_, I = input_size_;
+    auto buf = hwy::AllocateAligned<float>(
+        static_cast<size_t>(2 * L.Hp + cpu::gru_stream_scratch(L, 1) + I));
+    if (!buf) throw Error("gru cell: out of memory");
+    float* state = buf.get();
+    float* scratch = state + 2 * L.Hp;
+    float* x = scratch + cpu::gru_stream_scratch(L, 1);
+    std::memset(state, 0, 2 * L.Hp * sizeof(float));
+    const Tensor xc = p.x.contiguous();
+    std::memcpy(x, xc.data<float>(), I * sizeof(float));
+    if (p.h.defined()) std::memcpy(state, p.h.contiguous().data<float>(), H * sizeof(float));
+    Tensor out = Tensor::empty(p.unbatched ? Shape{H} : Shape{1, H}, dt);
+    cpu::gru_stream_forward(L, 1, 0, x, I, state, out.data<float>(), H, scratch);
+    return out;
+  }
+  Tensor h_new = plan_->engine->forward(p.x, p.h, {}, threads).h_n.select(0, 0);
   return p.unbatched ? h_new.select(0, 0) : h_new;
 }
 
