@@ -1,14 +1,27 @@
 // The real-time promise of GruStream (gru.h) and the C API's streams: after creation,
-// processing frames allocates nothing. This executable replaces malloc and operator new with
-// counting wrappers around glibc's allocator; the tests arm the counter around the calls a
-// real-time thread makes and fail on any allocation. (Sanitizer builds replace the allocator
-// themselves: there the counting is not possible and the tests say so and skip.)
+// processing frames allocates nothing, takes no lock, starts no thread, sleeps or yields
+// nowhere and makes no system call through libc. This executable replaces malloc (and so
+// operator new) with counting wrappers around glibc's allocator, and interposes counting
+// wrappers on the libc entry points of locks, condition variables, thread creation, yielding,
+// sleeping and the generic system calls (forwarded to libc's own); the tests arm the counters
+// around the calls a real-time thread makes (counting on every thread, the stream's workers
+// included) and fail on any count. System calls made without libc's wrappers cannot be seen
+// this way. (Sanitizer builds replace the allocator and these functions themselves: there the
+// tests say so and skip.)
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdarg>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <thread>
 
 #include "grux/grux.h"
 #include "grux/gru.h"
@@ -23,6 +36,10 @@
 namespace {
 std::atomic<bool> g_armed{false};
 std::atomic<long> g_allocations{0};
+std::atomic<long> g_blocking{0};  // locks, waits, thread starts, yields, sleeps, system calls
+inline void count_blocking() {
+  if (g_armed.load(std::memory_order_relaxed)) g_blocking.fetch_add(1);
+}
 inline void count() {
   if (!g_armed.load(std::memory_order_relaxed)) return;
   g_allocations.fetch_add(1);
@@ -73,6 +90,46 @@ void free(void* p) {
   __libc_free(p);
 }
 }
+
+// libc's own function `name`, found past this executable's definition.
+template <typename F>
+F next_symbol(F& cache, const char* name) {
+  if (!cache) cache = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+  return cache;
+}
+#define GRUX_FORWARD(ret, name, params, args)                              \
+  extern "C" ret name params {                                            \
+    count_blocking();                                                      \
+    static ret(*real) params = nullptr;                                    \
+    return next_symbol(real, #name) args;                                  \
+  }
+GRUX_FORWARD(int, pthread_mutex_lock, (pthread_mutex_t * m), (m))
+GRUX_FORWARD(int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))
+GRUX_FORWARD(int, pthread_cond_wait, (pthread_cond_t * c, pthread_mutex_t* m), (c, m))
+GRUX_FORWARD(int, pthread_cond_signal, (pthread_cond_t * c), (c))
+GRUX_FORWARD(int, pthread_cond_broadcast, (pthread_cond_t * c), (c))
+GRUX_FORWARD(int, pthread_create,
+             (pthread_t * t, const pthread_attr_t* a, void* (*f)(void*), void* arg), (t, a, f, arg))
+GRUX_FORWARD(int, sched_yield, (), ())
+GRUX_FORWARD(int, nanosleep, (const struct timespec* r, struct timespec* rem), (r, rem))
+GRUX_FORWARD(int, clock_nanosleep,
+             (clockid_t c, int f, const struct timespec* r, struct timespec* rem), (c, f, r, rem))
+GRUX_FORWARD(int, usleep, (useconds_t u), (u))
+GRUX_FORWARD(void*, mmap, (void* a, size_t n, int p, int f, int fd, off_t o), (a, n, p, f, fd, o))
+GRUX_FORWARD(int, munmap, (void* a, size_t n), (a, n))
+GRUX_FORWARD(ssize_t, read, (int fd, void* b, size_t n), (fd, b, n))
+#undef GRUX_FORWARD
+// syscall() is variadic: its six possible arguments are forwarded as longs.
+extern "C" long syscall(long number, ...) {
+  count_blocking();
+  va_list ap;
+  va_start(ap, number);
+  long a[6];
+  for (long& v : a) v = va_arg(ap, long);
+  va_end(ap);
+  static long (*real)(long, ...) = nullptr;
+  return next_symbol(real, "syscall")(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
 #endif
 
 namespace grux {
@@ -80,7 +137,7 @@ namespace {
 
 using test::random_tensor;
 
-// Counts the allocations `f` makes.
+// Counts the allocations `f` makes (on any thread).
 template <typename F>
 long allocations_in(F&& f) {
   g_allocations = 0;
@@ -89,6 +146,16 @@ long allocations_in(F&& f) {
   g_armed = false;
   return g_allocations.load();
 }
+// Counts the calls `f` makes (on any thread) to locks, waits, thread starts, yields, sleeps
+// and system calls.
+template <typename F>
+long blocking_calls_in(F&& f) {
+  g_blocking = 0;
+  g_armed = true;
+  f();
+  g_armed = false;
+  return g_blocking.load();
+}
 
 // The counter itself works (else a passing test below would mean nothing).
 TEST(Realtime, TheCounterSeesAllocations) {
@@ -96,6 +163,60 @@ TEST(Realtime, TheCounterSeesAllocations) {
   EXPECT_GT(allocations_in([] { ::operator delete(::operator new(16)); }), 0);
   EXPECT_GT(allocations_in([] { free(malloc(64)); }), 0);
   EXPECT_GT(allocations_in([] { Tensor::zeros({3}, DType::f32); }), 0);
+}
+
+TEST(Realtime, TheCounterSeesLocksThreadsAndSleeps) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns these functions here";
+  std::mutex m;
+  EXPECT_GT(blocking_calls_in([&] { std::lock_guard<std::mutex> lock(m); }), 0);
+  EXPECT_GT(blocking_calls_in([] { std::this_thread::yield(); }), 0);
+  EXPECT_GT(blocking_calls_in([] { std::this_thread::sleep_for(std::chrono::microseconds(1)); }),
+            0);
+  EXPECT_GT(blocking_calls_in([] { std::thread([] {}).join(); }), 0);
+}
+
+// Streams on each kernel: the real-time one (one f32 sequence, one thread), the engine's
+// (a batch; f64; a hidden size past the real-time kernel's), and a stream with a team of
+// workers. After construction (and a first call), nothing allocates, locks, waits, starts
+// a thread, sleeps or calls the system.
+TEST(Realtime, StreamsNeitherAllocateNorBlock) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns these functions here";
+  struct Case {
+    int64_t batch, H;
+    DType dtype;
+    int threads;
+  };
+  for (const Case& k : {Case{1, 24, DType::f32, 1}, Case{1, 24, DType::f32, 0},
+                        Case{2, 24, DType::f32, 1}, Case{1, 24, DType::f64, 1},
+                        Case{1, 300, DType::f32, 1}, Case{3, 80, DType::f32, 2}}) {
+    GruConfig c;
+    c.input_size = 5;
+    c.hidden_size = k.H;
+    c.num_layers = 2;
+    const Gru gru(c, k.dtype, 1);
+    GruStream stream(gru, k.batch, {}, k.threads);
+    std::mt19937_64 rng(2);
+    const int64_t T = 96;
+    const Tensor x = random_tensor({T, k.batch, 5}, k.dtype, rng);
+    Tensor y = Tensor::empty({T, k.batch, k.H}, k.dtype);
+    auto run = [&] {
+      auto go = [&]<typename F>(F*) {
+        for (int64_t t = 0; t < 8; ++t)
+          stream.process<F>(x.data<F>() + t * k.batch * 5, y.data<F>() + t * k.batch * k.H, 1);
+        stream.process<F>(x.data<F>(), y.data<F>(), T);
+        stream.reset();
+      };
+      if (k.dtype == DType::f32)
+        go(static_cast<float*>(nullptr));
+      else
+        go(static_cast<double*>(nullptr));
+    };
+    run();  // a first call (nothing should be left for it to do, but the promise starts here)
+    const std::string what = "batch " + std::to_string(k.batch) + " H " + std::to_string(k.H) +
+                             " " + dtype_name(k.dtype) + " threads " + std::to_string(k.threads);
+    EXPECT_EQ(allocations_in(run), 0) << what;
+    EXPECT_EQ(blocking_calls_in(run), 0) << what;
+  }
 }
 
 TEST(Realtime, StreamProcessAndStepIntoAllocateNothing) {
@@ -146,6 +267,12 @@ TEST(Realtime, CApiStreamProcessAllocatesNothing) {
               for (int64_t t = 0; t < 64; ++t)
                 ASSERT_EQ(grux_stream_process(s, in.data() + t * I, out.data() + t * O, 1), 0);
               ASSERT_EQ(grux_stream_process(s, in.data(), out.data(), 512), 0);
+              grux_stream_reset(s);
+            }),
+            0);
+  EXPECT_EQ(blocking_calls_in([&] {
+              for (int64_t t = 0; t < 64; ++t)
+                ASSERT_EQ(grux_stream_process(s, in.data() + t * I, out.data() + t * O, 1), 0);
               grux_stream_reset(s);
             }),
             0);

@@ -241,16 +241,34 @@ class GruCell {
   std::shared_ptr<const GruCellPlan> plan_;  // packed from w_; never changed after
 };
 
-// Stateful streaming over a unidirectional GRU: feed one frame or a chunk at a time; the
-// results are bit-identical to running the whole sequence at once. Workspace is sized on the
-// first call (and when a longer chunk arrives); steps of the same size allocate nothing.
-// The stream packs its own copy of the weights and of the configuration when constructed:
-// `gru` may move or go away afterwards, and later changes to its weights are not seen.
+// Stateful streaming over a unidirectional GRU: feed one frame or a chunk at a time, keep
+// the state between calls. The stream packs its own copy of the weights and configuration and
+// sizes all its workspace when constructed: `gru` may move or go away afterwards (later
+// changes to its weights are not seen).
+//
+// Real time: after construction, step_into() and process() allocate nothing, take no lock,
+// start no thread and make no system call, whatever the number of frames (a call longer than
+// the workspace runs in blocks of it); reset() without h0 likewise. step() and state()
+// allocate their results. A single-threaded stream never waits on another thread. With
+// threads > 1 the stream starts its worker threads in the constructor; between frames they
+// spin (x86 `pause`) on an atomic counter for the stream's whole life, never sleeping, and
+// the caller spins until they finish each step: give them their own cores and the caller's
+// real-time priority, or the caller waits whenever the OS preempts one. The destructor joins
+// them (it locks a mutex and makes system calls: not on the audio thread).
+//
+// Kernels and results. One sequence (batch 1 or unbatched) in f32 on one thread runs the
+// real-time kernel (hidden sizes up to 256): a fused step per group of units, its results
+// equal to Gru::forward within f32 rounding (the engine's tolerance against PyTorch) and
+// exactly reproducible: the same bits run to run, on any split of the frames into calls
+// (frame by frame, blocks, one call), though not across CPUs with other SIMD widths. Every
+// other stream runs the engine's layer kernels and is bit-identical to Gru::forward on the
+// whole sequence.
 class GruStream {
  public:
   // batch N >= 1, or 0 for unbatched frames. h0 as in Gru::forward (undefined: zeros).
-  // threads: 1 runs every step on the calling thread only; 0 lets grux choose (a team of the
-  // calling thread's when the hidden size is large enough to gain); k > 1 uses at most k.
+  // threads: 0 or 1 runs every step on the calling thread only (the default); k > 1 starts a
+  // team of up to k threads (the caller and k - 1 workers; fewer when the hidden size has
+  // fewer 64-byte unit blocks, or the machine fewer cores) that share each step's units.
   GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0);
   ~GruStream();
   GruStream(GruStream&&) noexcept;

@@ -68,9 +68,13 @@ GRUX_API int64_t grux_model_output_size(const grux_model* m);
 /* Frees a model; NULL is a no-op. */
 GRUX_API void grux_model_free(grux_model* m);
 
-/* Creates a stream of `batch` (>= 1) sequences, all starting from a zero state.
- *   threads: 1 runs every call on the calling thread only; 0 lets grux choose (more than one
- *   thread only where the hidden size is large enough to gain); k > 1 uses at most k.
+/* Creates a stream of `batch` (>= 1) sequences, all starting from a zero state; sizes all its
+ * memory here. After creation grux_stream_process and grux_stream_reset allocate nothing,
+ * take no lock, start no thread and make no system call (see README, "Real time").
+ *   threads: 0 or 1 runs every call on the calling thread only (use this on an audio thread);
+ *   k > 1 starts up to k - 1 worker threads here, which spin between calls for the stream's
+ *   whole life (give them their own cores and the caller's priority); grux_stream_free joins
+ *   them.
  * Returns NULL on error, with the message in err as for grux_model_load. */
 GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
                                          char* err, size_t err_len);

@@ -16,6 +16,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
+#include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/version.h"
@@ -188,7 +189,7 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
     if (batch < 1) throw Error(fmt::format("grux_stream_create: batch is {}, expected >= 1", batch));
     if (threads < 0)
       throw Error(fmt::format(
-          "grux_stream_create: threads is {}, expected 1 (the calling thread), 0 (grux chooses) "
+          "grux_stream_create: threads is {}, expected 0 or 1 (the calling thread only) "
           "or more",
           threads));
     std::unique_ptr<grux_stream> s(new grux_stream{
@@ -238,14 +239,14 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
         float* o = out + f0 * B * h.O;
         float* y = s->gru_out.data();
         s->stream.process<float>(x, y, f);
-        // The head: linear_forward's product (cpu::gemm packs W^T the same way, then runs
-        // this kernel), on the calling thread only when the stream is single-threaded.
-        if (s->threads == 1)
+        // The head, on the calling thread: for one sequence, dot products of the head's rows
+        // (its own multiply-adds, nothing more); for a batch, linear_forward's product
+        // (cpu::gemm packs W^T the same way, then runs this kernel).
+        if (B == 1)
+          grux::cpu::dense_rows(f, h.H, h.O, y, h.H, h.w.data(), bias, o, h.O, false);
+        else
           grux::cpu::gemm_packed<float>(rows, y, h.H, false, s->head_b, bias, false, o, h.O, 0,
                                         s->head_b.panels());
-        else
-          grux::cpu::gemm_packed_parallel<float>(rows, y, h.H, false, s->head_b, bias, false, o,
-                                                 h.O);
         if (h.residual)
           for (int64_t i = 0; i < rows * h.O; ++i) o[i] = x[i] + o[i];
       }

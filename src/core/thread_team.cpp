@@ -45,7 +45,7 @@ ThreadTeam& calling_thread_team(int size) {
   return *team;
 }
 
-ThreadTeam::ThreadTeam(int size) {
+ThreadTeam::ThreadTeam(int size, Idle idle) : spin_(idle == Idle::spin) {
   for (int m = 1; m < size; ++m) workers_.emplace_back([this, m] { worker(m); });
 }
 
@@ -66,13 +66,13 @@ void ThreadTeam::run_erased(void* job, Fn fn) {
   // seq_cst pairs with the worker's sleepers_ increment: either it sees the new epoch before
   // it sleeps, or this thread sees it asleep and wakes it.
   epoch_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+  if (!spin_ && sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     wake_.notify_all();
   }
   fn(job, 0);
   for (int spins = 0; pending_.load(std::memory_order_acquire) > 0; ++spins) {
-    if (spins < 4000)
+    if (spin_ || spins < 4000)
       cpu_relax();
     else
       std::this_thread::yield();  // an oversubscribed machine: let the workers run
@@ -86,6 +86,11 @@ void ThreadTeam::worker(int member) {
     const auto idle_since = std::chrono::steady_clock::now();
     bool yielding = false;
     for (int spins = 1; e == seen; ++spins) {
+      if (spin_) {  // never yields or sleeps
+        cpu_relax();
+        e = epoch_.load(std::memory_order_acquire);
+        continue;
+      }
       if (yielding)
         std::this_thread::yield();
       else

@@ -17,8 +17,14 @@ namespace grux {
 
 class ThreadTeam {
  public:
+  // How idle workers wait for the next job. sleep: as above (spin 20 us, yield until 200 us,
+  // then sleep on a condition variable, woken with a mutex and notify_all). spin: they spin
+  // (x86 `pause`) on the job counter for the team's whole life, never yielding or sleeping,
+  // and run() neither locks nor makes a system call: for real-time streams, whose host gives
+  // the workers a core each and the caller's priority.
+  enum class Idle { sleep, spin };
   // A team of `size` >= 1 members (size - 1 threads are started).
-  explicit ThreadTeam(int size);
+  explicit ThreadTeam(int size, Idle idle = Idle::sleep);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
   ThreadTeam& operator=(const ThreadTeam&) = delete;
@@ -40,6 +46,7 @@ class ThreadTeam {
   std::vector<std::thread> workers_;
   void* job_ = nullptr;
   Fn fn_ = nullptr;
+  bool spin_ = false;                           // Idle::spin
   bool stop_ = false;                           // written before an epoch bump, read after it
   alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped once per job
   alignas(64) std::atomic<int> pending_{0};     // workers still running the current job

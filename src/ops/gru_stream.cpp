@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "cpu/gru_stream.h"
 #include "grux/gru.h"
@@ -66,8 +67,9 @@ struct GruStream::Impl {
     for (int64_t l = 0; l < config.num_layers; ++l)
       std::memcpy(const_cast<float*>(state.data<float>()) + l * H, fast_h(l), H * sizeof(float));
   }
-  static bool fast_path(const Gru& gru, int64_t N) {
-    return gru.dtype() == DType::f32 && N == 1 && gru.config().hidden_size <= kFastMaxHidden;
+  static bool fast_path(const Gru& gru, int64_t N, int threads) {
+    return gru.dtype() == DType::f32 && N == 1 && threads <= 1 &&
+           gru.config().hidden_size <= kFastMaxHidden;
   }
   void pack_fast(const Gru& gru) {
     const bool rb = gru.config().form == GruForm::reset_before;
@@ -141,15 +143,12 @@ struct GruStream::Impl {
 
   ops::SeqLayout lay;  // for blocks of lay.T frames
   void run_block_fast(const float* src, const Frames& f, float* out);
-  // The threads that run the frames: the calling thread's persistent team, sized like an
-  // OpenMP team would be at the time of the call (none inside a parallel region), capped at
-  // `threads`.
+  // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
+  // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
+  std::unique_ptr<ThreadTeam> team;
   template <typename T>
   ThreadTeam* frame_team() const {
-    if (threads == 1 || omp_in_parallel()) return nullptr;
-    int size = ops::gru_team_size(config.hidden_size, cpu::kUnit<T>);
-    if (threads > 1) size = std::min(size, threads);
-    return size > 1 ? &calling_thread_team(size) : nullptr;
+    return team && !omp_in_parallel() ? team.get() : nullptr;
   }
 
   // Runs the frames in blocks of at most `capacity`; out (f.t, N, H) time-major, contiguous.
@@ -184,7 +183,7 @@ struct GruStream::Impl {
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
       ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(), h,
-                                gh.data<T>(), frames_team, threads == 1 ? 1 : 0);
+                                gh.data<T>(), frames_team, frames_team ? frames_team->size() : 1);
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }
@@ -221,13 +220,20 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int thread
   if (batch < 0)
     throw Error(fmt::format("gru stream: batch is {}, expected >= 1 or 0 for unbatched", batch));
   if (threads < 0)
-    throw Error(fmt::format("gru stream: threads is {}, expected >= 0 (0: grux chooses)", threads));
+    throw Error(fmt::format("gru stream: threads is {}, expected >= 0 (0 or 1: the calling thread only)", threads));
   impl_->config = gru.config();
   impl_->dtype = gru.dtype();
   impl_->threads = threads;
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
-  impl_->fast = Impl::fast_path(gru, impl_->N);
+  impl_->fast = Impl::fast_path(gru, impl_->N, threads);
+  if (threads > 1) {
+    // No more members than units of work per step, nor than cores.
+    const int64_t unit = gru.dtype() == DType::f32 ? cpu::kUnit<float> : cpu::kUnit<double>;
+    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int size = std::min({threads, hw, ops::gru_team_size(gru.config().hidden_size, unit)});
+    if (size > 1) impl_->team = std::make_unique<ThreadTeam>(size, ThreadTeam::Idle::spin);
+  }
   if (impl_->fast)
     impl_->pack_fast(gru);
   else if (gru.dtype() == DType::f32)
