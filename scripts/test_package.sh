@@ -6,7 +6,7 @@
 #     runs on its installed data;
 #   - builds examples/consumer with find_package(grux) against the static install, the shared
 #     install and the unpacked Debian packages, and runs it (PyTorch's numbers on data/example);
-#   - builds the C program examples/c_api/stream.c with `pkg-config --cflags --libs grux`
+#   - builds the C programs examples/c_api/stream.c and effect.c with `pkg-config --cflags --libs grux`
 #     (shared) and `--static` (static), and runs both;
 #   - builds examples/plugin (a shared object linking the static library), loads it with dlopen
 #     from a host that knows nothing of grux, and checks it exports no grux symbol;
@@ -104,6 +104,11 @@ PKG_CONFIG_PATH=$work/static/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -ped
   examples/c_api/stream.c -o "$work/stream-static" \
   $(PKG_CONFIG_PATH=$work/static/lib/pkgconfig pkg-config --static --cflags --libs grux) -lm
 "$work/stream-static" data/example/gru.safetensors
+# The README's real-time example: an effect (GRU + head + skip) in blocks of 64 frames.
+PKG_CONFIG_PATH=$work/static/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -pedantic -Werror \
+  examples/c_api/effect.c -o "$work/effect-static" \
+  $(PKG_CONFIG_PATH=$work/static/lib/pkgconfig pkg-config --static --cflags --libs grux) -lm
+"$work/effect-static" tests/reference/golden/capi/model_residual.safetensors rnn. fc.
 
 echo "== A plugin (shared object linking the static library) loaded with dlopen"
 quiet cmake -S examples/plugin -B "$work/plugin" -DCMAKE_PREFIX_PATH="$work/static" -DCMAKE_BUILD_TYPE=Release
