@@ -38,7 +38,13 @@ std::atomic<bool> g_armed{false};
 std::atomic<long> g_allocations{0};
 std::atomic<long> g_blocking{0};  // locks, waits, thread starts, yields, sleeps, system calls
 inline void count_blocking() {
-  if (g_armed.load(std::memory_order_relaxed)) g_blocking.fetch_add(1);
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  g_blocking.fetch_add(1);
+  if (std::getenv("GRUX_TRACE_ALLOCATIONS")) {  // where they come from, when debugging
+    void* frames[24];
+    backtrace_symbols_fd(frames, backtrace(frames, 24), 2);
+    write(2, "----\n", 5);
+  }
 }
 inline void count() {
   if (!g_armed.load(std::memory_order_relaxed)) return;

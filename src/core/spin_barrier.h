@@ -1,6 +1,7 @@
 // A barrier for the threads of one parallel region that synchronize every time step: spins
 // (the step is microseconds long, a sleeping barrier costs about as much), and yields the
-// core after a while so that an oversubscribed machine still makes progress.
+// core after a while so that an oversubscribed machine still makes progress (unless told to
+// spin only: the barrier of a real-time stream's team, which never yields).
 #pragma once
 
 #include <atomic>
@@ -13,8 +14,9 @@ class SpinBarrier {
   // Every thread of a team of `threads` calls wait(); none returns before all have arrived.
   // reset() must not race with wait() (call it before the team starts, or from one thread
   // followed by another synchronization).
-  void reset(int threads) {
+  void reset(int threads, bool spin_only = false) {
     threads_ = threads;
+    spin_only_ = spin_only;
     count_.store(0, std::memory_order_relaxed);
   }
   void wait() {
@@ -26,7 +28,7 @@ class SpinBarrier {
       return;
     }
     for (int spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins) {
-      if (spins < 4000) {
+      if (spin_only_ || spins < 4000) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
@@ -38,6 +40,7 @@ class SpinBarrier {
 
  private:
   int threads_ = 1;
+  bool spin_only_ = false;
   alignas(64) std::atomic<int> count_{0};
   alignas(64) std::atomic<unsigned> generation_{0};
 };

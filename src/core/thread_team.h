@@ -30,6 +30,8 @@ class ThreadTeam {
   ThreadTeam& operator=(const ThreadTeam&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Idle::spin: jobs should spin-wait too (a SpinBarrier reset with spin_only).
+  bool spins() const { return spin_; }
 
   // Calls job(member) once on every member, 0..size()-1, the caller being member 0; returns
   // when all have returned. The job must not throw. Not reentrant: one caller at a time.

@@ -55,6 +55,7 @@ void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, 
     return;
   }
   if (persistent && persistent->size() == team && team > 1 && !omp_in_parallel()) {
+    barrier.reset(team, persistent->spins());  // a real-time team's never yields
     auto job = [&](int member) { body(team_share(H, unit, member, team, &barrier)); };
     persistent->run(job);
     return;
