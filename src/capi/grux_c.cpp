@@ -84,11 +84,10 @@ struct grux_stream {
   grux::GruStream stream;
   Head head;
   int64_t batch = 0;
-  int threads = 0;
   // Sized at creation; process() runs calls in blocks of `block` frames and allocates nothing.
   int64_t block = 0;
   std::vector<float> gru_out{};    // (block, batch, H) when there is a head
-  Tensor head_packed{};  // the head's W^T packed once, as cpu::gemm packs it (64-byte aligned)
+  Tensor head_packed{};  // batch > 1: the head's W^T packed once, as cpu::gemm packs it
   grux::cpu::PackedB<float> head_b{};
   std::string error{};
 };
@@ -193,12 +192,14 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "or more",
           threads));
     std::unique_ptr<grux_stream> s(new grux_stream{
-        grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch, threads});
+        grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch});
     const Head& h = s->head;
     if (!h.w.empty()) {
       // Blocks of about 256 KiB of GRU outputs: the head's product over a block stays in cache.
       s->block = std::clamp<int64_t>((int64_t(1) << 16) / (batch * h.H), 1, 512);
       s->gru_out.resize(s->block * batch * h.H);
+    }
+    if (!h.w.empty() && batch > 1) {  // batch 1 runs dot products of the head's rows instead
       const int64_t panel = grux::cpu::gemm_panel_width<float>(h.O);
       s->head_packed =
           Tensor::empty({grux::cpu::packed_size<float>(h.H, h.O, panel)}, grux::DType::f32);

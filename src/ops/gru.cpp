@@ -731,18 +731,16 @@ Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const
     // One sequence: the real-time kernel, one step (a thread's worth of work at any size).
     const cpu::StreamLayer& L = plan_->fast;
     const int64_t H = hidden_size_, I = input_size_;
-    auto buf = hwy::AllocateAligned<float>(
-        static_cast<size_t>(2 * L.Hp + cpu::gru_stream_scratch(L, 1) + I));
+    auto buf =
+        hwy::AllocateAligned<float>(static_cast<size_t>(2 * L.Hp + cpu::gru_stream_scratch(L, 1)));
     if (!buf) throw Error("gru cell: out of memory");
-    float* state = buf.get();
-    float* scratch = state + 2 * L.Hp;
-    float* x = scratch + cpu::gru_stream_scratch(L, 1);
+    float* state = buf.get();  // h, padded to the kernel's Hp
     std::memset(state, 0, 2 * L.Hp * sizeof(float));
-    const Tensor xc = p.x.contiguous();
-    std::memcpy(x, xc.data<float>(), I * sizeof(float));
     if (p.h.defined()) std::memcpy(state, p.h.contiguous().data<float>(), H * sizeof(float));
+    const Tensor x = p.x.contiguous();
     Tensor out = Tensor::empty(p.unbatched ? Shape{H} : Shape{1, H}, dt);
-    cpu::gru_stream_forward(L, 1, 0, x, I, state, out.data<float>(), H, scratch);
+    cpu::gru_stream_forward(L, 1, 0, x.data<float>(), I, state, out.data<float>(), H,
+                            state + 2 * L.Hp);
     return out;
   }
   Tensor h_new = plan_->engine->forward(p.x, p.h, {}, threads).h_n.select(0, 0);

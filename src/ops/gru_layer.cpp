@@ -49,13 +49,12 @@ void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, 
   int team = gru_team_size(H, unit);
   if (max_threads > 0) team = std::min(team, max_threads);
   SpinBarrier barrier;
-  barrier.reset(team);
+  barrier.reset(team, persistent && persistent->spins());  // a real-time team's never yields
   if (team == 1) {  // no OpenMP region: even one of one thread allocates and costs microseconds
     body(team_share(H, unit, 0, 1, &barrier));
     return;
   }
   if (persistent && persistent->size() == team && team > 1 && !omp_in_parallel()) {
-    barrier.reset(team, persistent->spins());  // a real-time team's never yields
     auto job = [&](int member) { body(team_share(H, unit, member, team, &barrier)); };
     persistent->run(job);
     return;

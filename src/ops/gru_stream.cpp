@@ -25,7 +25,6 @@ struct GruStream::Impl {
   // Copies of what the stream reads: no pointer to the Gru, which may move or go away.
   GruConfig config;
   DType dtype = DType::f32;
-  int threads = 0;  // 1: the calling thread only; 0: grux chooses; k > 1: at most k
   int64_t N;  // batch (1 internally when unbatched)
   bool unbatched;
   Tensor state;            // (L, N, H)
@@ -50,22 +49,17 @@ struct GruStream::Impl {
   std::vector<cpu::StreamLayer> fast_layers;
   hwy::AlignedFreeUniquePtr<float[]> fast_scratch;
   // Per layer, 2 Hp floats: the state padded to the kernel's Hp (what the kernel reads and
-  // updates; `state` is synchronised from it when read) and the kernel's second buffer.
+  // updates; `state` only holds what reset() set) and the kernel's second buffer.
   hwy::AlignedFreeUniquePtr<float[]> fast_state;
   int64_t fast_steps = 0;  // frames since the state was set (the kernel's step0)
   float* fast_h(int64_t l) const { return fast_state.get() + l * 2 * fast_layers[0].Hp; }
-  // state <-> fast_state (fast path only).
+  // state -> fast_state (fast path only).
   void state_to_fast() {
     fast_steps = 0;
     const int64_t H = config.hidden_size, Hp = fast_layers[0].Hp;
     std::memset(fast_state.get(), 0, config.num_layers * 2 * Hp * sizeof(float));
     for (int64_t l = 0; l < config.num_layers; ++l)
       std::memcpy(fast_h(l), state.data<float>() + l * H, H * sizeof(float));
-  }
-  void fast_to_state() const {
-    const int64_t H = config.hidden_size;
-    for (int64_t l = 0; l < config.num_layers; ++l)
-      std::memcpy(const_cast<float*>(state.data<float>()) + l * H, fast_h(l), H * sizeof(float));
   }
   static bool fast_path(const Gru& gru, int64_t N, int threads) {
     return gru.dtype() == DType::f32 && N == 1 && threads <= 1 &&
@@ -111,7 +105,7 @@ struct GruStream::Impl {
       if (!fast_scratch || !fast_state) throw Error("gru stream: out of memory for the workspace");
       xp = Tensor::empty({capacity, I}, dtype);
       reorder = Tensor::empty({capacity, H}, dtype);
-      hs.assign(L, Tensor());
+      hs.assign(L - 1, Tensor());  // the top layer writes the caller's output
       for (auto& h : hs) h = Tensor::empty({capacity, H}, dtype);
       return;
     }
@@ -146,7 +140,6 @@ struct GruStream::Impl {
   // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
   // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
   std::unique_ptr<ThreadTeam> team;
-  template <typename T>
   ThreadTeam* frame_team() const {
     return team && !omp_in_parallel() ? team.get() : nullptr;
   }
@@ -178,7 +171,7 @@ struct GruStream::Impl {
       for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < I; ++i) xpd[(s * N + n) * I + i] = src[s * st0 + n * st1 + i * st2];
     const T* layer_in = xpd;
-    ThreadTeam* frames_team = frame_team<T>();
+    ThreadTeam* frames_team = frame_team();
     for (int64_t l = 0; l < c.num_layers; ++l) {
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
@@ -223,7 +216,6 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int thread
     throw Error(fmt::format("gru stream: threads is {}, expected >= 0 (0 or 1: the calling thread only)", threads));
   impl_->config = gru.config();
   impl_->dtype = gru.dtype();
-  impl_->threads = threads;
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
   impl_->fast = Impl::fast_path(gru, impl_->N, threads);
@@ -267,8 +259,13 @@ void GruStream::reset(const Tensor& h0) {
 }
 
 Tensor GruStream::state() const {
-  if (impl_->fast) impl_->fast_to_state();
-  return impl_->unbatched ? impl_->state.squeeze(1).clone() : impl_->state.clone();
+  Tensor s = impl_->state.clone();
+  if (impl_->fast) {  // the kernel's padded copy is the current one
+    const int64_t H = impl_->config.hidden_size;
+    for (int64_t l = 0; l < impl_->config.num_layers; ++l)
+      std::memcpy(s.data<float>() + l * H, impl_->fast_h(l), H * sizeof(float));
+  }
+  return impl_->unbatched ? s.squeeze(1) : s;
 }
 
 namespace {
