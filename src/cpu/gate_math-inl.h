@@ -1,5 +1,6 @@
 // The gate nonlinearities the fused GRU kernels share (gru_gates.cpp, gru_stream.cpp): e^x,
-// tanh and sigmoid on SIMD vectors, f32 by grux's own polynomials, f64 by Highway's.
+// tanh and sigmoid on SIMD vectors, f32 by grux's own polynomials, f64 by Highway's; the
+// real-time kernel's shorter-latency rational f32 tanh and sigmoid.
 // A Highway "-inl" header, included once per SIMD target (see simd_row-inl.h).
 #if defined(GRUX_CPU_GATE_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef GRUX_CPU_GATE_MATH_INL_H_
@@ -24,26 +25,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // in the exponent bits. Against std::exp in f64 at 12.8 million points of [-87, 88]: at most
 // 0.93 ulp (Highway's Exp: 1.02), in about 27% fewer cycles. Its ~13 operations replace
 // Highway's ~25, which also handle arguments this caller never passes.
-// kShort (the real-time kernel, whose steps wait on each gate): p by Estrin's scheme, 3 FMAs
-// deep after r^2 and r^4 instead of Horner's 7, for about 12 fewer cycles of latency; the
-// same polynomial, rounded differently (within the same ulp bounds in tests).
-template <bool kShort = false, class D, class V>
+template <class D, class V>
 HWY_INLINE V ExpF32(D d, V x) {
   const hn::RebindToSigned<D> di;
   const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
   V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), x);
   r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187045e-6f), r);
   const auto scale = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  if constexpr (kShort) {
-    const V one = hn::Set(d, 1.0f);
-    const V r2 = hn::Mul(r, r), r4 = hn::Mul(r2, r2);
-    const V p01 = hn::Add(r, one);
-    const V p23 = hn::MulAdd(r, hn::Set(d, 1.0f / 6), hn::Set(d, 0.5f));
-    const V p45 = hn::MulAdd(r, hn::Set(d, 1.0f / 120), hn::Set(d, 1.0f / 24));
-    const V p67 = hn::MulAdd(r, hn::Set(d, 1.0f / 5040), hn::Set(d, 1.0f / 720));
-    const V p = hn::MulAdd(hn::MulAdd(p67, r2, p45), r4, hn::MulAdd(p23, r2, p01));
-    return hn::Mul(p, hn::BitCast(d, scale));
-  }
   V p = hn::Set(d, 1.0f / 5040);
   p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 720));
   p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120));
@@ -58,7 +46,7 @@ HWY_INLINE V ExpF32(D d, V x) {
 // tanh in f32: for |x| < 0.625 x p(x^2), p a degree-5 polynomial fitted to tanh(x) / x by
 // tests/reference/fit_gate_tanh.py (coefficients rounded to f32), at most 1.22 ulp there;
 // above, 1 - 2 / (exp(2|x|) + 1), at most 1.7 ulp with a 1-ulp exp; the sign put back.
-template <bool kShort = false, class D, class V>
+template <class D, class V>
 HWY_INLINE V TanhF32(D d, V x) {
   const V one = hn::Set(d, 1.0f);
   const V sign = hn::And(hn::SignBit(d), x);
@@ -70,16 +58,16 @@ HWY_INLINE V TanhF32(D d, V x) {
   p = hn::MulAdd(p, u, hn::Set(d, 0.13331127166748047f));
   p = hn::MulAdd(p, u, hn::Set(d, -0.3333325982093811f));
   p = hn::MulAdd(p, u, one);
-  const V e = ExpF32<kShort>(d, MinOrNaN(hn::Set(d, 88.0f), hn::Add(a, a)));
+  const V e = ExpF32(d, MinOrNaN(hn::Set(d, 88.0f), hn::Add(a, a)));
   const V large = hn::Sub(one, hn::Div(hn::Set(d, 2.0f), hn::Add(e, one)));
   return hn::Xor(hn::IfThenElse(hn::Lt(a, hn::Set(d, 0.625f)), hn::Mul(a, p), large), sign);
 }
 
 // tanh: the f32 one above, Highway's in f64.
-template <bool kShort = false, class D, class V>
+template <class D, class V>
 HWY_INLINE V GateTanh(D d, V x) {
   if constexpr (sizeof(hn::TFromD<D>) == 4)
-    return TanhF32<kShort>(d, x);
+    return TanhF32(d, x);
   else
     return hn::Tanh(d, x);
 }
@@ -87,16 +75,65 @@ HWY_INLINE V GateTanh(D d, V x) {
 // sigmoid(x) = 1 / (1 + exp(-x)); exp's argument is clamped below its overflow point so that
 // saturated inputs give exactly 0 rather than relying on exp's behaviour beyond its range
 // (and, in f32, above -87, where 1 + exp(-x) is 1 already).
-template <bool kShort = false, class D, class V>
+template <class D, class V>
 HWY_INLINE V Sigmoid(D d, V x) {
   using T = hn::TFromD<D>;
   const V one = hn::Set(d, T(1));
   if constexpr (sizeof(T) == 4) {
     const V arg = MaxOrNaN(hn::Set(d, T(-87)), MinOrNaN(hn::Set(d, T(88)), hn::Neg(x)));
-    return hn::Div(one, hn::Add(one, ExpF32<kShort>(d, arg)));
+    return hn::Div(one, hn::Add(one, ExpF32(d, arg)));
   } else {
     return hn::Div(one, hn::Add(one, hn::Exp(d, MinOrNaN(hn::Set(d, T(700)), hn::Neg(x)))));
   }
+}
+
+// The real-time kernel's gates (cpu/gru_stream.cpp), whose every step waits on them: a
+// rational tanh, tanh(x) ~ x P(x^2) / Q(x^2) with P of degree 6 and Q of degree 3 fitted by
+// tests/reference/fit_stream_tanh.py on |x| <= 9 (the argument is clamped there; NaN passes),
+// P by Estrin's scheme: a clamp, 4 multiply-adds deep, a multiply and one division (about 10
+// ns of latency on a Zen 4 core, against 13 for the sigmoid above and 20 for its tanh,
+// measure_stream_latencies). sigmoid(x) = (1 + tanh(x / 2)) / 2
+// from the same constants (the kernel keeps one set of them in registers):
+// (Q + a P) / (2 Q) with a = x / 2 clamped. Measured against f64 (tests/test_gru_stream.cpp):
+// at most 3.0e-7 absolute for tanh, 2.2e-7 for sigmoid (about 5 ulp of 1, against 1.7), 3.5 ulp
+// relative for tanh near 0: inside the engine's f32 tolerance.
+// f32 only.
+constexpr float kStreamTanhP[7] = {1.0f, 0.130857617f, 0.0031058751f, 1.11733743e-05f,
+                                   -2.02966426e-08f, 5.30921834e-11f, -8.56143159e-14f};
+constexpr float kStreamTanhQ[4] = {1.0f, 0.4641909f, 0.0245029218f, 0.000254888f};
+
+// P(a^2) and Q(a^2) for a clamped to [-9, 9].
+template <class D, class V>
+HWY_INLINE void StreamRationalPQ(D d, V a, V& p, V& q) {
+  const auto cp = [&](int i) { return hn::Set(d, kStreamTanhP[i]); };
+  const auto cq = [&](int i) { return hn::Set(d, kStreamTanhQ[i]); };
+  const V u = hn::Mul(a, a);
+  const V u2 = hn::Mul(u, u), u4 = hn::Mul(u2, u2);
+  const V lo = hn::MulAdd(hn::MulAdd(cp(3), u, cp(2)), u2, hn::MulAdd(cp(1), u, cp(0)));
+  const V hi = hn::MulAdd(cp(6), u2, hn::MulAdd(cp(5), u, cp(4)));
+  p = hn::MulAdd(hi, u4, lo);
+  q = hn::MulAdd(hn::MulAdd(cq(3), u, cq(2)), u2, hn::MulAdd(cq(1), u, cq(0)));
+}
+
+template <class D, class V>
+HWY_INLINE V StreamClamp9(D d, V x) {
+  return MaxOrNaN(hn::Set(d, -9.0f), MinOrNaN(hn::Set(d, 9.0f), x));
+}
+
+template <class D, class V>
+HWY_INLINE V StreamTanh(D d, V x) {
+  const V a = StreamClamp9(d, x);
+  V p, q;
+  StreamRationalPQ(d, a, p, q);
+  return hn::Div(hn::Mul(a, p), q);
+}
+
+template <class D, class V>
+HWY_INLINE V StreamSigmoid(D d, V x) {
+  const V a = StreamClamp9(d, hn::Mul(x, hn::Set(d, 0.5f)));
+  V p, q;
+  StreamRationalPQ(d, a, p, q);
+  return hn::Div(hn::MulAdd(a, p, q), hn::Add(q, q));
 }
 
 }  // namespace HWY_NAMESPACE

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "cpu/gate_math-inl.h"
 #include "cpu/gru_stream.h"
@@ -141,6 +142,93 @@ HWY_INLINE void InputProjection(const StreamLayer& L, const Plan& p, const float
   }
 }
 
+// One unit group (Hp == V: H <= 16 on AVX-512, 8 on AVX2, 4 on SSE4): the state stays in one
+// register across the block's steps and each column's h_k is broadcast from it by a lane
+// permutation, with no store and reload on the chain. Same arithmetic as the tiles (S
+// interleaved partial sums, combined as (p0 + p1) + (p2 + p3)); out rows written masked.
+template <int S>
+HWY_INLINE void OneGroupSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTRICT gx,
+                              float* HWY_RESTRICT state, float* HWY_RESTRICT out, int64_t so) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  const int64_t H = L.H;
+  const V one = hn::Set(d, 1.0f);
+  const Chunk<DF> row(d, H);
+  const auto lane = [&](V v, int64_t k) {
+    return hn::TableLookupLanes(v, hn::IndicesFromVec(d, hn::Set(di, static_cast<int32_t>(k))));
+  };
+  // Sums sum_k w[k] b_k over k < H, columns of cs floats, per vectors of `per` (the gates of
+  // the column), in S partial sums starting from init.
+  const auto product = [&](auto per_tag, const float* HWY_RESTRICT w, int64_t cs, V b_src,
+                           const V* init, V* sum) {
+    constexpr int kPer = decltype(per_tag)::value;
+    V acc[S][kPer];
+#pragma GCC unroll 4
+    for (int q = 0; q < kPer; ++q) acc[0][q] = init[q];
+#pragma GCC unroll 4
+    for (int s = 1; s < S; ++s)
+#pragma GCC unroll 4
+      for (int q = 0; q < kPer; ++q) acc[s][q] = hn::Zero(d);
+    int64_t k = 0;
+    for (; k + S <= H; k += S) {
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const V b = lane(b_src, k + s);
+#pragma GCC unroll 4
+        for (int q = 0; q < kPer; ++q)
+          acc[s][q] = hn::MulAdd(hn::Load(d, w + (k + s) * cs + q * kV), b, acc[s][q]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s + 1 < S; ++s) {
+      if (k + s >= H) break;
+      const V b = lane(b_src, k + s);
+#pragma GCC unroll 4
+      for (int q = 0; q < kPer; ++q)
+        acc[s][q] = hn::MulAdd(hn::Load(d, w + (k + s) * cs + q * kV), b, acc[s][q]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < kPer; ++q) {
+      sum[q] = acc[0][q];
+      if constexpr (S == 2) sum[q] = hn::Add(acc[0][q], acc[1][q]);
+      if constexpr (S == 4)
+        sum[q] = hn::Add(hn::Add(acc[0][q], acc[1][q]), hn::Add(acc[2][q], acc[3][q]));
+    }
+  };
+  V h = hn::Load(d, state);
+  if (!L.reset_before) {
+    const V bhn = hn::Load(d, L.bhn.get());
+    for (int64_t f = 0; f < t; ++f) {
+      const float* g = gx + f * 3 * kV;
+      const V init[3] = {hn::Load(d, g), hn::Load(d, g + kV), bhn};
+      V sum[3];
+      product(std::integral_constant<int, 3>(), L.wh.get(), 3 * kV, h, init, sum);
+      const V r = StreamSigmoid(d, sum[0]);
+      const V z = StreamSigmoid(d, sum[1]);
+      const V n = StreamTanh(d, hn::MulAdd(r, sum[2], hn::Load(d, g + 2 * kV)));
+      h = hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, h));
+      row.store(h, out + f * so);
+    }
+  } else {
+    const float* whn = L.wh.get() + H * 2 * kV;
+    for (int64_t f = 0; f < t; ++f) {
+      const float* g = gx + f * 3 * kV;
+      const V init_rz[2] = {hn::Load(d, g), hn::Load(d, g + kV)};
+      V rz[2];
+      product(std::integral_constant<int, 2>(), L.wh.get(), 2 * kV, h, init_rz, rz);
+      const V rh = hn::Mul(StreamSigmoid(d, rz[0]), h);
+      const V z = StreamSigmoid(d, rz[1]);
+      const V init_n[1] = {hn::Load(d, g + 2 * kV)};
+      V sn[1];
+      product(std::integral_constant<int, 1>(), whn, kV, rh, init_n, sn);
+      h = hn::MulAdd(hn::Sub(one, z), StreamTanh(d, sn[0]), hn::Mul(z, h));
+      row.store(h, out + f * so);
+    }
+  }
+  hn::Store(h, d, state);
+}
+
 HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0,
                                   const float* x, int64_t sx, float* state, float* out,
                                   int64_t so, float* scratch) {
@@ -155,6 +243,12 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
   // The input projection of the whole block, before the recurrence.
   const Plan px = PlanFor(3, G, L.I);
   for (int64_t f = 0; f < t; ++f) InputProjection(L, px, x + f * sx, gx + f * 3 * Hp);
+  if (G == 1) {
+    const int S = PlanFor(L.reset_before ? 2 : 3, 1, H).S;
+    if (S == 4) return OneGroupSteps<4>(L, t, gx, state, out, so);
+    if (S == 2) return OneGroupSteps<2>(L, t, gx, state, out, so);
+    return OneGroupSteps<1>(L, t, gx, state, out, so);
+  }
 
   const V one = hn::Set(d, 1.0f);
   // The state ping-pongs between state[0, Hp) and state[Hp, 2Hp) when a step takes several
@@ -180,9 +274,9 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
             },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V r = Sigmoid<true>(d, sum[3 * u]);
-                const V z = Sigmoid<true>(d, sum[3 * u + 1]);
-                const V n = GateTanh<true>(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
+                const V r = StreamSigmoid(d, sum[3 * u]);
+                const V z = StreamSigmoid(d, sum[3 * u + 1]);
+                const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
                 const V hp = hn::Load(d, hc + (j + u) * kV);
                 hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, dst + (j + u) * kV);
               }
@@ -205,9 +299,9 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
             [&](int r) { return hn::Load(d, gr + (j + r / 2) * 3 * kV + (r % 2) * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V r = Sigmoid<true>(d, sum[2 * u]);
+                const V r = StreamSigmoid(d, sum[2 * u]);
                 hn::Store(hn::Mul(r, hn::Load(d, hc + (j + u) * kV)), d, rh + (j + u) * kV);
-                hn::Store(Sigmoid<true>(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
+                hn::Store(StreamSigmoid(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
               }
             });
       }
@@ -218,7 +312,7 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
             [&](int r) { return hn::Load(d, gr + (j + r) * 3 * kV + 2 * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V n = GateTanh<true>(d, sum[u]);
+                const V n = StreamTanh(d, sum[u]);
                 const V z = hn::Load(d, zs + (j + u) * kV);
                 const V hp = hn::Load(d, hc + (j + u) * kV);
                 hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, hc + (j + u) * kV);
@@ -254,6 +348,17 @@ void DenseRows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, cons
   }
 }
 
+void StreamGates(int64_t n, const float* x, float* sigmoid, float* tanh) {
+  const DF d;
+  const int64_t kV = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += kV) {
+    const Chunk<DF> c(d, n - i);
+    const V v = c.load(x + i);
+    c.store(StreamSigmoid(d, v), sigmoid + i);
+    c.store(StreamTanh(d, v), tanh + i);
+  }
+}
+
 // ns per call of op in a chain of n dependent calls (the best of 5 rounds).
 template <class Op>
 double ChainNs(Op op, int64_t n) {
@@ -277,9 +382,9 @@ StreamLatencies MeasureStreamLatencies() {
   StreamLatencies r;
   r.fma_ns = ChainNs([&](auto v) { return hn::MulAdd(v, a, b); }, 400000);
   // Arguments kept in (-1, 1), where the sums of a real step are; the clamps are counted.
-  r.sigmoid_ns = ChainNs([&](auto v) { return hn::Sub(Sigmoid<true>(d, v), half); }, 100000) -
+  r.sigmoid_ns = ChainNs([&](auto v) { return hn::Sub(StreamSigmoid(d, v), half); }, 100000) -
                  r.fma_ns;
-  r.tanh_ns = ChainNs([&](auto v) { return GateTanh<true>(d, hn::Mul(v, a)); }, 100000) - r.fma_ns;
+  r.tanh_ns = ChainNs([&](auto v) { return StreamTanh(d, hn::MulAdd(v, a, half)); }, 100000) - r.fma_ns;
   return r;
 }
 
@@ -295,6 +400,11 @@ HWY_EXPORT(StreamLanes);
 HWY_EXPORT(GruStreamForward);
 HWY_EXPORT(DenseRows);
 HWY_EXPORT(MeasureStreamLatencies);
+HWY_EXPORT(StreamGates);
+
+void stream_gates(int64_t n, const float* x, float* sigmoid, float* tanh) {
+  HWY_DYNAMIC_DISPATCH(StreamGates)(n, x, sigmoid, tanh);
+}
 
 StreamLatencies measure_stream_latencies() {
   return HWY_DYNAMIC_DISPATCH(MeasureStreamLatencies)();
@@ -315,7 +425,8 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
                             const float* w_hh, const float* b_ih, const float* b_hh) {
   StreamLayer L;
   L.I = I, L.H = H, L.reset_before = reset_before;
-  L.V = gru_stream_lanes();
+  L.V = gru_stream_lanes();  // also settles the dispatch target read below
+  L.forward = HWY_DISPATCH_TABLE(GruStreamForward)[hwy::GetChosenTarget().GetIndex()];
   L.Hp = (H + L.V - 1) / L.V * L.V;
   const int64_t V = L.V, Hp = L.Hp;
   // Row of gate q, unit u in PyTorch's layout -> offset in a column of `per` vectors per
@@ -351,11 +462,6 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
 }
 
 int64_t gru_stream_scratch(const StreamLayer& L, int64_t t) { return t * 3 * L.Hp + 2 * L.Hp; }
-
-void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0, const float* x,
-                        int64_t sx, float* state, float* out, int64_t so, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(GruStreamForward)(layer, t, step0, x, sx, state, out, so, scratch);
-}
 
 void dense_rows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,
                 const float* b, float* y, int64_t sy, bool accumulate) {

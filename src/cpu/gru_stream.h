@@ -43,6 +43,10 @@ struct StreamLayer {
   hwy::AlignedFreeUniquePtr<float[]> wx, wh;
   hwy::AlignedFreeUniquePtr<float[]> bx;   // 3 Hp
   hwy::AlignedFreeUniquePtr<float[]> bhn;  // Hp: b_hn (linear-before-reset), zeros otherwise
+  // The kernel of the SIMD target it was packed for, resolved once (no dispatch per call).
+  using Forward = void (*)(const StreamLayer&, int64_t, int64_t, const float*, int64_t, float*,
+                           float*, int64_t, float*);
+  Forward forward = nullptr;
 };
 
 // f32 lanes of the SIMD target the kernels run on (dynamic dispatch).
@@ -61,9 +65,11 @@ GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);
 // the state h padded with zeros to Hp in [0, Hp), read and updated; [Hp, 2Hp) is scratch),
 // out (t rows of H, row stride so; must not overlap x). scratch: gru_stream_scratch floats,
 // 64-byte aligned. Allocates nothing, takes no lock.
-GRUX_INTERNAL void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0,
-                                      const float* x, int64_t sx, float* state, float* out,
-                                      int64_t so, float* scratch);
+inline void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0,
+                               const float* x, int64_t sx, float* state, float* out, int64_t so,
+                               float* scratch) {
+  layer.forward(layer, t, step0, x, sx, state, out, so, scratch);
+}
 
 // A Linear head on one sequence: y (t rows of O, stride sy) = x (t rows of K, stride sx) W^T
 // + b (+ y's previous contents when accumulate). W (O x K) row-major; b (O) or null. Each
@@ -71,6 +77,10 @@ GRUX_INTERNAL void gru_stream_forward(const StreamLayer& layer, int64_t t, int64
 GRUX_INTERNAL void dense_rows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx,
                               const float* w, const float* b, float* y, int64_t sy,
                               bool accumulate);
+
+// The kernel's gate functions (cpu/gate_math-inl.h's StreamSigmoid, StreamTanh) applied to n
+// values: for tests of their accuracy.
+GRUX_INTERNAL void stream_gates(int64_t n, const float* x, float* sigmoid, float* tanh);
 
 // Latencies (ns) of the operations on a step's dependency chain, measured here with the
 // kernel's own instructions: one FMA, one sigmoid and one tanh of a vector, each timed as a

@@ -137,6 +137,7 @@ struct GruStream::Impl {
 
   ops::SeqLayout lay;  // for blocks of lay.T frames
   void run_block_fast(const float* src, const Frames& f, float* out);
+  void run_fast(const float* in, float* out, int64_t frames);
   // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
   // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
   std::unique_ptr<ThreadTeam> team;
@@ -183,6 +184,25 @@ struct GruStream::Impl {
     std::memcpy(out, layer_in, rows * H * sizeof(T));
   }
 };
+
+// The real-time kernel on contiguous frames (process()'s path: nothing but the layers' kernels
+// per block).
+void GruStream::Impl::run_fast(const float* in, float* out, int64_t frames) {
+  const int64_t H = config.hidden_size, I = config.input_size, L = config.num_layers;
+  for (int64_t s0 = 0; s0 < frames; s0 += capacity) {
+    const int64_t t = std::min(capacity, frames - s0);
+    const float* x = in + s0 * I;
+    int64_t sx = I;
+    float* o = out + s0 * H;
+    for (int64_t l = 0; l < L; ++l) {
+      float* dst = l + 1 == L ? o : hs[l].data<float>();
+      cpu::gru_stream_forward(fast_layers[l], t, fast_steps, x, sx, fast_h(l), dst, H,
+                              fast_scratch.get());
+      x = dst, sx = H;
+    }
+    fast_steps += t;
+  }
+}
 
 // The real-time kernel's block: one sequence, f32; out (t, H) contiguous.
 void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* out) {
@@ -382,6 +402,9 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
   if (frames == 0) return;
   if (!in || !out) throw Error("gru stream: process given a null pointer for in or out");
   const int64_t N = impl_->N, I = impl_->config.input_size;
+  if constexpr (sizeof(T) == 4) {
+    if (impl_->fast) return impl_->run_fast(in, out, frames);
+  }
   impl_->run<T>(in, Frames{frames, N * I, I, 1, true}, out);
 }
 template void GruStream::process<float>(const float*, float*, int64_t);
