@@ -142,91 +142,147 @@ HWY_INLINE void InputProjection(const StreamLayer& L, const Plan& p, const float
   }
 }
 
-// One unit group (Hp == V: H <= 16 on AVX-512, 8 on AVX2, 4 on SSE4): the state stays in one
-// register across the block's steps and each column's h_k is broadcast from it by a lane
-// permutation, with no store and reload on the chain. Same arithmetic as the tiles (S
-// interleaved partial sums, combined as (p0 + p1) + (p2 + p3)); out rows written masked.
-template <int S>
-HWY_INLINE void OneGroupSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTRICT gx,
-                              float* HWY_RESTRICT state, float* HWY_RESTRICT out, int64_t so) {
+// Small states (G <= 2 unit groups: H <= 32 on AVX-512, 16 on AVX2, 8 on SSE4): the state
+// stays in registers across the block's steps and each column's h_k is broadcast from them by
+// a lane permutation, with no store and reload on the chain. Same arithmetic as the tiles (S
+// interleaved partial sums, combined as (p0 + p1) + (p2 + p3); columns in order, which at
+// these sizes all stay in L1); out rows written masked.
+
+// Lane k of v in every lane.
+HWY_INLINE V LaneOf(V v, int64_t k) {
   const DF d;
   const hn::RebindToSigned<DF> di;
-  constexpr int64_t kV = hn::MaxLanes(d);
-  const int64_t H = L.H;
-  const V one = hn::Set(d, 1.0f);
-  const Chunk<DF> row(d, H);
-  const auto lane = [&](V v, int64_t k) {
-    return hn::TableLookupLanes(v, hn::IndicesFromVec(d, hn::Set(di, static_cast<int32_t>(k))));
-  };
-  // Sums sum_k w[k] b_k over k < H, columns of cs floats, per vectors of `per` (the gates of
-  // the column), in S partial sums starting from init.
-  const auto product = [&](auto per_tag, const float* HWY_RESTRICT w, int64_t cs, V b_src,
+  return hn::TableLookupLanes(v, hn::IndicesFromVec(d, hn::Set(di, static_cast<int32_t>(k))));
+}
+
+// sum[r] = init[r] (partial 0) + sum_k w[k * cs + r * V] src_k over k < H, src_k = lane k % V
+// of src[k / V], for r < kPer * kG, in S interleaved partial sums (column k to partial k mod
+// S; V is a multiple of S).
+template <int kPer, int kG, int S>
+HWY_INLINE void RegProduct(const float* HWY_RESTRICT w, int64_t cs, const V* src, int64_t H,
                            const V* init, V* sum) {
-    constexpr int kPer = decltype(per_tag)::value;
-    V acc[S][kPer];
+  const DF d;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  constexpr int R = kPer * kG;
+  V acc[S][R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[0][r] = init[r];
 #pragma GCC unroll 4
-    for (int q = 0; q < kPer; ++q) acc[0][q] = init[q];
-#pragma GCC unroll 4
-    for (int s = 1; s < S; ++s)
-#pragma GCC unroll 4
-      for (int q = 0; q < kPer; ++q) acc[s][q] = hn::Zero(d);
+  for (int s = 1; s < S; ++s)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[s][r] = hn::Zero(d);
+  const float* col = w;
+#pragma GCC unroll 2
+  for (int gi = 0; gi < kG; ++gi) {
+    const V v = src[gi];
+    const int64_t kn = std::min<int64_t>(kV, H - gi * kV);
     int64_t k = 0;
-    for (; k + S <= H; k += S) {
+    for (; k + S <= kn; k += S) {
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
-        const V b = lane(b_src, k + s);
-#pragma GCC unroll 4
-        for (int q = 0; q < kPer; ++q)
-          acc[s][q] = hn::MulAdd(hn::Load(d, w + (k + s) * cs + q * kV), b, acc[s][q]);
+        const V b = LaneOf(v, k + s);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) acc[s][r] = hn::MulAdd(hn::Load(d, col + r * kV), b, acc[s][r]);
+        col += cs;
       }
     }
 #pragma GCC unroll 4
     for (int s = 0; s + 1 < S; ++s) {
-      if (k + s >= H) break;
-      const V b = lane(b_src, k + s);
-#pragma GCC unroll 4
-      for (int q = 0; q < kPer; ++q)
-        acc[s][q] = hn::MulAdd(hn::Load(d, w + (k + s) * cs + q * kV), b, acc[s][q]);
-    }
-#pragma GCC unroll 4
-    for (int q = 0; q < kPer; ++q) {
-      sum[q] = acc[0][q];
-      if constexpr (S == 2) sum[q] = hn::Add(acc[0][q], acc[1][q]);
-      if constexpr (S == 4)
-        sum[q] = hn::Add(hn::Add(acc[0][q], acc[1][q]), hn::Add(acc[2][q], acc[3][q]));
-    }
-  };
-  V h = hn::Load(d, state);
-  if (!L.reset_before) {
-    const V bhn = hn::Load(d, L.bhn.get());
-    for (int64_t f = 0; f < t; ++f) {
-      const float* g = gx + f * 3 * kV;
-      const V init[3] = {hn::Load(d, g), hn::Load(d, g + kV), bhn};
-      V sum[3];
-      product(std::integral_constant<int, 3>(), L.wh.get(), 3 * kV, h, init, sum);
-      const V r = StreamSigmoid(d, sum[0]);
-      const V z = StreamSigmoid(d, sum[1]);
-      const V n = StreamTanh(d, hn::MulAdd(r, sum[2], hn::Load(d, g + 2 * kV)));
-      h = hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, h));
-      row.store(h, out + f * so);
-    }
-  } else {
-    const float* whn = L.wh.get() + H * 2 * kV;
-    for (int64_t f = 0; f < t; ++f) {
-      const float* g = gx + f * 3 * kV;
-      const V init_rz[2] = {hn::Load(d, g), hn::Load(d, g + kV)};
-      V rz[2];
-      product(std::integral_constant<int, 2>(), L.wh.get(), 2 * kV, h, init_rz, rz);
-      const V rh = hn::Mul(StreamSigmoid(d, rz[0]), h);
-      const V z = StreamSigmoid(d, rz[1]);
-      const V init_n[1] = {hn::Load(d, g + 2 * kV)};
-      V sn[1];
-      product(std::integral_constant<int, 1>(), whn, kV, rh, init_n, sn);
-      h = hn::MulAdd(hn::Sub(one, z), StreamTanh(d, sn[0]), hn::Mul(z, h));
-      row.store(h, out + f * so);
+      if (k + s >= kn) break;
+      const V b = LaneOf(v, k + s);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[s][r] = hn::MulAdd(hn::Load(d, col + r * kV), b, acc[s][r]);
+      col += cs;
     }
   }
-  hn::Store(h, d, state);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    sum[r] = acc[0][r];
+    if constexpr (S == 2) sum[r] = hn::Add(acc[0][r], acc[1][r]);
+    if constexpr (S == 4)
+      sum[r] = hn::Add(hn::Add(acc[0][r], acc[1][r]), hn::Add(acc[2][r], acc[3][r]));
+  }
+}
+
+template <int kG, int S>
+HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTRICT gx,
+                         float* HWY_RESTRICT state, float* out, int64_t so) {
+  const DF d;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  const int64_t H = L.H, Hp = L.Hp;
+  const V one = hn::Set(d, 1.0f);
+  V h[kG];
+#pragma GCC unroll 2
+  for (int u = 0; u < kG; ++u) h[u] = hn::Load(d, state + u * kV);
+  const auto store_row = [&](float* o) {
+#pragma GCC unroll 2
+    for (int u = 0; u < kG; ++u) Chunk<DF>(d, H - u * kV).store(h[u], o + u * kV);
+  };
+  if (!L.reset_before) {
+    for (int64_t f = 0; f < t; ++f) {
+      const float* g = gx + f * 3 * Hp;
+      V init[3 * kG], sum[3 * kG];
+#pragma GCC unroll 2
+      for (int u = 0; u < kG; ++u) {
+        init[3 * u] = hn::Load(d, g + 3 * u * kV);
+        init[3 * u + 1] = hn::Load(d, g + (3 * u + 1) * kV);
+        init[3 * u + 2] = hn::Load(d, L.bhn.get() + u * kV);
+      }
+      RegProduct<3, kG, S>(L.wh.get(), 3 * Hp, h, H, init, sum);
+#pragma GCC unroll 2
+      for (int u = 0; u < kG; ++u) {
+        const V r = StreamSigmoid(d, sum[3 * u]);
+        const V z = StreamSigmoid(d, sum[3 * u + 1]);
+        const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, g + (3 * u + 2) * kV)));
+        h[u] = hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, h[u]));
+      }
+      store_row(out + f * so);
+    }
+  } else {
+    const float* whn = L.wh.get() + H * 2 * Hp;
+    for (int64_t f = 0; f < t; ++f) {
+      const float* g = gx + f * 3 * Hp;
+      V init[2 * kG], rz[2 * kG];
+#pragma GCC unroll 2
+      for (int u = 0; u < kG; ++u) {
+        init[2 * u] = hn::Load(d, g + 3 * u * kV);
+        init[2 * u + 1] = hn::Load(d, g + (3 * u + 1) * kV);
+      }
+      RegProduct<2, kG, S>(L.wh.get(), 2 * Hp, h, H, init, rz);
+      V rh[kG], z[kG], init_n[kG], sn[kG];
+#pragma GCC unroll 2
+      for (int u = 0; u < kG; ++u) {
+        rh[u] = hn::Mul(StreamSigmoid(d, rz[2 * u]), h[u]);
+        z[u] = StreamSigmoid(d, rz[2 * u + 1]);
+        init_n[u] = hn::Load(d, g + (3 * u + 2) * kV);
+      }
+      RegProduct<1, kG, S>(whn, Hp, rh, H, init_n, sn);
+#pragma GCC unroll 2
+      for (int u = 0; u < kG; ++u)
+        h[u] = hn::MulAdd(hn::Sub(one, z[u]), StreamTanh(d, sn[u]), hn::Mul(z[u], h[u]));
+      store_row(out + f * so);
+    }
+  }
+#pragma GCC unroll 2
+  for (int u = 0; u < kG; ++u) hn::Store(h[u], d, state + u * kV);
+}
+
+// The register-resident steps for G unit groups at S partial sums (true), or false where they
+// do not apply (more groups; the scalar target, whose one lane is not a multiple of S).
+HWY_INLINE bool RegStepsFor(const StreamLayer& L, int64_t G, int S, int64_t t, const float* gx,
+                            float* state, float* out, int64_t so) {
+  constexpr int64_t kV = hn::MaxLanes(DF());
+  if (kV % 4 != 0 || G > 2) return false;
+  if (G == 1) {
+    if (S == 4) RegSteps<1, 4>(L, t, gx, state, out, so);
+    if (S == 2) RegSteps<1, 2>(L, t, gx, state, out, so);
+    if (S == 1) RegSteps<1, 1>(L, t, gx, state, out, so);
+  } else {
+    if (S == 4) RegSteps<2, 4>(L, t, gx, state, out, so);
+    if (S == 2) RegSteps<2, 2>(L, t, gx, state, out, so);
+    if (S == 1) RegSteps<2, 1>(L, t, gx, state, out, so);
+  }
+  return true;
 }
 
 HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0,
@@ -243,11 +299,11 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
   // The input projection of the whole block, before the recurrence.
   const Plan px = PlanFor(3, G, L.I);
   for (int64_t f = 0; f < t; ++f) InputProjection(L, px, x + f * sx, gx + f * 3 * Hp);
-  if (G == 1) {
-    const int S = PlanFor(L.reset_before ? 2 : 3, 1, H).S;
-    if (S == 4) return OneGroupSteps<4>(L, t, gx, state, out, so);
-    if (S == 2) return OneGroupSteps<2>(L, t, gx, state, out, so);
-    return OneGroupSteps<1>(L, t, gx, state, out, so);
+  // Small states: in registers; S from the tiles' plan, at most 2 partial sums for two groups
+  // (their accumulators then leave registers for the gates' constants).
+  if (G <= 2) {
+    const int S = std::min(PlanFor(L.reset_before ? 2 : 3, G, H).S, G == 1 ? 4 : 2);
+    if (RegStepsFor(L, G, S, t, gx, state, out, so)) return;
   }
 
   const V one = hn::Set(d, 1.0f);
