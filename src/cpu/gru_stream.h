@@ -10,16 +10,20 @@
 //
 // Arithmetic, fixed for a given H, I and SIMD target, so results are reproducible run to run
 // and identical for any split of the frames into calls:
-//   gx = (W_ih x) + bx, the product summed over k in order; bx = b_ih + b_hh for r and z,
-//        b_in for n (reset-before: b_in + b_hn)
+//   gx = (W_ih x) + bx, the product summed over k in S interleaved partial sums as below,
+//        the first starting from bx; bx = b_ih + b_hh for r and z, b_in for n
+//        (reset-before: b_in + b_hn)
 //   the recurrent products summed over k in S interleaved partial sums (k mod S), the first
 //        starting from the step's constant term, then (p0 + p1) + (p2 + p3); S (1, 2 or 4)
-//        shortens the dependency chain where registers allow; the columns are taken in
-//        order k = 0, 1, ... at even steps since the stream began and in reverse at odd ones
+//        shortens the dependency chain where registers allow. Up to two unit groups keep the
+//        state in registers and take the columns in order k = 0, 1, ...; larger states take
+//        them in that order at even steps since the stream began and in reverse at odd ones
 //        (recurrent weights larger than the L1 cache then find its last-used part there):
 //   linear-before-reset: r = sig(gx_r + W_hr h), z = sig(gx_z + W_hz h),
 //        n = tanh(gx_n + r (b_hn + W_hn h)), h' = (1 - z) n + z h
-//   reset-before: r, z as above; n = tanh(gx_n + W_hn (r h)), h' as above.
+//   reset-before: r, z as above; n = tanh(gx_n + W_hn (r h)), h' as above;
+//   sig and tanh: the rational StreamSigmoid and StreamTanh of cpu/gate_math-inl.h (within
+//        3e-7 of the exact values).
 // Not bit-identical to the batched engine (whose GEMM sums in another order): within f32
 // rounding of it and of PyTorch.
 #pragma once
