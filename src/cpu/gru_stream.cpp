@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
-#include <type_traits>
 
 #include "cpu/gate_math-inl.h"
 #include "cpu/gru_stream.h"

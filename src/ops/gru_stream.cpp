@@ -138,6 +138,7 @@ struct GruStream::Impl {
   ops::SeqLayout lay;  // for blocks of lay.T frames
   void run_block_fast(const float* src, const Frames& f, float* out);
   void run_fast(const float* in, float* out, int64_t frames);
+  void run_layers_fast(const float* x, int64_t sx, int64_t t, float* out);
   // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
   // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
   std::unique_ptr<ThreadTeam> team;
@@ -185,43 +186,34 @@ struct GruStream::Impl {
   }
 };
 
-// The real-time kernel on contiguous frames (process()'s path: nothing but the layers' kernels
-// per block).
-void GruStream::Impl::run_fast(const float* in, float* out, int64_t frames) {
-  const int64_t H = config.hidden_size, I = config.input_size, L = config.num_layers;
-  for (int64_t s0 = 0; s0 < frames; s0 += capacity) {
-    const int64_t t = std::min(capacity, frames - s0);
-    const float* x = in + s0 * I;
-    int64_t sx = I;
-    float* o = out + s0 * H;
-    for (int64_t l = 0; l < L; ++l) {
-      float* dst = l + 1 == L ? o : hs[l].data<float>();
-      cpu::gru_stream_forward(fast_layers[l], t, fast_steps, x, sx, fast_h(l), dst, H,
-                              fast_scratch.get());
-      x = dst, sx = H;
-    }
-    fast_steps += t;
-  }
-}
-
-// The real-time kernel's block: one sequence, f32; out (t, H) contiguous.
-void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* out) {
-  const int64_t t = f.t, H = config.hidden_size, I = config.input_size, L = config.num_layers;
-  const float* in = src;
-  int64_t in_stride = f.st_t;
-  if (f.st_i != 1) {  // strided features: gather them (frames are contiguous rows otherwise)
-    float* xpd = xp.data<float>();
-    for (int64_t s = 0; s < t; ++s)
-      for (int64_t i = 0; i < I; ++i) xpd[s * I + i] = src[s * f.st_t + i * f.st_i];
-    in = xpd, in_stride = I;
-  }
+// The real-time kernel: t <= capacity frames (rows of x, stride sx) through every layer; out
+// (t, H) contiguous.
+void GruStream::Impl::run_layers_fast(const float* x, int64_t sx, int64_t t, float* out) {
+  const int64_t H = config.hidden_size, L = config.num_layers;
   for (int64_t l = 0; l < L; ++l) {
     float* dst = l + 1 == L ? out : hs[l].data<float>();
-    cpu::gru_stream_forward(fast_layers[l], t, fast_steps, in, in_stride, fast_h(l), dst, H,
+    cpu::gru_stream_forward(fast_layers[l], t, fast_steps, x, sx, fast_h(l), dst, H,
                             fast_scratch.get());
-    in = dst, in_stride = H;
+    x = dst, sx = H;
   }
   fast_steps += t;
+}
+
+// process()'s path: contiguous frames, in blocks of the workspace, nothing else per call.
+void GruStream::Impl::run_fast(const float* in, float* out, int64_t frames) {
+  const int64_t H = config.hidden_size, I = config.input_size;
+  for (int64_t s0 = 0; s0 < frames; s0 += capacity)
+    run_layers_fast(in + s0 * I, I, std::min(capacity, frames - s0), out + s0 * H);
+}
+
+// A block of step_into()'s frames, whose features may be strided; out (t, H) contiguous.
+void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* out) {
+  const int64_t t = f.t, I = config.input_size;
+  if (f.st_i == 1) return run_layers_fast(src, f.st_t, t, out);
+  float* xpd = xp.data<float>();  // strided features: gathered into rows
+  for (int64_t s = 0; s < t; ++s)
+    for (int64_t i = 0; i < I; ++i) xpd[s * I + i] = src[s * f.st_t + i * f.st_i];
+  run_layers_fast(xpd, I, t, out);
 }
 
 GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads)
