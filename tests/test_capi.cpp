@@ -129,6 +129,57 @@ TEST(CApi, BitIdenticalToGruStreamAndLinear) {
     EXPECT_TRUE(bit_equal(run(m.get(), x, chunk), expected)) << "chunk " << chunk;
 }
 
+// One sequence on one thread: the real-time kernel, with the head and residual computed in
+// its steps. Each golden sequence alone matches PyTorch; results do not depend on the split
+// into calls; they equal GruStream + linear_forward + the input within f32 rounding.
+TEST(CApi, OneSequenceMatchesPyTorch) {
+  const std::string path = kGolden + "model_residual.safetensors";
+  const SafeTensors g = read_safetensors(path);
+  const Gru gru = Gru::from_state_dict(under(g, "rnn."));
+  ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  for (int64_t n : {0, 1}) {
+    const Tensor x = g.tensors.at("input").slice(1, n, n + 1).contiguous();
+    const Tensor want = g.tensors.at("expected").slice(1, n, n + 1).contiguous();
+    const int64_t T = x.size(0);
+    const Tensor out = run(m.get(), x, 1);
+    EXPECT_TRUE(test::all_close("sequence " + std::to_string(n), "output", out, want,
+                                test::tol_for(DType::f32)));
+    for (int64_t chunk : {int64_t(5), int64_t(16), T})
+      EXPECT_TRUE(bit_equal(run(m.get(), x, chunk), out)) << "chunk " << chunk;
+    GruStream stream(gru, 1);
+    Tensor cpp = linear_forward(stream.step(x).view({T, 6}), g.tensors.at("fc.weight"),
+                                g.tensors.at("fc.bias"))
+                     .view({T, 1, 3});
+    for (int64_t i = 0; i < cpp.numel(); ++i) cpp.data<float>()[i] += x.data<float>()[i];
+    EXPECT_TRUE(test::all_close("sequence " + std::to_string(n), "against C++", out, cpp,
+                                {1e-6, 1e-6}));
+  }
+}
+
+// GRUX_RESIDUAL without a head (input size = hidden size): y = x + gru(x), on the real-time
+// kernel (batch 1) and the engine (batch 2) alike.
+TEST(CApi, ResidualWithoutAHead) {
+  TempDir dir;
+  GruConfig c;
+  c.input_size = c.hidden_size = 6;
+  c.num_layers = 2;
+  const Gru gru(c, DType::f32, 3);
+  const std::string path = dir.path + "/model.safetensors";
+  write_safetensors(path, gru.state_dict());
+  ModelPtr m = load(path, "", nullptr, GRUX_RESIDUAL);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(grux_model_output_size(m.get()), 6);
+  std::mt19937_64 rng(4);
+  for (int64_t N : {1, 2}) {
+    const Tensor x = test::random_tensor({11, N, 6}, DType::f32, rng);
+    GruStream stream(gru, N);
+    Tensor want = stream.step(x).contiguous();
+    for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += x.data<float>()[i];
+    EXPECT_TRUE(bit_equal(run(m.get(), x, 3), want)) << "batch " << N;
+  }
+}
+
 // A model written from C++: a reset-before GRU large enough for a thread team, with a head.
 std::string write_model(const std::string& dir, GruForm form, int64_t H, bool head_bias) {
   GruConfig c;

@@ -244,7 +244,7 @@ TEST(StreamKernel, MatchesReference) {
           // Calls of 1, 3 and 5 frames.
           for (int64_t t0 : {0, 1, 4})
             cpu::gru_stream_forward(L, t0 == 0 ? 1 : t0 == 1 ? 3 : 5, t0, x.data() + t0 * I, I,
-                                    state.get(), out.data() + t0 * H, H, scratch.get());
+                                    state.get(), {out.data() + t0 * H, H}, scratch.get());
           cpu::ref::gru_stream_forward(I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
                                        bias ? bhh.data() : nullptr, T, x.data(), h.data(), want.data());
           const std::string where = "H " + std::to_string(H) + " I " + std::to_string(I) +
@@ -257,6 +257,54 @@ TEST(StreamKernel, MatchesReference) {
           ++cases;
         }
   EXPECT_GT(cases, 100);
+}
+
+// The head fused into the kernel's step (the C API's model): out rows of O = b + W h' (+ res),
+// against the reference's h' and a head in f64, for register-resident and tiled states, one or
+// several outputs, with and without bias and residual; and rows of h' + res without a head.
+TEST(StreamKernel, HeadAndResidualInTheStep) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  for (int64_t H : {1, 5, 8, 16, 17, 32, 33, 64, 100})
+    for (int64_t O : {0, 1, 3})
+      for (bool with_res : {false, true}) {
+        const int64_t I = 4, T = 7, R = O > 0 ? O : H;  // R: floats of an out row
+        std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H), hw(O * H),
+            hb(O), res(T * R);
+        for (auto* v : {&wih, &whh, &bih, &bhh, &hw, &hb, &res})
+          for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 1.0f);
+        const cpu::StreamLayer L =
+            cpu::gru_stream_pack(I, H, false, wih.data(), whh.data(), bih.data(), bhh.data());
+        const cpu::StreamHead head = cpu::gru_stream_pack_head(O, H, hw.data(), hb.data());
+        std::vector<float> x(T * I), out(T * R);
+        for (float& v : x) v = 2 * u(rng);
+        auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(L, T));
+        auto state = hwy::AllocateAligned<float>(2 * L.Hp);
+        std::fill(state.get(), state.get() + 2 * L.Hp, 0.0f);
+        for (int64_t t0 : {0, 2})  // calls of 2 and 5 frames
+          cpu::gru_stream_forward(
+              L, t0 == 0 ? 2 : 5, t0, x.data() + t0 * I, I, state.get(),
+              {out.data() + t0 * R, R, O > 0 ? &head : nullptr,
+               with_res ? res.data() + t0 * R : nullptr, R},
+              scratch.get());
+        std::vector<double> h(H, 0.0), hs(T * H);
+        cpu::ref::gru_stream_forward(I, H, false, wih.data(), whh.data(), bih.data(), bhh.data(),
+                                     T, x.data(), h.data(), hs.data());
+        const std::string where = "H " + std::to_string(H) + " O " + std::to_string(O) +
+                                  (with_res ? " residual" : "");
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t k = 0; k < R; ++k) {
+            double want = O == 0 ? hs[t * H + k] : hb[k];
+            if (O > 0)
+              for (int64_t j = 0; j < H; ++j) want += double(hw[k * H + j]) * hs[t * H + j];
+            if (with_res) want += res[t * R + k];
+            ASSERT_NEAR(out[t * R + k], want, 4e-6 + 1e-5 * std::abs(want))
+                << where << " at frame " << t << ", output " << k;
+          }
+        for (int64_t j = 0; j < H; ++j)  // the state is h', whatever is written out
+          ASSERT_NEAR(state[j], hs[(T - 1) * H + j], 2e-6 + 1e-5 * std::abs(hs[(T - 1) * H + j]))
+              << where;
+      }
 }
 
 }  // namespace

@@ -268,24 +268,29 @@ TEST(Realtime, CApiStreamProcessAllocatesNothing) {
   char err[256];
   grux_model* m = grux_model_load(path.c_str(), "rnn.", "fc.", GRUX_RESIDUAL, err, sizeof err);
   ASSERT_NE(m, nullptr) << err;
-  grux_stream* s = grux_stream_create(m, 1, 1, err, sizeof err);
-  ASSERT_NE(s, nullptr) << err;
   const int64_t I = grux_model_input_size(m), O = grux_model_output_size(m);
-  std::vector<float> in(512 * I, 0.25f), out(512 * O);
-  EXPECT_EQ(allocations_in([&] {
-              for (int64_t t = 0; t < 64; ++t)
-                ASSERT_EQ(grux_stream_process(s, in.data() + t * I, out.data() + t * O, 1), 0);
-              ASSERT_EQ(grux_stream_process(s, in.data(), out.data(), 512), 0);
-              grux_stream_reset(s);
-            }),
-            0);
-  EXPECT_EQ(blocking_calls_in([&] {
-              for (int64_t t = 0; t < 64; ++t)
-                ASSERT_EQ(grux_stream_process(s, in.data() + t * I, out.data() + t * O, 1), 0);
-              grux_stream_reset(s);
-            }),
-            0);
-  grux_stream_free(s);
+  // Batch 1 runs the real-time kernel with the head in its steps; batch 2 the engine + a GEMM.
+  for (int64_t N : {1, 2}) {
+    grux_stream* s = grux_stream_create(m, N, 1, err, sizeof err);
+    ASSERT_NE(s, nullptr) << err;
+    std::vector<float> in(512 * N * I, 0.25f), out(512 * N * O);
+    EXPECT_EQ(allocations_in([&] {
+                for (int64_t t = 0; t < 64; ++t)
+                  ASSERT_EQ(grux_stream_process(s, in.data() + t * N * I, out.data() + t * N * O, 1), 0);
+                ASSERT_EQ(grux_stream_process(s, in.data(), out.data(), 512), 0);
+                grux_stream_reset(s);
+              }),
+              0)
+        << "batch " << N;
+    EXPECT_EQ(blocking_calls_in([&] {
+                for (int64_t t = 0; t < 64; ++t)
+                  ASSERT_EQ(grux_stream_process(s, in.data() + t * N * I, out.data() + t * N * O, 1), 0);
+                grux_stream_reset(s);
+              }),
+              0)
+        << "batch " << N;
+    grux_stream_free(s);
+  }
   grux_model_free(m);
 }
 

@@ -263,6 +263,8 @@ class GruCell {
 // (frame by frame, blocks, one call), though not across CPUs with other SIMD widths. Every
 // other stream runs the engine's layer kernels and is bit-identical to Gru::forward on the
 // whole sequence.
+struct GruStreamAccess;  // the library's own access (the C API's head); not an API
+
 class GruStream {
  public:
   // batch N >= 1, or 0 for unbatched frames. h0 as in Gru::forward (undefined: zeros).
@@ -289,6 +291,7 @@ class GruStream {
   void reset(const Tensor& h0 = {});
 
  private:
+  friend struct GruStreamAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

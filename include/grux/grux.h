@@ -22,7 +22,9 @@
  *   grux_model_free(m);
  *
  * Results are bit-identical to the C++ API's GruStream (grux/gru.h) followed by
- * grux::linear_forward (grux/nn.h), and do not depend on how frames are split between calls.
+ * grux::linear_forward (grux/nn.h), except for one sequence on the calling thread, whose head
+ * runs inside the real-time kernel's step (equal to them within f32 rounding); they never
+ * depend on how frames are split between calls.
  */
 #ifndef GRUX_GRUX_H
 #define GRUX_GRUX_H

@@ -17,6 +17,7 @@
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_stream.h"
+#include "ops/gru_stream_access.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/version.h"
@@ -84,7 +85,11 @@ struct grux_stream {
   grux::GruStream stream;
   Head head;
   int64_t batch = 0;
-  // Sized at creation; process() runs calls in blocks of `block` frames and allocates nothing.
+  // One f32 sequence on the calling thread: the real-time kernel runs the head in its steps.
+  bool fast = false;
+  grux::cpu::StreamHead fast_head{};
+  // Otherwise, sized at creation: process() runs calls in blocks of `block` frames and
+  // allocates nothing.
   int64_t block = 0;
   std::vector<float> gru_out{};    // (block, batch, H) when there is a head
   Tensor head_packed{};  // batch > 1: the head's W^T packed once, as cpu::gemm packs it
@@ -194,6 +199,13 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
     std::unique_ptr<grux_stream> s(new grux_stream{
         grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch});
     const Head& h = s->head;
+    s->fast = grux::GruStreamAccess::fast(s->stream);
+    if (s->fast) {
+      if (!h.w.empty())
+        s->fast_head = grux::cpu::gru_stream_pack_head(h.O, h.H, h.w.data(),
+                                                       h.b.empty() ? nullptr : h.b.data());
+      return s.release();
+    }
     if (!h.w.empty()) {
       // Blocks of about 256 KiB of GRU outputs: the head's product over a block stays in cache.
       s->block = std::clamp<int64_t>((int64_t(1) << 16) / (batch * h.H), 1, 512);
@@ -229,8 +241,13 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
       return GRUX_EINVAL;
     }
     const Head& h = s->head;
-    if (h.w.empty()) {  // the GRU's outputs are the stream's
+    if (s->fast) {
+      grux::GruStreamAccess::process_head(s->stream, in, out, frames,
+                                          h.w.empty() ? nullptr : &s->fast_head, h.residual);
+    } else if (h.w.empty()) {  // the GRU's outputs are the stream's
       s->stream.process<float>(in, out, frames);
+      if (h.residual)
+        for (int64_t i = 0; i < frames * s->batch * h.O; ++i) out[i] = in[i] + out[i];
     } else {
       const int64_t I = h.input_size, B = s->batch;
       const float* bias = h.b.empty() ? nullptr : h.b.data();

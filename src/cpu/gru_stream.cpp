@@ -141,6 +141,49 @@ HWY_INLINE void InputProjection(const StreamLayer& L, const Plan& p, const float
   }
 }
 
+// The sum of v's lanes, of which only the first n can be nonzero: zero upper halves are left
+// out of the reduction (fewer levels, the same sum: adding zeros changes nothing).
+HWY_INLINE float SumLanes(V v, int64_t n) {
+  const DF d;
+#if HWY_TARGET != HWY_SCALAR
+  constexpr int64_t kV = hn::MaxLanes(d);
+  if constexpr (kV >= 4) {
+    const hn::Half<DF> d2;
+    const hn::Half<decltype(d2)> d4;
+    if (4 * n <= kV) return hn::GetLane(hn::SumOfLanes(d4, hn::LowerHalf(d4, hn::LowerHalf(d2, v))));
+    if (2 * n <= kV) return hn::GetLane(hn::SumOfLanes(d2, hn::LowerHalf(d2, v)));
+  }
+#endif
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+// Row f of the output (StreamOut) from h' (G unit groups, hv(u) its vector u): h' itself or
+// the head's outputs, plus res's row. The head's dot products read h' from registers: off the
+// step's dependency chain, nothing stored and reloaded.
+template <class HV>
+HWY_INLINE void EmitRow(const StreamOut& o, int64_t H, int64_t G, const HV& hv, int64_t f) {
+  const DF d;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  float* row = o.p + f * o.stride;
+  const float* res = o.res ? o.res + f * o.res_stride : nullptr;
+  if (!o.head) {
+    for (int64_t u = 0; u < G; ++u) {
+      const Chunk<DF> c(d, H - u * kV);
+      c.store(res ? hn::Add(hv(u), c.load(res + u * kV)) : hv(u), row + u * kV);
+    }
+    return;
+  }
+  const StreamHead& hd = *o.head;
+  const auto lane0 = hn::FirstN(d, 1);
+  for (int64_t k = 0; k < hd.O; ++k) {
+    const float* w = hd.w.get() + k * hd.Hp;
+    // b + res (known before h') in lane 0: one reduction, nothing added after it.
+    V acc = hn::IfThenElseZero(lane0, hn::Set(d, res ? hd.b[k] + res[k] : hd.b[k]));
+    for (int64_t u = 0; u < G; ++u) acc = hn::MulAdd(hn::Load(d, w + u * kV), hv(u), acc);
+    row[k] = SumLanes(acc, G == 1 ? H : kV);
+  }
+}
+
 // Small states (G <= 2 unit groups: H <= 32 on AVX-512, 16 on AVX2, 8 on SSE4): the state
 // stays in registers across the block's steps and each column's h_k is broadcast from them by
 // a lane permutation, with no store and reload on the chain. Same arithmetic as the tiles (S
@@ -205,7 +248,7 @@ HWY_INLINE void RegProduct(const float* HWY_RESTRICT w, int64_t cs, const V* src
 
 template <int kG, int S>
 HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTRICT gx,
-                         float* HWY_RESTRICT state, float* out, int64_t so) {
+                         float* HWY_RESTRICT state, const StreamOut& out) {
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
   const int64_t H = L.H, Hp = L.Hp;
@@ -213,10 +256,7 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
   V h[kG];
 #pragma GCC unroll 2
   for (int u = 0; u < kG; ++u) h[u] = hn::Load(d, state + u * kV);
-  const auto store_row = [&](float* o) {
-#pragma GCC unroll 2
-    for (int u = 0; u < kG; ++u) Chunk<DF>(d, H - u * kV).store(h[u], o + u * kV);
-  };
+  const auto hv = [&](int64_t u) { return h[u]; };
   if (!L.reset_before) {
     for (int64_t f = 0; f < t; ++f) {
       const float* g = gx + f * 3 * Hp;
@@ -235,7 +275,7 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
         const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, g + (3 * u + 2) * kV)));
         h[u] = hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, h[u]));
       }
-      store_row(out + f * so);
+      EmitRow(out, H, kG, hv, f);
     }
   } else {
     const float* whn = L.wh.get() + H * 2 * Hp;
@@ -259,7 +299,7 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
 #pragma GCC unroll 2
       for (int u = 0; u < kG; ++u)
         h[u] = hn::MulAdd(hn::Sub(one, z[u]), StreamTanh(d, sn[u]), hn::Mul(z[u], h[u]));
-      store_row(out + f * so);
+      EmitRow(out, H, kG, hv, f);
     }
   }
 #pragma GCC unroll 2
@@ -269,24 +309,24 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
 // The register-resident steps for G unit groups at S partial sums (true), or false where they
 // do not apply (more groups; the scalar target, whose one lane is not a multiple of S).
 HWY_INLINE bool RegStepsFor(const StreamLayer& L, int64_t G, int S, int64_t t, const float* gx,
-                            float* state, float* out, int64_t so) {
+                            float* state, const StreamOut& out) {
   constexpr int64_t kV = hn::MaxLanes(DF());
   if (kV % 4 != 0 || G > 2) return false;
   if (G == 1) {
-    if (S == 4) RegSteps<1, 4>(L, t, gx, state, out, so);
-    if (S == 2) RegSteps<1, 2>(L, t, gx, state, out, so);
-    if (S == 1) RegSteps<1, 1>(L, t, gx, state, out, so);
+    if (S == 4) RegSteps<1, 4>(L, t, gx, state, out);
+    if (S == 2) RegSteps<1, 2>(L, t, gx, state, out);
+    if (S == 1) RegSteps<1, 1>(L, t, gx, state, out);
   } else {
-    if (S == 4) RegSteps<2, 4>(L, t, gx, state, out, so);
-    if (S == 2) RegSteps<2, 2>(L, t, gx, state, out, so);
-    if (S == 1) RegSteps<2, 1>(L, t, gx, state, out, so);
+    if (S == 4) RegSteps<2, 4>(L, t, gx, state, out);
+    if (S == 2) RegSteps<2, 2>(L, t, gx, state, out);
+    if (S == 1) RegSteps<2, 1>(L, t, gx, state, out);
   }
   return true;
 }
 
 HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0,
-                                  const float* x, int64_t sx, float* state, float* out,
-                                  int64_t so, float* scratch) {
+                                  const float* x, int64_t sx, float* state,
+                                  const StreamOut& out, float* scratch) {
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
   if (L.V != kV) throw std::logic_error("gru stream kernel: packed for another SIMD target");
@@ -302,7 +342,7 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
   // (their accumulators then leave registers for the gates' constants).
   if (G <= 2) {
     const int S = std::min(PlanFor(L.reset_before ? 2 : 3, G, H).S, G == 1 ? 4 : 2);
-    if (RegStepsFor(L, G, S, t, gx, state, out, so)) return;
+    if (RegStepsFor(L, G, S, t, gx, state, out)) return;
   }
 
   const V one = hn::Set(d, 1.0f);
@@ -338,8 +378,7 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
             });
       }
       if (!in_place) std::swap(hc, hn_buf);
-      float* o = out + f * so;
-      for (int64_t u = 0; u < H; ++u) o[u] = hc[u];
+      EmitRow(out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
     }
   } else {
     const Plan prz = PlanFor(2, G, H), pn = PlanFor(1, G, H);
@@ -374,8 +413,7 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
               }
             });
       }
-      float* o = out + f * so;
-      for (int64_t u = 0; u < H; ++u) o[u] = hc[u];
+      EmitRow(out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
     }
   }
   if (hc != state)
@@ -514,6 +552,19 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
         L.bx[at(u, 3, q)] = bi, L.bhn[u] = bh;
     }
   return L;
+}
+
+StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b) {
+  StreamHead hd;
+  const int64_t V = gru_stream_lanes();
+  hd.O = O, hd.H = H, hd.Hp = (H + V - 1) / V * V;
+  hd.w = zeros(O * hd.Hp);
+  hd.b = zeros(O);
+  for (int64_t k = 0; k < O; ++k) {
+    for (int64_t u = 0; u < H; ++u) hd.w[k * hd.Hp + u] = w[k * H + u];
+    if (b) hd.b[k] = b[k];
+  }
+  return hd;
 }
 
 int64_t gru_stream_scratch(const StreamLayer& L, int64_t t) { return t * 3 * L.Hp + 2 * L.Hp; }

@@ -36,6 +36,8 @@
 
 namespace grux::cpu {
 
+struct StreamOut;
+
 // One layer's weights in the kernel's layout for this process's SIMD target.
 struct StreamLayer {
   int64_t I = 0, H = 0;
@@ -49,8 +51,28 @@ struct StreamLayer {
   hwy::AlignedFreeUniquePtr<float[]> bhn;  // Hp: b_hn (linear-before-reset), zeros otherwise
   // The kernel of the SIMD target it was packed for, resolved once (no dispatch per call).
   using Forward = void (*)(const StreamLayer&, int64_t, int64_t, const float*, int64_t, float*,
-                           float*, int64_t, float*);
+                           const StreamOut&, float*);
   Forward forward = nullptr;
+};
+
+// A Linear head (O x H) on a layer's output, applied inside the kernel's step while h' is
+// still in registers (the C API's model: GRU stack, head, residual).
+struct StreamHead {
+  int64_t O = 0, H = 0, Hp = 0;
+  hwy::AlignedFreeUniquePtr<float[]> w;  // O rows of Hp floats, zeros past H
+  hwy::AlignedFreeUniquePtr<float[]> b;  // O floats (zeros when the head has no bias)
+};
+
+// Where a step's output goes: rows of h' (H floats), or with a head y = W h' + b, or with res
+// that plus res's row (H or O floats a row). Each output of a head is one dot product, its
+// lanes' products summed group by group in order, reduced across lanes (the SIMD target's
+// fixed tree), then + b, then + res: within f32 rounding of linear_forward.
+struct StreamOut {
+  float* p = nullptr;
+  int64_t stride = 0;  // floats between rows of p
+  const StreamHead* head = nullptr;
+  const float* res = nullptr;  // rows of as many floats as a row of p, or null
+  int64_t res_stride = 0;
 };
 
 // f32 lanes of the SIMD target the kernels run on (dynamic dispatch).
@@ -62,17 +84,22 @@ GRUX_INTERNAL StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_befor
                                           const float* w_ih, const float* w_hh,
                                           const float* b_ih, const float* b_hh);
 
+// Packs a head: w (O x H) row-major, b (O) or null; H the layer's hidden size.
+GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w,
+                                              const float* b);
+
 // Floats of scratch gru_stream_forward needs for blocks of up to t frames.
 GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);
 
-// Runs t >= 1 steps, the first being step step0 since the state was set: x (t rows of I, row stride sx), state (2 Hp floats, 64-byte aligned:
-// the state h padded with zeros to Hp in [0, Hp), read and updated; [Hp, 2Hp) is scratch),
-// out (t rows of H, row stride so; must not overlap x). scratch: gru_stream_scratch floats,
-// 64-byte aligned. Allocates nothing, takes no lock.
+// Runs t >= 1 steps, the first being step step0 since the state was set: x (t rows of I, row
+// stride sx), state (2 Hp floats, 64-byte aligned: the state h padded with zeros to Hp in
+// [0, Hp), read and updated; [Hp, 2Hp) is scratch), out (t rows, as StreamOut says; must not
+// overlap x). scratch: gru_stream_scratch floats, 64-byte aligned. Allocates nothing, takes no
+// lock.
 inline void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0,
-                               const float* x, int64_t sx, float* state, float* out, int64_t so,
+                               const float* x, int64_t sx, float* state, const StreamOut& out,
                                float* scratch) {
-  layer.forward(layer, t, step0, x, sx, state, out, so, scratch);
+  layer.forward(layer, t, step0, x, sx, state, out, scratch);
 }
 
 // A Linear head on one sequence: y (t rows of O, stride sy) = x (t rows of K, stride sx) W^T

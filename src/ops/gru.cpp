@@ -739,7 +739,7 @@ Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const
     if (p.h.defined()) std::memcpy(state, p.h.contiguous().data<float>(), H * sizeof(float));
     const Tensor x = p.x.contiguous();
     Tensor out = Tensor::empty(p.unbatched ? Shape{H} : Shape{1, H}, dt);
-    cpu::gru_stream_forward(L, 1, 0, x.data<float>(), I, state, out.data<float>(), H,
+    cpu::gru_stream_forward(L, 1, 0, x.data<float>(), I, state, {out.data<float>(), H},
                             state + 2 * L.Hp);
     return out;
   }

@@ -10,6 +10,7 @@
 #include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
+#include "ops/gru_stream_access.h"
 
 namespace grux {
 
@@ -137,8 +138,9 @@ struct GruStream::Impl {
 
   ops::SeqLayout lay;  // for blocks of lay.T frames
   void run_block_fast(const float* src, const Frames& f, float* out);
-  void run_fast(const float* in, float* out, int64_t frames);
-  void run_layers_fast(const float* x, int64_t sx, int64_t t, float* out);
+  void run_fast(const float* in, float* out, int64_t frames, const cpu::StreamHead* head = nullptr,
+                bool residual = false);
+  void run_layers_fast(const float* x, int64_t sx, int64_t t, const cpu::StreamOut& top);
   // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
   // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
   std::unique_ptr<ThreadTeam> team;
@@ -186,34 +188,42 @@ struct GruStream::Impl {
   }
 };
 
-// The real-time kernel: t <= capacity frames (rows of x, stride sx) through every layer; out
-// (t, H) contiguous.
-void GruStream::Impl::run_layers_fast(const float* x, int64_t sx, int64_t t, float* out) {
+// The real-time kernel: t <= capacity frames (rows of x, stride sx) through every layer, the
+// top layer writing `top`.
+void GruStream::Impl::run_layers_fast(const float* x, int64_t sx, int64_t t,
+                                      const cpu::StreamOut& top) {
   const int64_t H = config.hidden_size, L = config.num_layers;
-  for (int64_t l = 0; l < L; ++l) {
-    float* dst = l + 1 == L ? out : hs[l].data<float>();
-    cpu::gru_stream_forward(fast_layers[l], t, fast_steps, x, sx, fast_h(l), dst, H,
+  for (int64_t l = 0; l + 1 < L; ++l) {
+    float* dst = hs[l].data<float>();
+    cpu::gru_stream_forward(fast_layers[l], t, fast_steps, x, sx, fast_h(l), {dst, H},
                             fast_scratch.get());
     x = dst, sx = H;
   }
+  cpu::gru_stream_forward(fast_layers[L - 1], t, fast_steps, x, sx, fast_h(L - 1), top,
+                          fast_scratch.get());
   fast_steps += t;
 }
 
-// process()'s path: contiguous frames, in blocks of the workspace, nothing else per call.
-void GruStream::Impl::run_fast(const float* in, float* out, int64_t frames) {
-  const int64_t H = config.hidden_size, I = config.input_size;
-  for (int64_t s0 = 0; s0 < frames; s0 += capacity)
-    run_layers_fast(in + s0 * I, I, std::min(capacity, frames - s0), out + s0 * H);
+// process()'s path: contiguous frames, in blocks of the workspace, nothing else per call;
+// with the C API's head (and residual) applied in the top layer's steps.
+void GruStream::Impl::run_fast(const float* in, float* out, int64_t frames,
+                               const cpu::StreamHead* head, bool residual) {
+  const int64_t I = config.input_size, O = head ? head->O : config.hidden_size;
+  for (int64_t s0 = 0; s0 < frames; s0 += capacity) {
+    const cpu::StreamOut top{out + s0 * O, O, head, residual ? in + s0 * I : nullptr, I};
+    run_layers_fast(in + s0 * I, I, std::min(capacity, frames - s0), top);
+  }
 }
 
 // A block of step_into()'s frames, whose features may be strided; out (t, H) contiguous.
 void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* out) {
   const int64_t t = f.t, I = config.input_size;
-  if (f.st_i == 1) return run_layers_fast(src, f.st_t, t, out);
+  const cpu::StreamOut top{out, config.hidden_size};
+  if (f.st_i == 1) return run_layers_fast(src, f.st_t, t, top);
   float* xpd = xp.data<float>();  // strided features: gathered into rows
   for (int64_t s = 0; s < t; ++s)
     for (int64_t i = 0; i < I; ++i) xpd[s * I + i] = src[s * f.st_t + i * f.st_i];
-  run_layers_fast(xpd, I, t, out);
+  run_layers_fast(xpd, I, t, top);
 }
 
 GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads)
@@ -401,5 +411,12 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
 }
 template void GruStream::process<float>(const float*, float*, int64_t);
 template void GruStream::process<double>(const double*, double*, int64_t);
+
+bool GruStreamAccess::fast(const GruStream& s) { return s.impl_->fast; }
+
+void GruStreamAccess::process_head(GruStream& s, const float* in, float* out, int64_t frames,
+                                   const cpu::StreamHead* head, bool residual) {
+  s.impl_->run_fast(in, out, frames, head, residual);
+}
 
 }  // namespace grux
