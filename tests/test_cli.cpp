@@ -242,6 +242,24 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
   CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");
   ASSERT_EQ(cell.code, 0) << cell.err;
   EXPECT_THAT(cell.out, HasSubstr("\"mode\":\"cell\""));
+  // One f32 sequence: per-frame figures and the bound, the longest of its three parts.
+  CliRun rt = grux_cli(tmp.path, "bench gru t40n1i1h20 --cell --threads 1 --reps 1 --block 4");
+  ASSERT_EQ(rt.code, 0) << rt.err;
+  const auto field = [&](const std::string& key) {
+    const size_t at = rt.out.find("\"" + key + "\":");
+    EXPECT_NE(at, std::string::npos) << key << " in " << rt.out;
+    return at == std::string::npos ? -1.0 : std::stod(rt.out.substr(at + key.size() + 3));
+  };
+  const double chain = field("chain_ns"), work = field("work_ns"), weights = field("weights_ns");
+  EXPECT_GT(field("ns_per_frame"), 0);
+  EXPECT_GT(field("weights_gbps"), 0);
+  for (double part : {chain, work, weights}) EXPECT_GT(part, 0) << rt.out;
+  const double bound = std::max({chain, work, weights});
+  EXPECT_NEAR(field("bound_ns_per_frame"), bound, 0.051) << rt.out;
+  const size_t side = rt.out.find("\"bound_side\":\"");
+  ASSERT_NE(side, std::string::npos) << rt.out;
+  const std::string name = rt.out.substr(side + 14, rt.out.find('"', side + 14) - side - 14);
+  EXPECT_NEAR(field(name + "_ns"), bound, 0.051) << "bound_side " << name << ": " << rt.out;
   // Two threads: the round trip between them, a positive number of ns.
   CliRun two = grux_cli(tmp.path, "bench gru t9n2i3h40 --threads 2 --reps 2");
   ASSERT_EQ(two.code, 0) << two.err;

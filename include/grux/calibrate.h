@@ -3,6 +3,7 @@
 // OpenBLAS is timed here as a peer; no operator uses it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -47,18 +48,26 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
                                                 int steps = 2000);
 
 // What a real-time stream's frame (batch 1, f32, one thread) cannot beat on this machine:
-// the longer of its dependency chain and its arithmetic. Per layer and frame, the chain runs
+// the longest of its dependency chain, its arithmetic and its weights' reads. Per layer and frame, the chain runs
 // from the state h to h': a product (1 FMA), a sum of H terms as a tree (ceil(log2 H) adds),
 // the input projection's add, sigmoid(r), r (W_hn h + b_hn) + gx_n (1 FMA), tanh, and
 // (1 - z) n + z h (2 operations); the layers of a stack overlap (layer l + 1 works on frame t
 // while layer l works on frame t + 1), so the stack's chain is one layer's. The work is the
-// products' FMAs at `peak_gflops` (a measured single-thread GEMM rate). Latencies are
-// measured here with the kernel's own instructions.
+// products' FMAs at `peak_gflops` (a measured single-thread GEMM rate). A step also reads
+// every layer's weights once: when they outgrow the L1 cache, that read, at the rate measured
+// here for as many bytes, can take longer than both. Latencies are measured here with the
+// kernel's own instructions.
 struct StreamBound {
   double fma_ns = 0, sigmoid_ns = 0, tanh_ns = 0;  // measured latencies
   double chain_ns = 0, work_ns = 0;                // per frame
-  double ns() const { return chain_ns > work_ns ? chain_ns : work_ns; }
-  const char* side() const { return chain_ns > work_ns ? "chain" : "work"; }
+  // Per frame: the step's weights (W_ih and W_hh of every layer) read once at the rate this
+  // machine reads that many bytes, passes alternating forward and backward as the kernel's do.
+  double weights_ns = 0;
+  double weights_gbps = 0;
+  double ns() const { return std::max({chain_ns, work_ns, weights_ns}); }
+  const char* side() const {
+    return ns() == chain_ns ? "chain" : ns() == work_ns ? "work" : "weights";
+  }
 };
 StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops);
 

@@ -133,6 +133,28 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
   return best;
 }
 
+namespace {
+// GB/s of one thread reading `bytes` over and over, each pass in the other direction (the
+// real-time kernel's order: what it read last is read first); the best of 5 rounds.
+double measure_alternating_read_gbps(int64_t bytes) {
+  const int64_t n = std::max<int64_t>(bytes / 4, 64);
+  std::vector<float> storage(n + 16, 1.0f);
+  float* buf = storage.data();
+  while (reinterpret_cast<uintptr_t>(buf) % 64) ++buf;
+  const int64_t passes = std::max<int64_t>(2, static_cast<int64_t>(2e7 / double(n * 4))) / 2 * 2;
+  double best = 0;
+  float sink = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = Clock::now();
+    for (int64_t k = 0; k < passes; ++k) sink += cpu::read_sum(buf, n, k & 1);
+    best = std::max(best, double(n) * 4 * double(passes) / seconds_since(t0) / 1e9);
+  }
+  volatile float keep = sink;
+  (void)keep;
+  return best;
+}
+}  // namespace
+
 double measure_handoff_ns(int threads) {
   return threads < 2 ? 0 : handoff_round_trip_ns(calling_thread_team(threads));
 }
@@ -145,6 +167,14 @@ StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
   const double tree = std::ceil(std::log2(std::max(H, 1.0)));
   b.chain_ns = (1 + tree + 1 + 1 + 2) * lat.fma_ns + lat.sigmoid_ns + lat.tanh_ns;
   b.work_ns = p.gemm_flops() / static_cast<double>(p.T) / (peak_gflops * 1e9) * 1e9;
+  // The weights a step reads: 3H (I_l + H) floats per layer (in the kernel's layout, no less).
+  const int64_t layers = p.config().num_layers;
+  const int64_t floats = 3 * p.hidden_size *
+                         (p.input_size + p.hidden_size + (layers - 1) * 2 * p.hidden_size);
+  // Fewer bytes than 16 KiB are read at the rate of 16 KiB (L1 either way), which the cost of
+  // a call to the reading loop does not blur.
+  b.weights_gbps = measure_alternating_read_gbps(std::max<int64_t>(floats * 4, 16 << 10));
+  b.weights_ns = floats * 4 / b.weights_gbps;
   return b;
 }
 

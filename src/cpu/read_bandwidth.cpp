@@ -14,19 +14,28 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-float ReadSum(const float* data, int64_t n) {
+float ReadSum(const float* data, int64_t n, bool reverse) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 4 * L <= n; i += 4 * L) {
-    a0 = hn::Add(a0, hn::Load(d, data + i));
-    a1 = hn::Add(a1, hn::Load(d, data + i + L));
-    a2 = hn::Add(a2, hn::Load(d, data + i + 2 * L));
-    a3 = hn::Add(a3, hn::Load(d, data + i + 3 * L));
+  const int64_t full = n / (4 * L) * (4 * L);
+  if (!reverse) {
+    for (int64_t i = 0; i < full; i += 4 * L) {
+      a0 = hn::Add(a0, hn::Load(d, data + i));
+      a1 = hn::Add(a1, hn::Load(d, data + i + L));
+      a2 = hn::Add(a2, hn::Load(d, data + i + 2 * L));
+      a3 = hn::Add(a3, hn::Load(d, data + i + 3 * L));
+    }
+  } else {
+    for (int64_t i = full - 4 * L; i >= 0; i -= 4 * L) {
+      a3 = hn::Add(a3, hn::Load(d, data + i + 3 * L));
+      a2 = hn::Add(a2, hn::Load(d, data + i + 2 * L));
+      a1 = hn::Add(a1, hn::Load(d, data + i + L));
+      a0 = hn::Add(a0, hn::Load(d, data + i));
+    }
   }
   float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; i < n; ++i) s += data[i];
+  for (int64_t i = full; i < n; ++i) s += data[i];
   return s;
 }
 
@@ -38,6 +47,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace grux::cpu {
 HWY_EXPORT(ReadSum);
-float read_sum(const float* data, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n); }
+float read_sum(const float* data, int64_t n, bool reverse) {
+  return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, reverse);
+}
 }  // namespace grux::cpu
 #endif

@@ -6,7 +6,8 @@
 
 namespace grux::cpu {
 
-// Sums n floats (data 64-byte aligned); the sum keeps the reads from being optimized away.
-float read_sum(const float* data, int64_t n);
+// Sums n floats (data 64-byte aligned), from the first to the last or, with reverse, from the
+// last to the first; the sum keeps the reads from being optimized away.
+float read_sum(const float* data, int64_t n, bool reverse = false);
 
 }  // namespace grux::cpu
