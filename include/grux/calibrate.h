@@ -48,15 +48,15 @@ std::pair<double, double> measure_step_overhead(const ThreadProfile& rates, int 
                                                 int steps = 2000);
 
 // What a real-time stream's frame (batch 1, f32, one thread) cannot beat on this machine:
-// the longest of its dependency chain, its arithmetic and its weights' reads. Per layer and frame, the chain runs
-// from the state h to h': a product (1 FMA), a sum of H terms as a tree (ceil(log2 H) adds),
-// the input projection's add, sigmoid(r), r (W_hn h + b_hn) + gx_n (1 FMA), tanh, and
-// (1 - z) n + z h (2 operations); the layers of a stack overlap (layer l + 1 works on frame t
-// while layer l works on frame t + 1), so the stack's chain is one layer's. The work is the
-// products' FMAs at `peak_gflops` (a measured single-thread GEMM rate). A step also reads
-// every layer's weights once: when they outgrow the L1 cache, that read, at the rate measured
-// here for as many bytes, can take longer than both. Latencies are measured here with the
-// kernel's own instructions.
+// the longest of its dependency chain, its arithmetic and its weights' reads. Per layer and
+// frame, the chain runs from the state h to h': a product (1 FMA), a sum of H terms as a tree
+// (ceil(log2 H) adds), the input projection's add, sigmoid(r), r (W_hn h + b_hn) + gx_n
+// (1 FMA), tanh, and (1 - z) n + z h (2 operations); the layers of a stack overlap (layer
+// l + 1 works on frame t while layer l works on frame t + 1), so the stack's chain is one
+// layer's. The work is the products' FMAs at `peak_gflops` (a measured single-thread GEMM
+// rate). A step also reads every layer's weights once: when they outgrow the L1 cache, that
+// read, at the rate measured here for as many bytes, can take longer than both. Latencies are
+// measured here with the kernel's own instructions.
 struct StreamBound {
   double fma_ns = 0, sigmoid_ns = 0, tanh_ns = 0;  // measured latencies
   double chain_ns = 0, work_ns = 0;                // per frame

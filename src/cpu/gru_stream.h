@@ -63,10 +63,11 @@ struct StreamHead {
   hwy::AlignedFreeUniquePtr<float[]> b;  // O floats (zeros when the head has no bias)
 };
 
-// Where a step's output goes: rows of h' (H floats), or with a head y = W h' + b, or with res
-// that plus res's row (H or O floats a row). Each output of a head is one dot product, its
-// lanes' products summed group by group in order, reduced across lanes (the SIMD target's
-// fixed tree), then + b, then + res: within f32 rounding of linear_forward.
+// Where a step's output goes: rows of h' (H floats), or with a head y = W h' + b; with res,
+// plus res's row (H or O floats a row). Without a head: h' + res, one add. With one, output k
+// is the sum over the lanes (the SIMD target's fixed tree, over the lanes that can be
+// nonzero) of c e_0 + sum_u w_k,u * h'_u, c = b_k + res_k (or b_k), the unit groups u taken
+// in order: within f32 rounding of linear_forward.
 struct StreamOut {
   float* p = nullptr;
   int64_t stride = 0;  // floats between rows of p
