@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/visibility.h"
 #include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
@@ -22,7 +23,8 @@ struct Frames {
 };
 }  // namespace
 
-struct GruStream::Impl {
+// Hidden: the class it belongs to is exported, its implementation is not (test_package.sh).
+struct GRUX_INTERNAL GruStream::Impl {
   // Copies of what the stream reads: no pointer to the Gru, which may move or go away.
   GruConfig config;
   DType dtype = DType::f32;

@@ -5,12 +5,13 @@
 
 #include <cstdint>
 
+#include "core/visibility.h"
 #include "cpu/gru_stream.h"
 #include "grux/gru.h"
 
 namespace grux {
 
-struct GruStreamAccess {
+struct GRUX_INTERNAL GruStreamAccess {
   // Whether s runs the real-time kernel (one f32 sequence on the calling thread).
   static bool fast(const GruStream& s);
   // For a stream that does (checked by the caller): in (frames, I) and out (frames, O)
