@@ -24,8 +24,11 @@ struct GemmRates {
 };
 GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
 // GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
-// (first touched by its reader): the rate of the cache level holding such a buffer.
-double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8);
+// (at least 16 KiB; first touched by its reader): the rate of the cache level holding such a
+// buffer. `alternate`: each pass in the other direction (the real-time kernel's order: what
+// was read last is read first).
+double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read = 4e8,
+                              bool alternate = false);
 // Round trip of one cache line between two threads of the team that a `threads`-thread GRU
 // stream would use (the calling thread's, src/core/thread_team.h), in ns; 0 when threads < 2.
 // A time step shared by threads pays about one for its barrier and one for the state it hands

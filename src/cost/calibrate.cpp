@@ -107,7 +107,8 @@ GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n) {
   return gemm_rates<float>(reps, n);
 }
 
-double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read) {
+double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read,
+                              bool alternate) {
   const int64_t n = std::max<int64_t>(bytes_per_thread / 4, 4096) / 64 * 64;
   const int64_t passes =
       std::max<int64_t>(1, static_cast<int64_t>(bytes_to_read / double(n * 4 * threads)));
@@ -123,7 +124,7 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
     for (int rep = 0; rep < 3; ++rep) {
 #pragma omp barrier
       const auto t0 = Clock::now();
-      for (int64_t p = 0; p < passes; ++p) sums[t] += cpu::read_sum(buf, n);
+      for (int64_t p = 0; p < passes; ++p) sums[t] += cpu::read_sum(buf, n, alternate && (p & 1));
 #pragma omp barrier
 #pragma omp master
       best =
@@ -132,28 +133,6 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
   }
   return best;
 }
-
-namespace {
-// GB/s of one thread reading `bytes` over and over, each pass in the other direction (the
-// real-time kernel's order: what it read last is read first); the best of 5 rounds.
-double measure_alternating_read_gbps(int64_t bytes) {
-  const int64_t n = std::max<int64_t>(bytes / 4, 64);
-  std::vector<float> storage(n + 16, 1.0f);
-  float* buf = storage.data();
-  while (reinterpret_cast<uintptr_t>(buf) % 64) ++buf;
-  const int64_t passes = std::max<int64_t>(2, static_cast<int64_t>(2e7 / double(n * 4))) / 2 * 2;
-  double best = 0;
-  float sink = 0;
-  for (int round = 0; round < 5; ++round) {
-    const auto t0 = Clock::now();
-    for (int64_t k = 0; k < passes; ++k) sink += cpu::read_sum(buf, n, k & 1);
-    best = std::max(best, double(n) * 4 * double(passes) / seconds_since(t0) / 1e9);
-  }
-  volatile float keep = sink;
-  (void)keep;
-  return best;
-}
-}  // namespace
 
 double measure_handoff_ns(int threads) {
   return threads < 2 ? 0 : handoff_round_trip_ns(calling_thread_team(threads));
@@ -173,7 +152,7 @@ StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
                          (p.input_size + p.hidden_size + (layers - 1) * 2 * p.hidden_size);
   // Fewer bytes than 16 KiB are read at the rate of 16 KiB (L1 either way), which the cost of
   // a call to the reading loop does not blur.
-  b.weights_gbps = measure_alternating_read_gbps(std::max<int64_t>(floats * 4, 16 << 10));
+  b.weights_gbps = measure_read_bandwidth(floats * 4, 1, 2e7, true);
   b.weights_ns = floats * 4 / b.weights_gbps;
   return b;
 }
