@@ -16,6 +16,9 @@ packages=(
   libgtest-dev libgmock-dev googletest  # tests
   libbenchmark-dev         # benches
   python3                  # the browser test's driver (standard library only)
+  python3-dev pybind11-dev # the Python package's extension (python/)
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install . / pip wheel
+  python3-numpy python3-torch python3-pytest  # the Python package and its tests
   chromium chromium-driver # the HTML cost report opened in headless Chromium (tests)
 )
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test from a fresh machine: install what is missing, build (Release), run the whole
-# suite with CTest, check grux as an installed package (scripts/test_package.sh), run the
+# suite with CTest, the Python package (scripts/test_python.sh: wheel, pip install ., pytest),
+# check grux as an installed package (scripts/test_package.sh), run the
 # suite again on every other SIMD target this CPU can run, then the main job
 # (about 3 minutes of training); then build with AddressSanitizer + UndefinedBehaviorSanitizer
 # and run the whole suite again. Exits non-zero if anything fails.
@@ -16,9 +17,13 @@ bash scripts/install-deps.sh
 ctest_all() { ctest --no-tests=error --output-on-failure -j"$(nproc)" "$@"; }
 
 echo "== Release build and tests (OPENBLAS_CORETYPE unset)"
-bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON \
+  -DGRUX_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3
 (unset OPENBLAS_CORETYPE GRUX_SIMD_TARGET; ctest_all --test-dir build)
 ./build/grux info
+
+echo "== Python package: wheel and pip install . into virtual environments, pytest"
+bash scripts/test_python.sh build
 
 echo "== Packaging: install, find_package, pkg-config, dlopen'ed plugin, Debian packages"
 bash scripts/test_package.sh build

@@ -3,12 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 #include "grux/tensor.h"
 
 namespace grux {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
 
 Tensor arange(const Shape& shape) {
   Tensor t = Tensor::empty(shape, DType::f32);
@@ -35,6 +39,36 @@ TEST(Tensor, ViewsShareStorageCloneDoesNot) {
   sl.fill(7.0);
   EXPECT_EQ(a.item({2, 3}), 7.0);
   EXPECT_EQ(a.item({2, 2}), 10.0);
+}
+
+TEST(Tensor, FromBlobViewsTheCallersMemoryAndHoldsItsOwner) {
+  std::vector<double> mem(12);
+  for (int i = 0; i < 12; ++i) mem[i] = i;
+  auto owner = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = owner;
+  {
+    // A (3, 2) view of every other element: strides (4, 2).
+    Tensor t = Tensor::from_blob(mem.data(), {3, 2}, {4, 2}, DType::f64, std::move(owner));
+    EXPECT_EQ(t.item({2, 1}), 10.0);
+    EXPECT_FALSE(t.is_contiguous());
+    Tensor row = t.select(0, 1);
+    t.set({1, 0}, -5.0);  // writes the caller's memory
+    EXPECT_EQ(mem[4], -5.0);
+    EXPECT_EQ(row.item({0}), -5.0);
+    EXPECT_EQ(t.contiguous().at_flat(5), 10.0);
+    EXPECT_FALSE(watch.expired());  // held while a tensor views it
+  }
+  EXPECT_TRUE(watch.expired());  // released with the last view
+  EXPECT_THAT([&] { Tensor::from_blob(mem.data(), {2}, {-1}, DType::f64, nullptr); },
+              ThrowsMessage<Error>(HasSubstr("negative stride")));
+  EXPECT_THAT([&] { Tensor::from_blob(reinterpret_cast<char*>(mem.data()) + 1, {2}, {1}, DType::f64, nullptr); },
+              ThrowsMessage<Error>(HasSubstr("not aligned")));
+  EXPECT_THAT([&] { Tensor::from_blob(mem.data(), {2, 3}, {1}, DType::f64, nullptr); },
+              ThrowsMessage<Error>(HasSubstr("1 strides given for shape (2, 3)")));
+  EXPECT_THAT([&] { Tensor::from_blob(nullptr, {2}, {1}, DType::f64, nullptr); },
+              ThrowsMessage<Error>(HasSubstr("null data")));
+  EXPECT_THAT([&] { Tensor::from_blob(mem.data(), {3, 3}, {int64_t{1} << 62, 1}, DType::f64, nullptr); },
+              ThrowsMessage<Error>(HasSubstr("too large")));
 }
 
 TEST(Tensor, ReshapeIsAViewWhenStridesAllowOtherwiseACopy) {

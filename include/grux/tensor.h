@@ -51,10 +51,14 @@ std::string shape_str(const Shape& s);  // "(2, 3, 4)"
 // Row-major strides (in elements) of a contiguous tensor of this shape.
 Shape contiguous_strides(const Shape& shape);
 
-// A block of bytes shared by a tensor and all of its views. 64-byte aligned.
+// A block of bytes shared by a tensor and all of its views: grux's own (64-byte aligned), or
+// memory someone else owns (Tensor::from_blob).
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Memory owned elsewhere, on the CPU: `owner` is held (and released) with the storage; the
+  // bytes are not freed by it.
+  Storage(void* data, size_t nbytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -66,6 +70,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  std::shared_ptr<void> owner_;  // set for memory owned elsewhere
 };
 
 class Tensor {
@@ -79,6 +84,12 @@ class Tensor {
   // Copies `values` (row-major) into a new tensor of `shape`; values.size() must match.
   template <typename T>
   static Tensor from_vector(const Shape& shape, const std::vector<T>& values);
+  // A tensor over memory the caller owns, without a copy (a NumPy array, a torch tensor):
+  // data points to element (0, ..., 0), strides in elements (>= 0), data aligned to the
+  // element size. `owner` is kept alive while any tensor views the memory; the caller keeps
+  // the memory valid until then. Writes through the tensor write the caller's memory.
+  static Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
+                          std::shared_ptr<void> owner);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }

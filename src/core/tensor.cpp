@@ -115,8 +115,11 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   if (!data_) throw Error(fmt::format("out of memory allocating {} bytes", nbytes));
 }
 
+Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
+    : data_(data), nbytes_(nbytes), owner_(std::move(owner)) {}
+
 Storage::~Storage() {
-  block_cache().give(data_, BlockCache::rounded(nbytes_));
+  if (!owner_) block_cache().give(data_, BlockCache::rounded(nbytes_));
 }
 
 namespace {
@@ -226,6 +229,33 @@ Tensor Tensor::from_vector(const Shape& shape, const std::vector<T>& values) {
 template Tensor Tensor::from_vector<float>(const Shape&, const std::vector<float>&);
 template Tensor Tensor::from_vector<double>(const Shape&, const std::vector<double>&);
 template Tensor Tensor::from_vector<int64_t>(const Shape&, const std::vector<int64_t>&);
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
+                         std::shared_ptr<void> owner) {
+  const int64_t n = checked_numel(shape, dtype);
+  if (strides.size() != shape.size())
+    throw Error(fmt::format("from_blob: {} strides given for shape {}", strides.size(), shape_str(shape)));
+  const size_t esize = dtype_size(dtype);
+  if (!data && n > 0) throw Error("from_blob: null data pointer");
+  if (reinterpret_cast<uintptr_t>(data) % esize != 0)
+    throw Error(fmt::format("from_blob: data not aligned to its element size ({} bytes)", esize));
+  // Elements spanned: 1 + sum (size - 1) * stride, checked for overflow.
+  int64_t extent = n > 0 ? 1 : 0;
+  for (size_t d = 0; d < shape.size() && n > 0; ++d) {
+    if (strides[d] < 0)
+      throw Error(fmt::format("from_blob: negative stride {} in dimension {}", strides[d], d));
+    int64_t span;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &span) ||
+        __builtin_add_overflow(extent, span, &extent))
+      throw Error(fmt::format("from_blob: strides too large for shape {}", shape_str(shape)));
+  }
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(extent) * esize, std::move(owner));
+  t.shape_ = shape;
+  t.strides_ = strides;
+  t.dtype_ = dtype;
+  return t;
+}
 
 int64_t Tensor::size(int64_t d) const {
   return shape_[wrap_dim(d, dim(), "size")];

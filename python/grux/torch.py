@@ -1,0 +1,232 @@
+"""torch.nn.GRU and torch.nn.GRUCell whose forward and backward run on grux.
+
+grux.torch.GRU and grux.torch.GRUCell take exactly nn.GRU's / nn.GRUCell's constructor
+arguments (plus reset_before=False), register the same parameters under the same names and
+shapes (load_state_dict works both ways) and initialise them the same way (the same values
+after the same torch.manual_seed), and their forward takes and returns what nn.GRU's /
+nn.GRUCell's does, PackedSequence included. Gradients come from grux's backward through a
+torch.autograd.Function. CPU tensors, float32 or float64.
+
+Dropout between layers (training mode, num_layers > 1) draws its masks from grux's generator,
+seeded from torch's: reproducible under torch.manual_seed, not the same masks as nn.GRU's.
+"""
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from . import Error, _grux
+
+__all__ = ["GRU", "GRUCell"]
+
+
+def _np(t, name):
+    """A NumPy view of a CPU float tensor (None stays None)."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise Error(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise Error(f"{name}: a tensor on {t.device} was given; grux runs on the CPU "
+                    "(move the module and its inputs with .cpu())")
+    if t.dtype not in (torch.float32, torch.float64):
+        raise Error(f"{name}: dtype {t.dtype} is not supported (expected torch.float32 or "
+                    "torch.float64)")
+    return t.detach().numpy()
+
+
+def _t(a):
+    return None if a is None else torch.from_numpy(a)
+
+
+def _seed():
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
+class _GruFunction(torch.autograd.Function):
+    """(output, h_n) = GRU(input, h0; weights), gradients from grux's backward."""
+
+    @staticmethod
+    def forward(ctx, spec, x, h0, *weights):
+        names, batch_first, dropout, reset_before, lengths, seed = spec
+        core = _grux.Gru.from_state_dict(
+            {n: _np(w, n) for n, w in zip(names, weights)}, batch_first, dropout, reset_before)
+        out, h_n, tape = core.forward_train(_np(x, "input"), _np(h0, "hx"), lengths, seed)
+        ctx.core, ctx.tape, ctx.names, ctx.has_h0 = core, tape, names, h0 is not None
+        return torch.from_numpy(out), torch.from_numpy(h_n)
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_h_n):
+        g = ctx.core.backward(ctx.tape, _np(grad_output, "grad_output"), _np(grad_h_n, "grad_h_n"))
+        return (None, _t(g["input"]), _t(g["h0"]) if ctx.has_h0 else None,
+                *[_t(g[n]) for n in ctx.names])
+
+
+class GRU(nn.Module):
+    """torch.nn.GRU, run by grux (see the module's docstring)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, device=None, dtype=None, reset_before=False):
+        super().__init__()
+        if device is not None and torch.device(device).type != "cpu":
+            raise Error(f"device: {device} is not supported (grux runs on the CPU)")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
+            raise Error(f"dropout: {dropout!r} is not a probability in [0, 1]")
+        if int(hidden_size) < 1 or int(input_size) < 1 or int(num_layers) < 1:
+            raise Error(f"sizes: input_size {input_size}, hidden_size {hidden_size} and "
+                        f"num_layers {num_layers} must all be >= 1")
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.num_layers, self.bias = int(num_layers), bool(bias)
+        self.batch_first, self.dropout = bool(batch_first), float(dropout)
+        self.bidirectional, self.reset_before = bool(bidirectional), bool(reset_before)
+        D, H = 2 if self.bidirectional else 1, self.hidden_size
+        self._flat_weights_names = []
+        for layer in range(self.num_layers):
+            for d in range(D):
+                suffix = f"_l{layer}" + ("_reverse" if d else "")
+                in_size = self.input_size if layer == 0 else D * H
+                shapes = [("weight_ih", (3 * H, in_size)), ("weight_hh", (3 * H, H))]
+                if self.bias:
+                    shapes += [("bias_ih", (3 * H,)), ("bias_hh", (3 * H,))]
+                for what, shape in shapes:
+                    name = what + suffix
+                    setattr(self, name, nn.Parameter(torch.empty(shape, dtype=dtype)))
+                    self._flat_weights_names.append(name)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        stdv = 1.0 / math.sqrt(self.hidden_size)
+        for w in self.parameters():
+            nn.init.uniform_(w, -stdv, stdv)
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        for k, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
+                           ("bidirectional", False), ("reset_before", False)):
+            if getattr(self, k) != default:
+                s += f", {k}={getattr(self, k)}"
+        return s
+
+    def forward(self, input, hx=None):
+        packed = isinstance(input, PackedSequence)
+        lengths = None
+        if packed:
+            x, lens = pad_packed_sequence(input, batch_first=self.batch_first)
+            lengths = lens.to(torch.int64).numpy()
+        else:
+            x = input
+        names = self._flat_weights_names
+        weights = [getattr(self, n) for n in names]
+        dropout = self.dropout if self.training else 0.0
+        seed = _seed() if dropout > 0 and self.num_layers > 1 else 0
+        if isinstance(x, torch.Tensor) and hx is not None and isinstance(hx, torch.Tensor):
+            if hx.dtype != x.dtype:
+                raise Error(f"hx: dtype {hx.dtype} differs from the input's {x.dtype}")
+        needs_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in [x, hx, *weights])
+        if needs_grad:
+            spec = (names, self.batch_first, dropout, self.reset_before, lengths, seed)
+            out, h_n = _GruFunction.apply(spec, x, hx, *weights)
+        else:
+            core = _grux.Gru.from_state_dict({n: _np(w, n) for n, w in zip(names, weights)},
+                                             self.batch_first, dropout, self.reset_before)
+            if dropout > 0 and self.num_layers > 1:
+                o, h, _ = core.forward_train(_np(x, "input"), _np(hx, "hx"), lengths, seed)
+            else:
+                o, h = core.forward(_np(x, "input"), _np(hx, "hx"), lengths)
+            out, h_n = torch.from_numpy(o), torch.from_numpy(h)
+        if packed:
+            out = self._pack_like(out, input, lens)
+        return out, h_n
+
+    def _pack_like(self, out, input, lens):
+        """The padded output packed with the input's batch sizes and orders."""
+        idx = input.sorted_indices
+        dim = 0 if self.batch_first else 1
+        if idx is not None:
+            out = out.index_select(dim, idx)
+            lens = lens.index_select(0, idx.cpu())
+        data = pack_padded_sequence(out, lens, batch_first=self.batch_first, enforce_sorted=True).data
+        return PackedSequence(data, input.batch_sizes, input.sorted_indices, input.unsorted_indices)
+
+
+class _CellFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cell, x, hx, *weights):
+        h = cell.forward(_np(x, "input"), _np(hx, "hx"))
+        ctx.cell, ctx.has_hx = cell, hx is not None
+        ctx.save_for_backward(x, hx if hx is not None else torch.zeros(0))
+        return torch.from_numpy(h)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, hx = ctx.saved_tensors
+        g = ctx.cell.backward(_np(x, "input"), _np(hx, "hx") if ctx.has_hx else None,
+                              _np(grad, "grad_output"))
+        names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if "bias_ih" in g else [])
+        return (None, _t(g["input"]), _t(g["hx"]) if ctx.has_hx else None,
+                *[_t(g[n]) for n in names])
+
+
+class GRUCell(nn.Module):
+    """torch.nn.GRUCell, run by grux."""
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None,
+                 reset_before=False):
+        super().__init__()
+        if device is not None and torch.device(device).type != "cpu":
+            raise Error(f"device: {device} is not supported (grux runs on the CPU)")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+        if int(hidden_size) < 1 or int(input_size) < 1:
+            raise Error(f"sizes: input_size {input_size} and hidden_size {hidden_size} must be >= 1")
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.bias, self.reset_before = bool(bias), bool(reset_before)
+        H = self.hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(3 * H, self.input_size, dtype=dtype))
+        self.weight_hh = nn.Parameter(torch.empty(3 * H, H, dtype=dtype))
+        if self.bias:
+            self.bias_ih = nn.Parameter(torch.empty(3 * H, dtype=dtype))
+            self.bias_hh = nn.Parameter(torch.empty(3 * H, dtype=dtype))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        stdv = 1.0 / math.sqrt(self.hidden_size)
+        for w in self.parameters():
+            nn.init.uniform_(w, -stdv, stdv)
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.reset_before:
+            s += ", reset_before=True"
+        return s
+
+    def _weights(self):
+        return [self.weight_ih, self.weight_hh] + ([self.bias_ih, self.bias_hh] if self.bias else [])
+
+    def _cell(self, weights):
+        # Packed on every call: a cache keyed on the weights' version counters would miss
+        # writes through .data, which do not bump them.
+        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+        return _grux.GruCell.from_state_dict({n: _np(w, n) for n, w in zip(names, weights)},
+                                             self.reset_before)
+
+    def forward(self, input, hx=None):
+        weights = self._weights()
+        cell = self._cell(weights)
+        if torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in [input, hx, *weights]):
+            return _CellFunction.apply(cell, input, hx, *weights)
+        return torch.from_numpy(cell.forward(_np(input, "input"), _np(hx, "hx")))

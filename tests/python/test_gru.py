@@ -1,0 +1,233 @@
+"""grux.GRU, grux.GRUCell and grux.GRUStream on NumPy arrays, against torch.nn.GRU /
+nn.GRUCell (Debian's python3-torch) run on the same weights; zero-copy, the GIL, errors."""
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import grux
+
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def torch_dtype(dtype):
+    return torch.float32 if dtype == np.float32 else torch.float64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layers,bidirectional,batch_first", [(1, False, False), (2, True, False),
+                                                             (2, False, True)])
+def test_gru_matches_torch(dtype, layers, bidirectional, batch_first):
+    torch.manual_seed(1)
+    ref = torch.nn.GRU(5, 7, num_layers=layers, bidirectional=bidirectional,
+                       batch_first=batch_first).to(torch_dtype(dtype))
+    gru = grux.GRU(5, 7, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first,
+                   dtype=dtype)
+    gru.load_state_dict(ref.state_dict())
+    assert gru.dtype == np.dtype(dtype).name
+    D = 2 if bidirectional else 1
+    x = np.random.default_rng(0).standard_normal((3, 9, 5) if batch_first else (9, 3, 5)).astype(dtype)
+    h0 = np.random.default_rng(1).standard_normal((layers * D, 3, 7)).astype(dtype)
+    out, h_n = gru(x, h0)
+    assert isinstance(out, np.ndarray) and out.dtype == dtype
+    with torch.no_grad():
+        r_out, r_h = ref(torch.from_numpy(x), torch.from_numpy(h0))
+    np.testing.assert_allclose(out, r_out.numpy(), atol=TOL[dtype], rtol=0)
+    np.testing.assert_allclose(h_n, r_h.numpy(), atol=TOL[dtype], rtol=0)
+    # torch tensors in: torch tensors out, the same numbers.
+    t_out, t_h = gru(torch.from_numpy(x), torch.from_numpy(h0))
+    assert isinstance(t_out, torch.Tensor) and isinstance(t_h, torch.Tensor)
+    np.testing.assert_array_equal(t_out.numpy(), out)
+
+
+def test_gru_lengths_and_unbatched():
+    torch.manual_seed(2)
+    ref = torch.nn.GRU(4, 6).double()
+    gru = grux.GRU(4, 6, dtype="float64")
+    gru.load_state_dict(ref.state_dict())
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 3, 4))
+    lengths = [5, 8, 2]
+    out, h_n = gru(x, lengths=lengths)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.from_numpy(x), torch.tensor(lengths),
+                                                     enforce_sorted=False)
+    with torch.no_grad():
+        r_out, r_h = ref(packed)
+    r_pad, _ = torch.nn.utils.rnn.pad_packed_sequence(r_out, total_length=8)
+    np.testing.assert_allclose(out, r_pad.numpy(), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(h_n, r_h.numpy(), atol=1e-12, rtol=0)
+    assert np.all(out[5:, 0] == 0) and np.all(out[2:, 2] == 0)
+    # Unbatched (T, I).
+    u_out, u_h = gru(x[:, 1])
+    assert u_out.shape == (8, 6) and u_h.shape == (1, 6)
+    np.testing.assert_allclose(u_out, out[:, 1], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gru_backward_matches_torch(dtype):
+    torch.manual_seed(4)
+    ref = torch.nn.GRU(3, 5, num_layers=2, bidirectional=True).to(torch_dtype(dtype))
+    gru = grux.GRU(3, 5, num_layers=2, bidirectional=True, dtype=dtype)
+    gru.load_state_dict(ref.state_dict())
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 2, 3)).astype(dtype)
+    h0 = rng.standard_normal((4, 2, 5)).astype(dtype)
+    gout = rng.standard_normal((6, 2, 10)).astype(dtype)
+    gh = rng.standard_normal((4, 2, 5)).astype(dtype)
+    out, h_n, tape = gru.forward_train(x, h0)
+    grads = gru.backward(tape, gout, gh)
+    tx = torch.from_numpy(x).requires_grad_()
+    th = torch.from_numpy(h0).requires_grad_()
+    r_out, r_h = ref(tx, th)
+    torch.autograd.backward([r_out, r_h], [torch.from_numpy(gout), torch.from_numpy(gh)])
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    np.testing.assert_allclose(out, r_out.detach().numpy(), atol=tol, rtol=0)
+    np.testing.assert_allclose(grads["input"], tx.grad.numpy(), atol=tol, rtol=0)
+    np.testing.assert_allclose(grads["h0"], th.grad.numpy(), atol=tol, rtol=0)
+    names = dict(ref.named_parameters())
+    assert set(grads) == set(names) | {"input", "h0"}
+    for k, p in names.items():
+        np.testing.assert_allclose(grads[k], p.grad.numpy(), atol=tol, rtol=0, err_msg=k)
+    # Only grad_h_n.
+    g2 = gru.backward(tape, grad_h_n=gh)
+    assert g2["input"].shape == x.shape
+
+
+def test_state_dict_round_trip_and_views():
+    gru = grux.GRU(3, 4, num_layers=2, seed=7)
+    sd = gru.state_dict()
+    assert sorted(sd) == sorted(torch.nn.GRU(3, 4, num_layers=2).state_dict())
+    ref = torch.nn.GRU(3, 4, num_layers=2)
+    ref.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items()})
+    x = np.random.default_rng(8).standard_normal((5, 2, 3)).astype(np.float32)
+    with torch.no_grad():
+        np.testing.assert_allclose(gru(x)[0], ref(torch.from_numpy(x))[0].numpy(), atol=2e-5)
+    # Loading keeps the arrays' memory: the weights are views, not copies.
+    w = {k: v.copy() for k, v in sd.items()}
+    gru.load_state_dict(w)
+    assert np.shares_memory(gru.state_dict()["weight_hh_l1"], w["weight_hh_l1"])
+
+
+def test_zero_copy_outputs_and_inputs():
+    gru = grux.GRU(4, 8)
+    x = np.random.default_rng(9).standard_normal((6, 2, 4)).astype(np.float32)
+    out, _ = gru(x)
+    # The output array's memory is grux's Tensor, held by the array's base.
+    assert out.base is not None and out.flags.writeable
+    t_out, _ = gru(torch.from_numpy(x))
+    assert np.shares_memory(t_out.numpy(), t_out.numpy())
+    # A strided input (every other time step) is read in place and gives the same result as a copy.
+    big = np.random.default_rng(10).standard_normal((12, 2, 4)).astype(np.float32)
+    np.testing.assert_array_equal(gru(big[::2])[0], gru(np.ascontiguousarray(big[::2]))[0])
+    # An input that is not 64-byte aligned (offset by one float).
+    raw = np.zeros(6 * 2 * 4 + 1, np.float32)
+    mis = raw[1:].reshape(6, 2, 4)
+    mis[...] = x
+    np.testing.assert_array_equal(gru(mis)[0], gru(x)[0])
+
+
+def test_gil_released_while_computing():
+    gru = grux.GRU(256, 256, num_layers=2)
+    x = np.random.default_rng(11).standard_normal((400, 16, 256)).astype(np.float32)
+    ticks = []
+    done = threading.Event()
+
+    def ticker():
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    t0 = time.perf_counter()
+    gru(x, threads=1)
+    alone = time.perf_counter() - t0
+    th = threading.Thread(target=ticker)
+    th.start()
+    time.sleep(0.01)
+    start = time.perf_counter()
+    gru(x, threads=1)
+    end = time.perf_counter()
+    done.set()
+    th.join()
+    # While grux ran, the other thread kept ticking (it would be frozen if the GIL were held).
+    during = [t for t in ticks if start < t < end]
+    assert alone > 0.02, "problem too small to observe the GIL"
+    assert len(during) >= 5, f"{len(during)} ticks in {end - start:.3f} s"
+
+
+def test_gru_cell_matches_torch():
+    torch.manual_seed(12)
+    ref = torch.nn.GRUCell(5, 9).double()
+    cell = grux.GRUCell(5, 9, dtype=np.float64)
+    cell.load_state_dict(ref.state_dict())
+    rng = np.random.default_rng(13)
+    x, h = rng.standard_normal((3, 5)), rng.standard_normal((3, 9))
+    tx, th = torch.from_numpy(x).requires_grad_(), torch.from_numpy(h).requires_grad_()
+    r = ref(tx, th)
+    np.testing.assert_allclose(cell(x, h), r.detach().numpy(), atol=1e-12, rtol=0)
+    g = rng.standard_normal((3, 9))
+    r.backward(torch.from_numpy(g))
+    grads = cell.backward(x, h, g)
+    np.testing.assert_allclose(grads["input"], tx.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(grads["hx"], th.grad.numpy(), atol=1e-12)
+    for k, p in ref.named_parameters():
+        np.testing.assert_allclose(grads[k], p.grad.numpy(), atol=1e-12, err_msg=k)
+    assert cell(x[0]).shape == (9,)
+
+
+def test_stream_equals_whole_sequence():
+    torch.manual_seed(14)
+    gru = grux.GRU(3, 6, num_layers=2, dtype="float64")
+    x = np.random.default_rng(15).standard_normal((10, 2, 3))
+    whole, _ = gru(x)
+    s = grux.GRUStream(gru, batch=2)
+    frames = [s.step(x[t]) for t in range(4)]
+    block = s.process(x[4:])
+    got = np.concatenate([np.stack(frames), block])
+    np.testing.assert_array_equal(got, whole)  # f64 streams are bit-identical
+    assert s.state().shape == (2, 2, 6)
+    s.reset()
+    np.testing.assert_array_equal(s.process(x), whole)
+    # One f32 sequence (the real-time kernel): within f32 rounding of the engine.
+    g32 = grux.GRU(3, 6)
+    u = grux.GRUStream(g32, batch=0)
+    xs = x[:, 0].astype(np.float32)
+    np.testing.assert_allclose(np.stack([u.step(f) for f in xs]), g32(xs)[0], atol=2e-6)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda g: g(np.zeros((5, 2, 4), np.float32)), "input_size 3"),
+    (lambda g: g(np.zeros((5, 2, 3), np.int32)), None),
+    (lambda g: g(np.zeros((5, 2, 3), np.float16)), "dtype float16 is not supported"),
+    (lambda g: g(np.zeros((5, 2, 3), np.float64)), "f64"),
+    (lambda g: g(np.zeros((5, 2, 3), np.float32), np.zeros((1, 3, 4), np.float32)), "h0"),
+    (lambda g: g(np.zeros((5, 2, 3), np.float32), lengths=[6, 1]), "lengths"),
+    (lambda g: g(np.zeros((5, 2, 3), np.float32), lengths=[0, 1]), "lengths"),
+    (lambda g: g("not an array"), "input"),
+    (lambda g: g.load_state_dict({"weight_ih_l0": np.zeros((12, 3), np.float32)}), "weight_hh_l0"),
+    (lambda g: g.load_state_dict(grux.GRU(3, 5).state_dict()), "hidden_size"),
+    (lambda g: g.backward("tape", np.zeros(1)), "tape"),
+    (lambda g: grux.GRU(3, 0), "hidden_size"),
+    (lambda g: grux.GRU(3, 4, dtype="int8"), "dtype"),
+    (lambda g: grux.GRUStream(g, batch=1).step(np.zeros((3,), np.float32)), "frame"),
+    (lambda g: grux.GRUStream("gru"), "grux.GRU"),
+])
+def test_errors_name_the_argument(call, message):
+    gru = grux.GRU(3, 4)
+    with pytest.raises(grux.Error) as e:
+        call(gru)
+    assert isinstance(e.value, ValueError)
+    text = str(e.value)
+    assert "\n" not in text and text
+    if message:
+        assert message in text, text
+
+
+def test_cuda_and_int_tensors_are_refused():
+    gru = grux.GRU(3, 4)
+    with pytest.raises(grux.Error, match="torch.float32 or torch.float64"):
+        gru(torch.zeros(5, 2, 3, dtype=torch.int32))
+    meta = torch.zeros(5, 2, 3, device="meta")
+    with pytest.raises(grux.Error, match="meta.*grux runs on the CPU"):
+        gru(meta)

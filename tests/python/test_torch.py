@@ -1,0 +1,169 @@
+"""grux.torch.GRU / GRUCell as drop-in torch.nn.GRU / nn.GRUCell: the same parameters and
+initial values, the same outputs (PackedSequence included), gradcheck in f64, and the same
+losses through 20 steps of an ordinary Adam training loop."""
+import copy
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_sequence
+
+import grux
+import grux.torch as gt
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(num_layers=2, bidirectional=True),
+                                    dict(num_layers=3, batch_first=True, bias=False)])
+def test_same_parameters_and_initial_values(kwargs):
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(4, 6, **kwargs)
+    torch.manual_seed(0)
+    ours = gt.GRU(4, 6, **kwargs)
+    a, b = ref.state_dict(), ours.state_dict()
+    assert list(a) == list(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # load_state_dict both ways.
+    torch.manual_seed(1)
+    other = torch.nn.GRU(4, 6, **kwargs)
+    ours.load_state_dict(other.state_dict())
+    ref.load_state_dict(ours.state_dict())
+    assert all(torch.equal(p, q) for p, q in zip(ref.parameters(), other.parameters()))
+    assert "reset_before" not in repr(ours) and repr(ours).startswith("GRU(4, 6")
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.float64, 1e-12)])
+def test_forward_matches_nn_gru(dtype, tol):
+    torch.manual_seed(2)
+    ref = torch.nn.GRU(3, 5, num_layers=2, bidirectional=True, dtype=dtype)
+    ours = gt.GRU(3, 5, num_layers=2, bidirectional=True, dtype=dtype)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(7, 4, 3, dtype=dtype)
+    h0 = torch.randn(4, 4, 5, dtype=dtype)
+    for args in [(x,), (x, h0), (x[:, 0],), (x[:, 0], h0[:, 0])]:
+        (o1, h1), (o2, h2) = ref(*args), ours(*args)
+        assert o1.shape == o2.shape and h1.shape == h2.shape
+        assert (o1 - o2).abs().max() < tol and (h1 - h2).abs().max() < tol
+    with torch.no_grad():  # the inference path
+        assert (ref(x)[0] - ours(x)[0]).abs().max() < tol
+
+
+def test_packed_sequence():
+    torch.manual_seed(3)
+    ref = torch.nn.GRU(3, 5, num_layers=2, bidirectional=True, dtype=torch.float64)
+    ours = gt.GRU(3, 5, num_layers=2, bidirectional=True, dtype=torch.float64)
+    ours.load_state_dict(ref.state_dict())
+    seqs = [torch.randn(n, 3, dtype=torch.float64, requires_grad=True) for n in (4, 7, 2, 7, 5)]
+    h0 = torch.randn(4, 5, 5, dtype=torch.float64)
+    for enforce_sorted, s in ((False, seqs), (True, sorted(seqs, key=len, reverse=True))):
+        packed = pack_sequence(s, enforce_sorted=enforce_sorted)
+        (p1, h1), (p2, h2) = ref(packed, h0), ours(packed, h0)
+        assert isinstance(p2, torch.nn.utils.rnn.PackedSequence)
+        assert torch.equal(p1.batch_sizes, p2.batch_sizes)
+        assert (p1.data - p2.data).abs().max() < 1e-12 and (h1 - h2).abs().max() < 1e-12
+        g1 = torch.autograd.grad(p1.data.sum() + h1.sum(), s, retain_graph=True)
+        g2 = torch.autograd.grad(p2.data.sum() + h2.sum(), s)
+        assert max((a - b).abs().max() for a, b in zip(g1, g2)) < 1e-12
+
+
+def test_gradcheck_f64():
+    torch.manual_seed(4)
+    gru = gt.GRU(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(4, 2, 4, dtype=torch.float64, requires_grad=True)
+    params = list(gru.parameters())
+
+    def f(x, h0, *ws):
+        with torch.no_grad():
+            for p, w in zip(params, ws):
+                p.copy_(w)
+        out, h_n = gru(x, h0)
+        return out, h_n
+
+    # gradcheck differentiates with respect to x and h0 through grux's backward; the weights'
+    # gradients are checked against nn.GRU's below and in test_training_loop_same_losses.
+    assert torch.autograd.gradcheck(lambda x, h0: gru(x, h0), (x, h0))
+    cell = gt.GRUCell(3, 4, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda x, h, *w: gt._CellFunction.apply(cell._cell(w), x, h, *w),
+        (torch.randn(2, 3, dtype=torch.float64, requires_grad=True),
+         torch.randn(2, 4, dtype=torch.float64, requires_grad=True),
+         *[p.detach().clone().requires_grad_() for p in cell.parameters()]))
+
+
+def test_weight_gradients_gradcheck_f64():
+    torch.manual_seed(5)
+    gru = gt.GRU(2, 3, num_layers=2, dtype=torch.float64)
+    names = gru._flat_weights_names
+    x = torch.randn(4, 2, 2, dtype=torch.float64)
+    ws = [getattr(gru, n).detach().clone().requires_grad_() for n in names]
+    spec = (names, False, 0.0, False, None, 0)
+    assert torch.autograd.gradcheck(lambda *w: gt._GruFunction.apply(spec, x, None, *w), ws)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_training_loop_same_losses(dtype, tol):
+    """Swapping nn.GRU for grux.torch.GRU in a training loop changes nothing but the speed."""
+
+    class Model(torch.nn.Module):
+        def __init__(self, rnn):
+            super().__init__()
+            self.rnn = rnn(6, 16, num_layers=2, dtype=dtype)
+            self.fc = torch.nn.Linear(16, 3, dtype=dtype)
+
+        def forward(self, x):
+            out, h = self.rnn(x)
+            return self.fc(out), h
+
+    torch.manual_seed(6)
+    ref = Model(torch.nn.GRU)
+    torch.manual_seed(6)
+    ours = Model(gt.GRU)
+    data = [(torch.randn(12, 8, 6, dtype=dtype), torch.randn(12, 8, 3, dtype=dtype))
+            for _ in range(5)]
+    losses = []
+    for model in (ref, ours):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        run = []
+        for step in range(20):
+            x, y = data[step % len(data)]
+            opt.zero_grad()
+            pred, h = model(x)
+            loss = torch.nn.functional.mse_loss(pred, y) + 0.1 * h.pow(2).mean()
+            loss.backward()
+            opt.step()
+            run.append(loss.item())
+        losses.append(run)
+    for step, (a, b) in enumerate(zip(*losses)):
+        assert abs(a - b) <= tol, f"step {step}: nn.GRU {a}, grux {b}"
+    assert losses[1][15] < losses[1][0]  # the same batch, 15 steps later
+
+
+def test_grucell_module():
+    torch.manual_seed(7)
+    ref = torch.nn.GRUCell(3, 5)
+    torch.manual_seed(7)
+    ours = gt.GRUCell(3, 5)
+    assert all(torch.equal(a, b) for a, b in zip(ref.parameters(), ours.parameters()))
+    x, h = torch.randn(4, 3), torch.randn(4, 5)
+    assert (ref(x, h) - ours(x, h)).abs().max() < 2e-6
+    assert (ref(x[0]) - ours(x[0])).abs().max() < 2e-6
+    # After an optimizer step the cell computes with the new weights.
+    opt = torch.optim.SGD(ours.parameters(), lr=0.5)
+    ours(x, h).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        ref.load_state_dict(ours.state_dict())
+    assert (ref(x, h) - ours(x, h)).abs().max() < 2e-6
+    copy.deepcopy(ours)
+
+
+def test_torch_errors():
+    with pytest.raises(grux.Error, match="grux runs on the CPU"):
+        gt.GRU(3, 4, device="meta")
+    with pytest.raises(grux.Error, match="dtype"):
+        gt.GRU(3, 4, dtype=torch.float16)
+    gru = gt.GRU(3, 4)
+    with pytest.raises(grux.Error, match="input_size 3"):
+        gru(torch.randn(5, 2, 7))
+    with pytest.raises(grux.Error, match="hx"):
+        gru(torch.randn(5, 2, 3), torch.randn(1, 2, 4, dtype=torch.float64))
