@@ -14,12 +14,10 @@ message names the argument, what was expected and what was given.
 grux.torch holds torch.nn.Module versions (grux.torch.GRU, grux.torch.GRUCell) whose forward
 and backward run on grux.
 """
-import sys
-
-import numpy as np
 
 from . import _grux
 from ._grux import Error
+from ._util import _dtype_name, _optional, _to_numpy
 
 __version__ = _grux.__version__
 __all__ = ["Error", "GRU", "GRUCell", "GRUStream", "Tape", "simd_target"]
@@ -28,57 +26,6 @@ __all__ = ["Error", "GRU", "GRUCell", "GRUStream", "Tape", "simd_target"]
 def simd_target():
     """The SIMD instruction set grux's kernels run on here ("AVX3", "AVX2", ...)."""
     return _grux.simd_target()
-
-
-def _torch():
-    return sys.modules.get("torch")
-
-
-def _to_numpy(x, name, integer=False):
-    """(numpy view of x, function giving results x's type). x: a NumPy array, a CPU torch
-    tensor, or anything numpy.asarray takes (lists: copied)."""
-    torch = _torch()
-    if torch is not None and isinstance(x, torch.Tensor):
-        if x.device.type != "cpu":
-            raise Error(f"{name}: a tensor on {x.device} was given; grux runs on the CPU "
-                        "(move it with .cpu())")
-        allowed = (torch.int64,) if integer else (torch.float32, torch.float64)
-        if x.dtype not in allowed:
-            want = "torch.int64" if integer else "torch.float32 or torch.float64"
-            raise Error(f"{name}: dtype {x.dtype} is not supported (expected {want})")
-        return x.detach().numpy(), torch.from_numpy
-    if isinstance(x, np.ndarray):
-        return x, _same
-    try:
-        a = np.asarray(x, dtype=np.int64 if integer else None)
-    except (TypeError, ValueError) as e:
-        raise Error(f"{name}: expected an array or a tensor, got {type(x).__name__} ({e})") from None
-    if a.dtype == object:
-        raise Error(f"{name}: expected an array or a tensor, got {type(x).__name__}")
-    if not integer and a.dtype.kind in "iub":
-        a = a.astype(np.float32)
-    return a, _same
-
-
-def _same(a):
-    return a
-
-
-def _optional(x, name, integer=False):
-    return None if x is None else _to_numpy(x, name, integer)[0]
-
-
-def _dtype_name(dtype):
-    torch = _torch()
-    if torch is not None and isinstance(dtype, torch.dtype):
-        dtype = str(dtype).replace("torch.", "")
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        raise Error(f"dtype: {dtype!r} is not supported (expected \"float32\" or \"float64\")") from None
-    if name not in ("float32", "float64"):
-        raise Error(f"dtype: {name} is not supported (expected \"float32\" or \"float64\")")
-    return name
 
 
 def _check_state_keys(d, name):
@@ -272,3 +219,13 @@ class GRUStream:
     def reset(self, h0=None):
         """Back to h0 (None: zeros)."""
         self._core.reset(_optional(h0, "h0"))
+
+
+# The other areas, each in its own module (their names are listed in each module's __all__).
+from ._scan import *  # noqa: E402,F401,F403
+from ._mingru import *  # noqa: E402,F401,F403
+from ._conv import *  # noqa: E402,F401,F403
+from ._cost import *  # noqa: E402,F401,F403
+from . import _scan, _mingru, _conv, _cost  # noqa: E402
+
+__all__ += _scan.__all__ + _mingru.__all__ + _conv.__all__ + _cost.__all__

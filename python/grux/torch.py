@@ -174,6 +174,10 @@ class _CellFunction(torch.autograd.Function):
                 *[_t(g[n]) for n in names])
 
 
+def _same_key(a, b):
+    return len(a) == len(b) and all(x[0] is y[0] and x[1:] == y[1:] for x, y in zip(a, b))
+
+
 class GRUCell(nn.Module):
     """torch.nn.GRUCell, run by grux."""
 
@@ -198,6 +202,7 @@ class GRUCell(nn.Module):
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
+        self._packed = None  # (key, grux cell): see _cell
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -217,11 +222,30 @@ class GRUCell(nn.Module):
         return [self.weight_ih, self.weight_hh] + ([self.bias_ih, self.bias_hh] if self.bias else [])
 
     def _cell(self, weights):
-        # Packed on every call: a cache keyed on the weights' version counters would miss
-        # writes through .data, which do not bump them.
-        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-        return _grux.GruCell.from_state_dict({n: _np(w, n) for n, w in zip(names, weights)},
-                                             self.reset_before)
+        # Packed once and kept while every weight is the same tensor (storage, shape, strides)
+        # at the same version: optimizers, load_state_dict and in-place writes under
+        # torch.no_grad() bump the version, so the next call repacks. Writes through .data do
+        # not (PyTorch gives .data its own version counter): after those, call
+        # reset_packed_weights().
+        # The key holds the weights themselves, so no address in it can be reused meanwhile.
+        key = tuple((w, w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version)
+                    for w in weights)
+        if self._packed is None or not _same_key(self._packed[0], key):
+            names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+            cell = _grux.GruCell.from_state_dict(
+                {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before)
+            self._packed = (key, cell)
+        return self._packed[1]
+
+    def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
+        state = self.__dict__.copy()
+        state["_packed"] = None
+        return state
+
+    def reset_packed_weights(self):
+        """Forget the packed copy of the weights: needed only after writing them through
+        .data (which PyTorch does not count as a change); any other change is seen."""
+        self._packed = None
 
     def forward(self, input, hx=None):
         weights = self._weights()
@@ -230,3 +254,109 @@ class GRUCell(nn.Module):
                 t is not None and t.requires_grad for t in [input, hx, *weights]):
             return _CellFunction.apply(cell, input, hx, *weights)
         return torch.from_numpy(cell.forward(_np(input, "input"), _np(hx, "hx")))
+
+
+# ---- minGRU ----------------------------------------------------------------------------
+
+from ._util import _to_numpy  # noqa: E402
+
+__all__ += ["MinGRU"]
+
+
+class _MinGruFunction(torch.autograd.Function):
+    """(output, h_n) = minGRU(input, h0; weights), gradients from grux's backward."""
+
+    @staticmethod
+    def forward(ctx, spec, x, h0, *weights):
+        names, batch_first, log_space, lengths = spec
+        core = _grux.MinGru.from_state_dict(
+            {n: _np(w, n) for n, w in zip(names, weights)}, batch_first, log_space)
+        out, h_n, tape = core.forward_train(_np(x, "input"), _np(h0, "h0"), lengths)
+        ctx.core, ctx.tape, ctx.names, ctx.has_h0 = core, tape, names, h0 is not None
+        # The tape reads x and the weights where they lie: saving them lets torch refuse a
+        # backward after they were modified in place.
+        ctx.save_for_backward(x, *weights)
+        return torch.from_numpy(out), torch.from_numpy(h_n)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # grux has no second derivatives
+    def backward(ctx, grad_output, grad_h_n):
+        ctx.saved_tensors  # noqa: B018 (raises if a saved tensor was modified in place)
+        g = ctx.core.backward(ctx.tape, _np(grad_output, "grad_output"), _np(grad_h_n, "grad_h_n"))
+        return (None, _t(g["input"]), _t(g["h0"]) if ctx.has_h0 else None,
+                *[_t(g[n]) for n in ctx.names])
+
+
+class MinGRU(nn.Module):
+    """A stack of minGRU layers (grux.MinGRU's equations) as a torch.nn.Module run by grux.
+
+    Parameters weight_l{k} (2 * hidden_size, in_k) and bias_l{k} (2 * hidden_size), in_k =
+    input_size for k = 0 and hidden_size above: the keys of grux.MinGRU's state_dict.
+    Initialised like nn.Linear's default (uniform in +-1/sqrt(in_k), weights and biases),
+    from torch's generator (reproducible under torch.manual_seed). CPU, float32 or float64.
+    forward(input, h0=None, lengths=None) -> (output, h_n) with grux.MinGRU's shapes;
+    gradients (input, h0, parameters) from grux's backward through a torch.autograd.Function.
+    """
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 log_space=False, device=None, dtype=None):
+        super().__init__()
+        if device is not None and torch.device(device).type != "cpu":
+            raise Error(f"device: {device} is not supported (grux runs on the CPU)")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+        if int(hidden_size) < 1 or int(input_size) < 1 or int(num_layers) < 1:
+            raise Error(f"sizes: input_size {input_size}, hidden_size {hidden_size} and "
+                        f"num_layers {num_layers} must all be >= 1")
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.num_layers, self.bias = int(num_layers), bool(bias)
+        self.batch_first, self.log_space = bool(batch_first), bool(log_space)
+        H = self.hidden_size
+        self._flat_weights_names = []
+        for layer in range(self.num_layers):
+            in_size = self.input_size if layer == 0 else H
+            setattr(self, f"weight_l{layer}",
+                    nn.Parameter(torch.empty(2 * H, in_size, dtype=dtype)))
+            self._flat_weights_names.append(f"weight_l{layer}")
+            if self.bias:
+                setattr(self, f"bias_l{layer}", nn.Parameter(torch.empty(2 * H, dtype=dtype)))
+                self._flat_weights_names.append(f"bias_l{layer}")
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        for layer in range(self.num_layers):
+            bound = 1.0 / math.sqrt(self.input_size if layer == 0 else self.hidden_size)
+            nn.init.uniform_(getattr(self, f"weight_l{layer}"), -bound, bound)
+            if self.bias:
+                nn.init.uniform_(getattr(self, f"bias_l{layer}"), -bound, bound)
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        for k, default in (("bias", True), ("batch_first", False), ("log_space", False)):
+            if getattr(self, k) != default:
+                s += f", {k}={getattr(self, k)}"
+        return s
+
+    def forward(self, input, h0=None, lengths=None):
+        """(output, h_n): input (T, N, I) ((N, T, I) with batch_first, (T, I) unbatched), h0
+        (num_layers, N, H) / (num_layers, H) or None, lengths (N,) integers in [1, T] or None
+        (outputs past a sequence's length are zero, h_n is its state at its last step)."""
+        names = self._flat_weights_names
+        weights = [getattr(self, n) for n in names]
+        if isinstance(input, torch.Tensor) and isinstance(h0, torch.Tensor) and h0.dtype != input.dtype:
+            raise Error(f"h0: dtype {h0.dtype} differs from the input's {input.dtype}")
+        if lengths is not None:
+            if isinstance(lengths, torch.Tensor) and not lengths.is_floating_point():
+                lengths = lengths.detach().to(torch.int64)
+            lengths = _to_numpy(lengths, "lengths", integer=True)[0]
+        if torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in [input, h0, *weights]):
+            spec = (names, self.batch_first, self.log_space, lengths)
+            return _MinGruFunction.apply(spec, input, h0, *weights)
+        core = _grux.MinGru.from_state_dict({n: _np(w, n) for n, w in zip(names, weights)},
+                                            self.batch_first, self.log_space)
+        out, h_n = core.forward(_np(input, "input"), _np(h0, "h0"), lengths)
+        return torch.from_numpy(out), torch.from_numpy(h_n)

@@ -83,8 +83,13 @@ def test_gradcheck_f64():
     # gradients are checked against nn.GRU's below and in test_training_loop_same_losses.
     assert torch.autograd.gradcheck(lambda x, h0: gru(x, h0), (x, h0))
     cell = gt.GRUCell(3, 4, dtype=torch.float64)
+
+    def packed(w):  # gradcheck perturbs w in place without bumping its version: repack
+        cell.reset_packed_weights()
+        return cell._cell(w)
+
     assert torch.autograd.gradcheck(
-        lambda x, h, *w: gt._CellFunction.apply(cell._cell(w), x, h, *w),
+        lambda x, h, *w: gt._CellFunction.apply(packed(w), x, h, *w),
         (torch.randn(2, 3, dtype=torch.float64, requires_grad=True),
          torch.randn(2, 4, dtype=torch.float64, requires_grad=True),
          *[p.detach().clone().requires_grad_() for p in cell.parameters()]))
@@ -167,3 +172,41 @@ def test_torch_errors():
         gru(torch.randn(5, 2, 7))
     with pytest.raises(grux.Error, match="hx"):
         gru(torch.randn(5, 2, 3), torch.randn(1, 2, 4, dtype=torch.float64))
+
+
+def test_gru_cell_sees_every_weight_change():
+    """The packed weights are reused between calls and repacked after any change PyTorch
+    counts: an optimizer step, load_state_dict, a write under no_grad, a new Parameter;
+    writes through .data after reset_packed_weights()."""
+    torch.manual_seed(11)
+    ref = torch.nn.GRUCell(3, 5).double()
+    cell = gt.GRUCell(3, 5, dtype=torch.float64)
+    cell.load_state_dict(ref.state_dict())
+    x, h = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 5, dtype=torch.float64)
+
+    def check():
+        with torch.no_grad():
+            torch.testing.assert_close(cell(x, h), ref(x, h), atol=1e-12, rtol=0)
+
+    check()
+    for m in (ref, cell):  # an optimizer step on the same gradients
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        m(x, h).square().sum().backward()
+        opt.step()
+    check()
+    with torch.no_grad():
+        ref.weight_hh.mul_(0.5)
+        cell.weight_hh.mul_(0.5)
+    check()
+    ref.load_state_dict(torch.nn.GRUCell(3, 5).double().state_dict())
+    cell.load_state_dict(ref.state_dict())
+    check()
+    new = torch.randn(15, 3, dtype=torch.float64)
+    ref.weight_ih = torch.nn.Parameter(new.clone())
+    cell.weight_ih = torch.nn.Parameter(new.clone())
+    check()
+    ref.bias_hh.data.add_(1.0)
+    cell.bias_hh.data.add_(1.0)
+    cell.reset_packed_weights()
+    check()
+    copy.deepcopy(cell)(x, h)  # the packed copy is not part of the module's state
