@@ -15,6 +15,8 @@ grux.torch holds torch.nn.Module versions (grux.torch.GRU, grux.torch.GRUCell) w
 and backward run on grux.
 """
 
+import numpy as np
+
 from . import _grux
 from ._grux import Error
 from ._util import _dtype_name, _optional, _to_numpy
@@ -192,13 +194,15 @@ class GRUStream:
             raise Error(f"gru: expected a grux.GRU, got {type(gru).__name__}")
         self.batch = int(batch)
         self.input_size = gru.input_size
+        self._frame_ndim = 1 if self.batch == 0 else 2
         self._core = _grux.GruStream(gru._core, self.batch, _optional(h0, "h0"), int(threads))
 
     def step(self, frame):
         """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,)."""
+        if type(frame) is np.ndarray and frame.ndim == self._frame_ndim:
+            return self._core.step(frame)  # the common case, kept short (a call's overhead)
         x, wrap = _to_numpy(frame, "frame")
-        want = 1 if self.batch == 0 else 2
-        if x.ndim != want:
+        if x.ndim != self._frame_ndim:
             shape = "(I,)" if self.batch == 0 else "(N, I)"
             raise Error(f"frame: expected one frame of shape {shape}, got shape {tuple(x.shape)}")
         return wrap(self._core.step(x))
@@ -206,8 +210,7 @@ class GRUStream:
     def process(self, block):
         """A block of frames (t, N, I), or (t, I) unbatched; returns (t, N, H) / (t, H)."""
         x, wrap = _to_numpy(block, "block")
-        want = 2 if self.batch == 0 else 3
-        if x.ndim != want:
+        if x.ndim != self._frame_ndim + 1:
             shape = "(t, I)" if self.batch == 0 else "(t, N, I)"
             raise Error(f"block: expected frames of shape {shape}, got shape {tuple(x.shape)}")
         return wrap(self._core.step(x))

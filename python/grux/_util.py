@@ -16,14 +16,15 @@ def _to_numpy(x, name, integer=False):
     tensor, or anything numpy.asarray takes (lists: copied)."""
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise Error(f"{name}: a tensor on {x.device} was given; grux runs on the CPU "
                         "(move it with .cpu())")
         allowed = (torch.int64,) if integer else (torch.float32, torch.float64)
         if x.dtype not in allowed:
             want = "torch.int64" if integer else "torch.float32 or torch.float64"
             raise Error(f"{name}: dtype {x.dtype} is not supported (expected {want})")
-        return x.detach().numpy(), torch.from_numpy
+        # .numpy() refuses tensors that require grad; .detach() costs a tensor, so only then.
+        return (x.detach() if x.requires_grad else x).numpy(), torch.from_numpy
     if isinstance(x, np.ndarray):
         return x, _same
     try:

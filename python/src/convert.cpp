@@ -46,7 +46,10 @@ Tensor from_array(const py::handle& obj, const char* name, bool allow_int) {
   bool usable = (reinterpret_cast<uintptr_t>(a.data()) % isz) == 0;
   for (py::ssize_t d = 0; d < a.ndim() && usable; ++d)
     usable = a.shape(d) <= 1 || (a.strides(d) >= 0 && a.strides(d) % isz == 0);
-  if (!usable) a = py::array::ensure(a, py::array::c_style);
+  // A fresh C-contiguous copy (NumPy allocates it aligned); py::array::ensure would hand a
+  // misaligned but contiguous array back unchanged.
+  if (!usable)
+    a = py::module_::import("numpy").attr("array")(a, py::arg("copy") = true, py::arg("order") = "C");
   grux::Shape shape(a.ndim()), strides(a.ndim());
   for (py::ssize_t d = 0; d < a.ndim(); ++d) {
     shape[d] = a.shape(d);

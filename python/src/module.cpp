@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "grux/error.h"
 #include "grux/gru.h"
@@ -50,6 +51,46 @@ py::dict grads_dict(const grux::GruConfig& cfg, const grux::GruGrads& g) {
   d["h0"] = to_array(g.dh0);
   return d;
 }
+
+// A GruStream and what the binding's fast path needs to know of it.
+struct Stream {
+  std::unique_ptr<grux::GruStream> stream;
+  int64_t N = 0, I = 0, H = 0;  // N = 0: unbatched
+  bool batch_first = false;
+  DType dtype = DType::f32;
+
+  // Frames handed straight to GruStream::process when they are a C-contiguous array of the
+  // stream's dtype in time-major layout ((N, I), (t, N, I); unbatched (I), (t, I)): no Tensor
+  // on the way in or out, the result a new array. Anything else (other types, layouts,
+  // wrong shapes, whose errors the Tensor path words) returns nullopt. The GIL is released
+  // for any step that computes more than a few microseconds; shorter ones keep it, since
+  // releasing and taking it back costs about as much as they do.
+  template <class T>
+  std::optional<py::object> step_raw(const py::object& frames) {
+    if (!py::isinstance<py::array_t<T>>(frames)) return std::nullopt;
+    auto a = py::reinterpret_borrow<py::array>(frames);
+    if (!a.dtype().is(py::dtype::of<T>()) || !(a.flags() & py::array::c_style) ||
+        reinterpret_cast<uintptr_t>(a.data()) % sizeof(T) != 0)
+      return std::nullopt;
+    const int64_t frame_dims = N == 0 ? 1 : 2, rows = N == 0 ? 1 : N;
+    const bool chunk = a.ndim() == frame_dims + 1;
+    if ((a.ndim() != frame_dims && !chunk) || (chunk && batch_first && N > 0)) return std::nullopt;
+    if (a.shape(a.ndim() - 1) != I || (N > 0 && a.shape(a.ndim() - 2) != N)) return std::nullopt;
+    const int64_t t = chunk ? a.shape(0) : 1;
+    std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
+    shape.back() = H;
+    py::array_t<T> out(shape);
+    const T* in = static_cast<const T*>(a.data());
+    T* o = out.mutable_data();
+    if (t * rows * 3 * H * (I + H) >= (int64_t(1) << 16)) {
+      py::gil_scoped_release nogil;
+      stream->process(in, o, t);
+    } else {
+      stream->process(in, o, t);
+    }
+    return py::object(std::move(out));
+  }
+};
 
 // The tape of a forward_train, with the Gru it was taken with (backward needs both).
 struct Tape {
@@ -207,25 +248,35 @@ void grux_py::bind_gru(py::module_& m) {
           },
           py::arg("input"), py::arg("hx"), py::arg("grad_output"), py::arg("threads") = 0);
 
-  py::class_<grux::GruStream>(m, "GruStream")
+  py::class_<Stream>(m, "GruStream")
       .def(py::init([](const grux::Gru& g, int64_t batch, const py::object& h0, int threads) {
-             return std::make_unique<grux::GruStream>(g, batch, from_optional(h0, "h0"), threads);
+             auto st = std::make_unique<Stream>();
+             st->stream = std::make_unique<grux::GruStream>(g, batch, from_optional(h0, "h0"),
+                                                            threads);
+             st->N = batch, st->I = g.config().input_size, st->H = g.config().hidden_size;
+             st->batch_first = g.config().batch_first, st->dtype = g.dtype();
+             return st;
            }),
            py::arg("gru"), py::arg("batch"), py::arg("h0") = py::none(), py::arg("threads") = 0)
       .def(
           "step",
-          [](grux::GruStream& s, const py::object& frames) {
+          [](Stream& s, const py::object& frames) -> py::object {
+            if (s.dtype == DType::f32) {
+              if (auto r = s.step_raw<float>(frames)) return *r;
+            } else if (auto r = s.step_raw<double>(frames)) {
+              return *r;
+            }
             const Tensor tx = from_array(frames, "frames");
             Tensor out;
             {
               py::gil_scoped_release nogil;
-              out = s.step(tx);
+              out = s.stream->step(tx);
             }
             return to_array(out);
           },
           py::arg("frames"))
-      .def("state", [](const grux::GruStream& s) { return to_array(s.state()); })
+      .def("state", [](const Stream& s) { return to_array(s.stream->state()); })
       .def(
-          "reset", [](grux::GruStream& s, const py::object& h0) { s.reset(from_optional(h0, "h0")); },
+          "reset", [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },
           py::arg("h0") = py::none());
 }

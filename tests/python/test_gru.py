@@ -196,6 +196,43 @@ def test_stream_equals_whole_sequence():
     np.testing.assert_allclose(np.stack([u.step(f) for f in xs]), g32(xs)[0], atol=2e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [0, 1, 3])
+def test_stream_fast_path_equals_tensor_path(dtype, batch):
+    """step/process hand C-contiguous arrays of the stream's dtype straight to the engine;
+    other layouts (strided, misaligned, torch tensors, a batch_first GRU's blocks) go through
+    Tensors. Both must give the same bits, and shape errors must still be reported."""
+    gru = grux.GRU(4, 5, num_layers=2, dtype=dtype)
+    rng = np.random.default_rng(16)
+    shape = (7, 4) if batch == 0 else (7, batch, 4)
+    x = rng.standard_normal(shape).astype(dtype)
+    fast, slow = grux.GRUStream(gru, batch=batch), grux.GRUStream(gru, batch=batch)
+    strided = np.repeat(x, 2, axis=-1)[..., ::2]  # same values, not contiguous
+    assert not strided.flags.c_contiguous
+    raw = np.zeros(x.nbytes + 1, np.uint8)  # the same values at an odd address
+    misaligned = raw[1:].view(dtype).reshape(x.shape)
+    misaligned[...] = x
+    a = np.stack([fast.step(x[t]) for t in range(3)] + list(fast.process(x[3:5]))
+                 + [fast.step(x[5]), fast.step(x[6])])
+    b = np.stack([slow.step(strided[t]) for t in range(3)] + list(slow.process(misaligned[3:5]))
+                 + [slow.step(torch.from_numpy(x[5])).numpy(), slow.step(strided[6])])
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(fast.state(), slow.state())
+    np.testing.assert_allclose(a, gru(x)[0], atol=3e-6 if dtype == np.float32 else 1e-13)
+    with pytest.raises(grux.Error, match="frames"):
+        fast.step(np.zeros(shape[1:-1] + (3,), dtype))  # wrong input size: the engine's error
+    if batch > 1:
+        with pytest.raises(grux.Error, match="frames"):
+            fast.step(np.zeros((batch + 1, 4), dtype))
+
+
+def test_stream_of_a_batch_first_gru_takes_batch_first_blocks():
+    gru = grux.GRU(3, 4, batch_first=True, dtype="float64")
+    x = np.random.default_rng(17).standard_normal((2, 6, 3))  # (N, t, I)
+    s = grux.GRUStream(gru, batch=2)
+    np.testing.assert_array_equal(s.process(x), gru(x)[0])
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda g: g(np.zeros((5, 2, 4), np.float32)), "input_size 3"),
     (lambda g: g(np.zeros((5, 2, 3), np.int32)), None),
