@@ -33,7 +33,8 @@ def _np(t, name):
     if t.dtype not in (torch.float32, torch.float64):
         raise Error(f"{name}: dtype {t.dtype} is not supported (expected torch.float32 or "
                     "torch.float64)")
-    return t.detach().numpy()
+    # .numpy() refuses tensors that require grad; .detach() costs a tensor, so only then.
+    return (t.detach() if t.requires_grad else t).numpy()
 
 
 def _t(a):
@@ -174,10 +175,6 @@ class _CellFunction(torch.autograd.Function):
                 *[_t(g[n]) for n in names])
 
 
-def _same_key(a, b):
-    return len(a) == len(b) and all(x[0] is y[0] and x[1:] == y[1:] for x, y in zip(a, b))
-
-
 class GRUCell(nn.Module):
     """torch.nn.GRUCell, run by grux."""
 
@@ -219,23 +216,32 @@ class GRUCell(nn.Module):
         return s
 
     def _weights(self):
-        return [self.weight_ih, self.weight_hh] + ([self.bias_ih, self.bias_hh] if self.bias else [])
+        p = self._parameters  # not getattr: nn.Module's __getattr__ costs a microsecond each
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if self.bias else \
+            ("weight_ih", "weight_hh")
+        return [p[n] for n in names]
 
     def _cell(self, weights):
-        # Packed once and kept while every weight is the same tensor (storage, shape, strides)
-        # at the same version: optimizers, load_state_dict and in-place writes under
+        # Packed once and kept while every weight is the same tensor, with the same storage, at
+        # the same version: optimizers, load_state_dict and in-place writes under
         # torch.no_grad() bump the version, so the next call repacks. Writes through .data do
         # not (PyTorch gives .data its own version counter): after those, call
-        # reset_packed_weights().
-        # The key holds the weights themselves, so no address in it can be reused meanwhile.
-        key = tuple((w, w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version)
-                    for w in weights)
-        if self._packed is None or not _same_key(self._packed[0], key):
-            names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-            cell = _grux.GruCell.from_state_dict(
-                {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before)
-            self._packed = (key, cell)
-        return self._packed[1]
+        # reset_packed_weights(). The cache holds the weights themselves, so no address in it
+        # can be reused meanwhile; a new shape, strides or dtype comes with a new storage or a
+        # version bump.
+        packed = self._packed
+        if packed is not None:
+            kept, ptrs, versions, cell = packed
+            if len(kept) == len(weights) and all(a is b for a, b in zip(kept, weights)) and \
+                    [w._version for w in weights] == versions and \
+                    [w.data_ptr() for w in weights] == ptrs:
+                return cell
+        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+        cell = _grux.GruCell.from_state_dict(
+            {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before)
+        self._packed = (list(weights), [w.data_ptr() for w in weights],
+                        [w._version for w in weights], cell)
+        return cell
 
     def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
         state = self.__dict__.copy()
