@@ -11,8 +11,10 @@ message names the argument, what was expected and what was given.
     gru.load_state_dict(torch_gru.state_dict())   # nn.GRU's keys, numpy or torch values
     out, h_n = gru(x)                             # x: (T, N, 8)
 
-grux.torch holds torch.nn.Module versions (grux.torch.GRU, grux.torch.GRUCell) whose forward
-and backward run on grux.
+Also here: GRUCell, GRUStream (a frame or a block at a time), MinGRU; prefix_scan,
+reduce_scan and linear_recurrence; conv1d, conv2d and rearrange; cost and profile (the cost
+model). grux.torch holds torch.nn.Module versions (grux.torch.GRU, GRUCell, MinGRU) whose
+forward and backward run on grux.
 """
 
 import numpy as np
