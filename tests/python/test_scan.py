@@ -310,7 +310,7 @@ def test_gil_released_while_scanning():
     assert alone > 0.02, "problem too small to observe the GIL"
     # While grux ran, the other thread kept ticking (it would be frozen if the GIL were held).
     assert n >= 5, f"{n} ticks"
-    a = np.full((1 << 21, 2), 0.5)
+    a = np.full((1 << 22, 2), 0.5)
     n, alone = ticks_during(lambda: grux.linear_recurrence(a, a, threads=1))
     assert alone > 0.005 and n >= 2, f"{n} ticks in {alone:.3f} s"
 
