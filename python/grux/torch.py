@@ -41,6 +41,16 @@ def _t(a):
     return None if a is None else torch.from_numpy(a)
 
 
+def _module_dtype(device, dtype):
+    """A module's dtype from nn.GRU's device= and dtype= arguments (CPU, float32 or float64)."""
+    if device is not None and torch.device(device).type != "cpu":
+        raise Error(f"device: {device} is not supported (grux runs on the CPU)")
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+    return dtype
+
+
 def _seed():
     return int(torch.randint(0, 2**62, (1,)).item())
 
@@ -70,11 +80,7 @@ class GRU(nn.Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, device=None, dtype=None, reset_before=False):
         super().__init__()
-        if device is not None and torch.device(device).type != "cpu":
-            raise Error(f"device: {device} is not supported (grux runs on the CPU)")
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        if dtype not in (torch.float32, torch.float64):
-            raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+        dtype = _module_dtype(device, dtype)
         if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
             raise Error(f"dropout: {dropout!r} is not a probability in [0, 1]")
         if int(hidden_size) < 1 or int(input_size) < 1 or int(num_layers) < 1:
@@ -181,11 +187,7 @@ class GRUCell(nn.Module):
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None,
                  reset_before=False):
         super().__init__()
-        if device is not None and torch.device(device).type != "cpu":
-            raise Error(f"device: {device} is not supported (grux runs on the CPU)")
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        if dtype not in (torch.float32, torch.float64):
-            raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+        dtype = _module_dtype(device, dtype)
         if int(hidden_size) < 1 or int(input_size) < 1:
             raise Error(f"sizes: input_size {input_size} and hidden_size {hidden_size} must be >= 1")
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)
@@ -307,11 +309,7 @@ class MinGRU(nn.Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  log_space=False, device=None, dtype=None):
         super().__init__()
-        if device is not None and torch.device(device).type != "cpu":
-            raise Error(f"device: {device} is not supported (grux runs on the CPU)")
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        if dtype not in (torch.float32, torch.float64):
-            raise Error(f"dtype: {dtype} is not supported (expected torch.float32 or torch.float64)")
+        dtype = _module_dtype(device, dtype)
         if int(hidden_size) < 1 or int(input_size) < 1 or int(num_layers) < 1:
             raise Error(f"sizes: input_size {input_size}, hidden_size {hidden_size} and "
                         f"num_layers {num_layers} must all be >= 1")

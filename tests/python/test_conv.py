@@ -1,8 +1,6 @@
 """grux.conv1d / grux.conv2d against torch.nn.functional.conv1d / conv2d for every algorithm
 (values, and gradients through the torch.autograd.Function: gradcheck in f64), and
 grux.rearrange against NumPy reshape/transpose written by hand; views, the GIL, errors."""
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import grux
+from gil_check import ticks_during
 
 ALGOS = ["loops", "im2col", "toeplitz"]
 
@@ -139,28 +138,10 @@ def test_gil_released_while_computing():
     rng = np.random.default_rng(5)
     x = rng.standard_normal((16, 32, 96, 96)).astype(np.float32)
     w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
-    ticks, done = [], threading.Event()
-
-    def ticker():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
-
-    t0 = time.perf_counter()
-    grux.conv2d(x, w, padding=1, threads=1)
-    alone = time.perf_counter() - t0
-    th = threading.Thread(target=ticker)
-    th.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    grux.conv2d(x, w, padding=1, threads=1)
-    end = time.perf_counter()
-    done.set()
-    th.join()
     # While grux ran, the other thread kept ticking (it would be frozen if the GIL were held).
-    during = [t for t in ticks if start < t < end]
+    n, alone = ticks_during(lambda: grux.conv2d(x, w, padding=1, threads=1))
     assert alone > 0.02, "problem too small to observe the GIL"
-    assert len(during) >= 5, f"{len(during)} ticks in {end - start:.3f} s"
+    assert n >= 5, f"{n} ticks in {alone:.3f} s"
 
 
 X4 = np.zeros((2, 4, 5, 5), np.float32)

@@ -1,13 +1,12 @@
 """grux.GRU, grux.GRUCell and grux.GRUStream on NumPy arrays, against torch.nn.GRU /
 nn.GRUCell (Debian's python3-torch) run on the same weights; zero-copy, the GIL, errors."""
-import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 import grux
+from gil_check import ticks_during
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
@@ -131,29 +130,9 @@ def test_zero_copy_outputs_and_inputs():
 def test_gil_released_while_computing():
     gru = grux.GRU(256, 256, num_layers=2)
     x = np.random.default_rng(11).standard_normal((400, 16, 256)).astype(np.float32)
-    ticks = []
-    done = threading.Event()
-
-    def ticker():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
-
-    t0 = time.perf_counter()
-    gru(x, threads=1)
-    alone = time.perf_counter() - t0
-    th = threading.Thread(target=ticker)
-    th.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    gru(x, threads=1)
-    end = time.perf_counter()
-    done.set()
-    th.join()
-    # While grux ran, the other thread kept ticking (it would be frozen if the GIL were held).
-    during = [t for t in ticks if start < t < end]
+    n, alone = ticks_during(lambda: gru(x, threads=1))
     assert alone > 0.02, "problem too small to observe the GIL"
-    assert len(during) >= 5, f"{len(during)} ticks in {end - start:.3f} s"
+    assert n >= 5, f"{n} ticks in {alone:.3f} s"
 
 
 def test_gru_cell_matches_torch():

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import grux
+from gil_check import ticks_during
 import grux.torch
 
 # Tolerances: sizes here are tiny (I, H <= 7, T <= 9), so a value is a dot product of <= 7
@@ -295,31 +296,11 @@ def test_numpy_init_and_state_dict_views():
 
 
 def test_gil_released_while_computing():
-    import threading
-    import time
     m = grux.MinGRU(256, 256, num_layers=2)
     x = np.random.default_rng(11).standard_normal((400, 16, 256)).astype(np.float32)
-    ticks, done = [], threading.Event()
-
-    def ticker():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
-
-    t0 = time.perf_counter()
-    m(x, threads=1)
-    alone = time.perf_counter() - t0
-    th = threading.Thread(target=ticker)
-    th.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    m(x, threads=1)
-    end = time.perf_counter()
-    done.set()
-    th.join()
-    during = [t for t in ticks if start < t < end]
+    n, alone = ticks_during(lambda: m(x, threads=1))
     assert alone > 0.02, "problem too small to observe the GIL"
-    assert len(during) >= 5, f"{len(during)} ticks in {end - start:.3f} s"
+    assert n >= 5, f"{n} ticks in {alone:.3f} s"
 
 
 @pytest.mark.parametrize("call,message", [

@@ -5,13 +5,13 @@ import operator
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 import grux
+from gil_check import ticks_during
 
 # f64: a handful of roundings on values of order 1 (products of up to 6 factors in [0.5, 1.5],
 # sums of up to 6 normals). f32: eps32 = 1.2e-7 times the scan length (<= 6) times the values'
@@ -280,28 +280,6 @@ def test_errors(call, message):
         call()
 
 
-def ticks_during(work):
-    """How many times a second thread ticked (every 1 ms) while work() ran, and how long
-    work() takes alone."""
-    t0 = time.perf_counter()
-    work()
-    alone = time.perf_counter() - t0
-    ticks, done = [], threading.Event()
-
-    def ticker():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
-
-    th = threading.Thread(target=ticker)
-    th.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    work()
-    end = time.perf_counter()
-    done.set()
-    th.join()
-    return len([t for t in ticks if start < t < end]), alone
 
 
 def test_gil_released_while_scanning():
