@@ -16,6 +16,8 @@ Rows (../shared/WORKLOADS.md, f32, h0 = 0, inputs uniform in [-1, 1]):
   W1           1000 steps of one frame, batch 1: a loop of nn.GRUCell calls against a loop of
                grux.GRUStream.step calls (grux's streaming idiom from Python); the C++ speed-up
                from `grux bench gru t1000n1i64h256 --cell` and pytorch_gru.py --cell.
+  W1-out       the GRUStream.step loop writing each frame's output into one preallocated tensor
+               (`step(f, out=o)`: nothing allocated per call), against the same C++ speed-up.
   W1-cell      the same loop through grux.torch.GRUCell (the drop-in module; no C++ row of its
                own, so its share is against W1's C++ speed-up).
 Each row's speed-up is PyTorch time / grux time, best thread setting against best thread
@@ -105,14 +107,21 @@ def worker(spec):
     elif what == "cell":
         L, D, T, N, I, H = parse_descriptor(spec["desc"])
         frames = torch.rand(T, N, I) * 2 - 1
-        if spec["impl"] == "stream":
+        if spec["impl"] in ("stream", "stream-out"):
             gru = grux.GRU(I, H)
             stream = grux.GRUStream(gru, batch=N, threads=spec["threads"])
             fr = [frames[t] for t in range(T)]
+            o = torch.empty(N, H)
 
             def run():
                 for f in fr:
                     stream.step(f)
+
+            def run_out():
+                for f in fr:
+                    stream.step(f, out=o)
+            if spec["impl"] == "stream-out":
+                run = run_out
         else:
             cell = torch.nn.GRUCell(I, H) if spec["impl"] == "torch" else gt.GRUCell(I, H)
 
@@ -165,7 +174,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--only", default="", help="comma list of W1..W5, W1-cell, step, scan")
+    ap.add_argument("--only", default="", help="comma list of W1..W5, W1-out, W1-cell, step, scan")
     ap.add_argument("--grux", default=os.path.join(ROOT, "build", "grux"))
     ap.add_argument("--pythonpath", default=os.path.join(ROOT, "build", "python"),
                     help="where `import grux` finds the package (default build/python; '' for "
@@ -205,11 +214,12 @@ def main():
     table = ["| row | C++: PyTorch ms / grux ms | speed-up | Python: PyTorch ms / grux ms | "
              "speed-up | kept (>= 90%) |", "|---|---|---|---|---|---|"]
     cpp_speedup = {}
-    rows = [r for r in GRU_ROWS if want(r[0]) or (r[0] == "W1" and want("W1-cell"))]
+    rows = [r for r in GRU_ROWS
+            if want(r[0]) or (r[0] == "W1" and (want("W1-cell") or want("W1-out")))]
     for wid, desc, mode in rows:
         print(f"{wid} {desc} {mode}", file=sys.stderr)
         flag = {"cell": ["--cell"], "train": ["--train"], "inference": []}[mode]
-        cg, cp, pg, pt, pc = {}, {}, {}, {}, {}
+        cg, cp, pg, pt, pc, po = {}, {}, {}, {}, {}, {}
         for t in threads:
             cg[t] = run_json([a.grux, "bench", "gru", desc, *flag, "--threads", str(t),
                               "--reps", str(a.reps)], env, a.timeout)
@@ -219,6 +229,8 @@ def main():
             pt[t] = py_worker({"what": what, "desc": desc, "impl": "torch"}, t)
             pg[t] = py_worker({"what": what, "desc": desc,
                                "impl": "stream" if mode == "cell" else "grux"}, t)
+            if mode == "cell" and want("W1-out"):
+                po[t] = py_worker({"what": "cell", "desc": desc, "impl": "stream-out"}, t)
             if mode == "cell" and want("W1-cell"):
                 pc[t] = py_worker({"what": "cell", "desc": desc, "impl": "grux"}, t)
         (g_ms, g_t), (p_ms, p_t) = best(cg, "median_ms"), best(cp, "median_ms")
@@ -226,11 +238,16 @@ def main():
         s_cpp = p_ms / g_ms if g_ms and p_ms else None
         cpp_speedup[wid] = s_cpp
         rows_out = [(wid + (" (GRUStream.step)" if mode == "cell" else ""), pg_ms, pg_t)]
+        if po:
+            co_ms, co_t = best(po)
+            rows_out.append(("W1-out (GRUStream.step, out=)", co_ms, co_t))
         if pc:
             cc_ms, cc_t = best(pc)
             rows_out.append(("W1-cell (grux.torch.GRUCell)", cc_ms, cc_t))
         for label, gms, gt_ in rows_out:
             if label.startswith("W1-cell") and not want("W1-cell"):
+                continue
+            if label.startswith("W1-out") and not want("W1-out"):
                 continue
             if label.startswith("W1 ") and only and "W1" not in only:
                 continue
@@ -240,7 +257,7 @@ def main():
                 f"| {label} {desc} {mode} | {fmt(p_ms, p_t)} / {fmt(g_ms, g_t)} | "
                 f"{fmt(s_cpp)}x | {fmt(pt_ms, pt_t)} / {fmt(gms, gt_)} | {fmt(s_py)}x | "
                 + (f"{kept * 100:.0f}% {'met' if kept >= 0.9 else 'NO'}" if kept else "-") + " |")
-        for res in (cg, cp, pt, pg, pc):
+        for res in (cg, cp, pt, pg, pc, po):
             for t, r in res.items():
                 if "error" in r:
                     print(f"  error ({t} threads): {r['error']}", file=sys.stderr)

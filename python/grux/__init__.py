@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _grux
 from ._grux import Error
+from ._grux import is_torch_tensor as _is_tensor
 from ._util import _dtype_name, _optional, _to_numpy
 
 __version__ = _grux.__version__
@@ -199,22 +200,30 @@ class GRUStream:
         self._frame_ndim = 1 if self.batch == 0 else 2
         self._core = _grux.GruStream(gru._core, self.batch, _optional(h0, "h0"), int(threads))
 
-    def step(self, frame):
-        """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,)."""
-        if type(frame) is np.ndarray and frame.ndim == self._frame_ndim:
-            return self._core.step(frame)  # the common case, kept short (a call's overhead)
+    def step(self, frame, out=None):
+        """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,).
+
+        out: an array or tensor of the output's shape and the stream's dtype, C-contiguous, to
+        write the output into (and return) instead of making a new one each frame."""
+        # The common cases first and short: arrays and tensors go to C++ as they are.
+        if (frame.__class__ is np.ndarray or _is_tensor(frame)) and frame.ndim == self._frame_ndim:
+            return self._core.step(frame, out)
         x, wrap = _to_numpy(frame, "frame")
         if x.ndim != self._frame_ndim:
             shape = "(I,)" if self.batch == 0 else "(N, I)"
             raise Error(f"frame: expected one frame of shape {shape}, got shape {tuple(x.shape)}")
-        return wrap(self._core.step(x))
+        return wrap(self._core.step(x)) if out is None else self._core.step(x, out)
 
-    def process(self, block):
-        """A block of frames (t, N, I), or (t, I) unbatched; returns (t, N, H) / (t, H)."""
+    def process(self, block, out=None):
+        """A block of frames (t, N, I), or (t, I) unbatched; returns (t, N, H) / (t, H).
+
+        out: as step's, of the block's output shape."""
         x, wrap = _to_numpy(block, "block")
         if x.ndim != self._frame_ndim + 1:
             shape = "(t, I)" if self.batch == 0 else "(t, N, I)"
             raise Error(f"block: expected frames of shape {shape}, got shape {tuple(x.shape)}")
+        if out is not None:
+            return self._core.step(block if _is_tensor(block) else x, out)
         return wrap(self._core.step(x))
 
     def state(self):

@@ -19,15 +19,127 @@ std::string numpy_dtype_name(const py::dtype& dt) {
   return py::str(static_cast<const py::handle&>(dt)).cast<std::string>();
 }
 
+// What the conversions use of torch, once the interpreter has imported it (grux never imports
+// it). Never freed: Python objects must not be released after the interpreter has finalized.
+struct TorchApi {
+  PyTypeObject* tensor_type;
+  py::object f32, f64, i64, from_numpy;
+};
+
+const TorchApi* torch_api() {
+  static const TorchApi* api = nullptr;
+  if (api != nullptr) return api;
+  PyObject* mod = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (mod == nullptr) return nullptr;
+  auto torch = py::reinterpret_borrow<py::object>(mod);
+  if (!py::hasattr(torch, "from_numpy")) return nullptr;  // still importing
+  py::object type = torch.attr("Tensor");
+  if (!PyType_Check(type.ptr())) return nullptr;
+  api = new TorchApi{reinterpret_cast<PyTypeObject*>(type.release().ptr()), torch.attr("float32"),
+                     torch.attr("float64"), torch.attr("int64"), torch.attr("from_numpy")};
+  return api;
+}
+
+// A CPU torch tensor as a Tensor over its memory (the tensor held alive), strides as torch
+// reports them (never negative).
+Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, bool allow_int) {
+  if (!obj.attr("is_cpu").cast<bool>())
+    throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
+                      " was given; grux runs on the CPU (move it with .cpu())");
+  const py::object dtype = obj.attr("dtype");
+  DType dt;
+  if (dtype.is(api.f32))
+    dt = DType::f32;
+  else if (dtype.is(api.f64))
+    dt = DType::f64;
+  else if (allow_int && dtype.is(api.i64))
+    dt = DType::i64;
+  else
+    throw grux::Error(std::string(name) + ": dtype " + py::str(dtype).cast<std::string>() +
+                      " is not supported (expected " +
+                      (allow_int ? "torch.int64" : "torch.float32 or torch.float64") + ")");
+  const auto shape_t = py::reinterpret_borrow<py::tuple>(obj.attr("shape"));
+  const auto stride_t = obj.attr("stride")().cast<py::tuple>();
+  grux::Shape shape(shape_t.size()), strides(shape_t.size());
+  bool empty = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    shape[d] = shape_t[d].cast<int64_t>();
+    strides[d] = shape[d] <= 1 ? 0 : stride_t[d].cast<int64_t>();
+    empty = empty || shape[d] == 0;
+  }
+  if (empty) return Tensor::zeros(shape, dt);  // no memory to view (data_ptr may be null)
+  auto* data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+  auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
+  std::shared_ptr<void> owner(held, [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+  return Tensor::from_blob(data, shape, strides, dt, std::move(owner));
+}
+
 }  // namespace
+
+bool is_torch_tensor(const py::handle& obj) {
+  const TorchApi* api = torch_api();
+  return api != nullptr && PyObject_TypeCheck(obj.ptr(), api->tensor_type);
+}
+
+int64_t RawArray::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return n;
+}
+
+std::optional<RawArray> raw_array(const py::handle& obj) {
+  RawArray r;
+  if (py::isinstance<py::array>(obj)) {
+    auto a = py::reinterpret_borrow<py::array>(obj);
+    if (a.ndim() < 1 || a.ndim() > 3 || !(a.flags() & py::array::c_style)) return std::nullopt;
+    if (a.dtype().is(py::dtype::of<float>()))
+      r.dtype = DType::f32;
+    else if (a.dtype().is(py::dtype::of<double>()))
+      r.dtype = DType::f64;
+    else
+      return std::nullopt;
+    r.data = const_cast<void*>(a.data());
+    r.ndim = static_cast<int>(a.ndim());
+    for (int d = 0; d < r.ndim; ++d) r.shape[d] = a.shape(d);
+  } else if (is_torch_tensor(obj)) {
+    const TorchApi& api = *torch_api();
+    const py::object dtype = obj.attr("dtype");
+    if (dtype.is(api.f32))
+      r.dtype = DType::f32;
+    else if (dtype.is(api.f64))
+      r.dtype = DType::f64;
+    else
+      return std::nullopt;
+    if (!obj.attr("is_cpu").cast<bool>() || !obj.attr("is_contiguous")().cast<bool>())
+      return std::nullopt;
+    const auto shape = py::reinterpret_borrow<py::tuple>(obj.attr("shape"));
+    if (shape.size() < 1 || shape.size() > 3) return std::nullopt;
+    r.ndim = static_cast<int>(shape.size());
+    for (int d = 0; d < r.ndim; ++d) r.shape[d] = shape[d].cast<int64_t>();
+    r.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+    r.torch = true;
+    r.requires_grad = obj.attr("requires_grad").cast<bool>();
+  } else {
+    return std::nullopt;
+  }
+  const size_t esize = grux::dtype_size(r.dtype);
+  if (r.numel() == 0 || r.data == nullptr || reinterpret_cast<uintptr_t>(r.data) % esize != 0)
+    return std::nullopt;
+  return r;
+}
 
 
 // A NumPy array as a Tensor over the same memory. `name` is the argument named in errors.
 // f32, f64 and (for lengths) i64; any strides that are whole elements and non-negative (else
 // a contiguous copy is viewed, as NumPy would make).
 Tensor from_array(const py::handle& obj, const char* name, bool allow_int) {
+  if (const TorchApi* api = torch_api(); api && PyObject_TypeCheck(obj.ptr(), api->tensor_type))
+    return from_torch(*api, obj, name, allow_int);
   if (!py::isinstance<py::array>(obj))
-    throw grux::Error(std::string(name) + ": expected a NumPy array, got " +
+    throw grux::Error(std::string(name) + ": expected a NumPy array or a CPU torch tensor, got " +
                       py::str(py::type::of(obj)).cast<std::string>());
   auto a = py::reinterpret_borrow<py::array>(obj);
   DType dt;
@@ -80,6 +192,17 @@ py::object to_array(const Tensor& t) {
   auto* keep = new Tensor(t);
   py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
   return py::array(dt, shape, strides, t.raw_data(), base);
+}
+
+py::object to_like(py::array a, const py::handle& like) {
+  if (is_torch_tensor(like)) return torch_api()->from_numpy(a);
+  return a;
+}
+
+py::object to_like(const Tensor& t, const py::handle& like) {
+  py::object a = to_array(t);
+  if (a.is_none() || !is_torch_tensor(like)) return a;
+  return torch_api()->from_numpy(a);
 }
 
 py::dict to_dict(const std::map<std::string, Tensor>& m) {

@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "grux/tensor.h"
@@ -16,15 +17,36 @@ namespace grux_py {
 
 namespace py = pybind11;
 
-// f32, f64 and (allow_int) i64; any strides that are whole non-negative elements (else a
-// contiguous copy is viewed, as NumPy would make).
+// A NumPy array or a CPU torch.Tensor (read through its data_ptr, without NumPy): f32, f64
+// and (allow_int) i64; any strides that are whole non-negative elements (else a contiguous copy
+// is viewed, as NumPy would make). A torch tensor that requires grad is read as if detached.
 grux::Tensor from_array(const py::handle& obj, const char* name, bool allow_int = false);
 // None -> an undefined Tensor.
 grux::Tensor from_optional(const py::object& obj, const char* name, bool allow_int = false);
 // An undefined Tensor -> None.
 py::object to_array(const grux::Tensor& t);
+// A result of the input's kind: a torch.Tensor over the same memory when `like` is one, else
+// the NumPy array itself.
+py::object to_like(py::array a, const py::handle& like);
+py::object to_like(const grux::Tensor& t, const py::handle& like);
 py::dict to_dict(const std::map<std::string, grux::Tensor>& m);
 std::map<std::string, grux::Tensor> from_dict(const py::dict& d, const char* what);
+// The memory of a C-contiguous, element-aligned f32 or f64 NumPy array or CPU torch.Tensor of
+// 1 to 3 dimensions, without building a Tensor (the fast paths of per-frame calls, where a
+// Tensor's bookkeeping is a large share of the call). nullopt for anything else: the caller
+// then takes the general path, whose errors name what was wrong.
+struct RawArray {
+  void* data = nullptr;
+  grux::DType dtype = grux::DType::f32;
+  int ndim = 0;
+  int64_t shape[3] = {0, 0, 0};
+  bool torch = false;         // a torch.Tensor (results are made torch tensors too)
+  bool requires_grad = false;  // torch only
+  int64_t numel() const;
+};
+std::optional<RawArray> raw_array(const py::handle& obj);
+bool is_torch_tensor(const py::handle& obj);
+
 // "float32"/"f32" or "float64"/"f64"; anything else is a grux::Error naming it.
 grux::DType parse_dtype(const std::string& s);
 

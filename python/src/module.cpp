@@ -10,6 +10,7 @@
 #include "convert.h"
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,22 @@ using grux::DType;
 using grux::Tensor;
 
 namespace {
+
+// "ndarray of shape (1, 3) and dtype float64", "list": what a wrong argument was, for errors.
+std::string describe(const py::handle& o) {
+  std::string s = py::type::of(o).attr("__name__").cast<std::string>();
+  if (py::hasattr(o, "shape")) {
+    s += " of shape (";
+    for (const auto& d : o.attr("shape")) s += (s.back() == '(' ? "" : ", ") + py::str(d).cast<std::string>();
+    s += py::len(o.attr("shape")) == 1 ? ",)" : ")";
+  }
+  if (py::hasattr(o, "dtype")) s += " and dtype " + py::str(o.attr("dtype")).cast<std::string>();
+  if (py::isinstance<py::array>(o) && !(py::reinterpret_borrow<py::array>(o).flags() & py::array::c_style))
+    s += ", not C-contiguous";
+  else if (is_torch_tensor(o) && !o.attr("is_contiguous")().cast<bool>())
+    s += ", not contiguous";
+  return s;
+}
 
 grux::GruForm form_of(bool reset_before) {
   return reset_before ? grux::GruForm::reset_before : grux::GruForm::linear_before_reset;
@@ -59,36 +76,71 @@ struct Stream {
   bool batch_first = false;
   DType dtype = DType::f32;
 
-  // Frames handed straight to GruStream::process when they are a C-contiguous array of the
-  // stream's dtype in time-major layout ((N, I), (t, N, I); unbatched (I), (t, I)): no Tensor
-  // on the way in or out, the result a new array. Anything else (other types, layouts,
-  // wrong shapes, whose errors the Tensor path words) returns nullopt. The GIL is released
-  // for any step that computes more than a few microseconds; shorter ones keep it, since
-  // releasing and taking it back costs about as much as they do.
-  template <class T>
-  std::optional<py::object> step_raw(const py::object& frames) {
-    if (!py::isinstance<py::array_t<T>>(frames)) return std::nullopt;
-    auto a = py::reinterpret_borrow<py::array>(frames);
-    if (!a.dtype().is(py::dtype::of<T>()) || !(a.flags() & py::array::c_style) ||
-        reinterpret_cast<uintptr_t>(a.data()) % sizeof(T) != 0)
-      return std::nullopt;
-    const int64_t frame_dims = N == 0 ? 1 : 2, rows = N == 0 ? 1 : N;
-    const bool chunk = a.ndim() == frame_dims + 1;
-    if ((a.ndim() != frame_dims && !chunk) || (chunk && batch_first && N > 0)) return std::nullopt;
-    if (a.shape(a.ndim() - 1) != I || (N > 0 && a.shape(a.ndim() - 2) != N)) return std::nullopt;
-    const int64_t t = chunk ? a.shape(0) : 1;
-    std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
-    shape.back() = H;
-    py::array_t<T> out(shape);
-    const T* in = static_cast<const T*>(a.data());
-    T* o = out.mutable_data();
+  // Frames handed straight to GruStream::process when they are a C-contiguous NumPy array or
+  // CPU torch tensor of the stream's dtype in time-major layout ((N, I), (t, N, I); unbatched
+  // (I), (t, I)): no Tensor on the way in or out. The result is written into `out` when given
+  // (checked: the shape of the result, the stream's dtype, C-contiguous, not overlapping the
+  // frames) and returned, else it is a new array or tensor of the frames' kind. Frames the fast
+  // path does not take (other types, layouts, wrong shapes, whose errors the Tensor path words)
+  // return nullopt. The GIL is released for any step that computes more than a few
+  // microseconds; shorter ones keep it, since releasing and taking it back costs about as much.
+  std::optional<py::object> step_raw(const py::handle& frames, const py::handle& out) {
+    const std::optional<RawArray> in = raw_array(frames);
+    if (!in || in->dtype != dtype) return std::nullopt;
+    const int frame_dims = N == 0 ? 1 : 2;
+    const bool chunk = in->ndim == frame_dims + 1;
+    if ((in->ndim != frame_dims && !chunk) || (chunk && batch_first && N > 0)) return std::nullopt;
+    if (in->shape[in->ndim - 1] != I || (N > 0 && in->shape[in->ndim - 2] != N)) return std::nullopt;
+    const int64_t t = chunk ? in->shape[0] : 1, rows = N == 0 ? 1 : N;
+    RawArray want = *in;
+    want.shape[want.ndim - 1] = H;
+    py::object result;
+    void* o = nullptr;
+    if (out.is_none()) {
+      std::vector<py::ssize_t> shape(want.shape, want.shape + want.ndim);
+      py::array a = dtype == DType::f32 ? py::array(py::array_t<float>(shape))
+                                        : py::array(py::array_t<double>(shape));
+      o = a.mutable_data();
+      result = in->torch ? to_like(std::move(a), frames) : py::object(std::move(a));
+    } else {
+      o = checked_out(out, want, in->data, in->numel() * grux::dtype_size(dtype));
+      result = py::reinterpret_borrow<py::object>(out);
+    }
+    auto run = [&] {
+      if (dtype == DType::f32)
+        stream->process(static_cast<const float*>(in->data), static_cast<float*>(o), t);
+      else
+        stream->process(static_cast<const double*>(in->data), static_cast<double*>(o), t);
+    };
     if (t * rows * 3 * H * (I + H) >= (int64_t(1) << 16)) {
       py::gil_scoped_release nogil;
-      stream->process(in, o, t);
+      run();
     } else {
-      stream->process(in, o, t);
+      run();
     }
-    return py::object(std::move(out));
+    return result;
+  }
+
+  // `out`'s memory when it can take a result of shape `want` (else a grux::Error naming what
+  // was wrong and what was expected).
+  void* checked_out(const py::handle& out, const RawArray& want, const void* in, size_t in_bytes) {
+    std::string expected = "a C-contiguous " + std::string(dtype == DType::f32 ? "float32" : "float64") +
+                           " array or CPU tensor of shape (";
+    for (int d = 0; d < want.ndim; ++d) expected += (d ? ", " : "") + std::to_string(want.shape[d]);
+    expected += want.ndim == 1 ? ",)" : ")";
+    const std::optional<RawArray> r = raw_array(out);
+    bool ok = r && r->dtype == want.dtype && r->ndim == want.ndim;
+    for (int d = 0; ok && d < want.ndim; ++d) ok = r->shape[d] == want.shape[d];
+    if (!ok) throw grux::Error("out: expected " + expected + ", got " + describe(out));
+    if (r->requires_grad)
+      throw grux::Error("out: a tensor that requires grad cannot be written (pass one made under "
+                        "torch.no_grad(), or none)");
+    const auto* a = static_cast<const char*>(in);  // in_bytes 0: nothing to overlap
+    const auto* b = static_cast<const char*>(r->data);
+    if (a < b + r->numel() * grux::dtype_size(dtype) && b < a + in_bytes)
+      throw grux::Error("out: overlaps the frames (the stream reads each frame while it writes "
+                        "the output; pass separate memory)");
+    return r->data;
   }
 };
 
@@ -113,6 +165,8 @@ PYBIND11_MODULE(_grux, m) {
 
 // Gru, GruCell, GruStream.
 void grux_py::bind_gru(py::module_& m) {
+  m.def("is_torch_tensor", [](const py::handle& x) { return is_torch_tensor(x); },
+        "Whether x is a torch.Tensor (without importing torch).");
   py::class_<Tape>(m, "Tape");
 
   py::class_<grux::Gru>(m, "Gru")
@@ -221,7 +275,7 @@ void grux_py::bind_gru(py::module_& m) {
               py::gil_scoped_release nogil;
               out = c.forward(tx, th, threads);
             }
-            return to_array(out);
+            return to_like(out, x);
           },
           py::arg("input"), py::arg("hx") = py::none(), py::arg("threads") = 0)
       .def(
@@ -260,21 +314,26 @@ void grux_py::bind_gru(py::module_& m) {
            py::arg("gru"), py::arg("batch"), py::arg("h0") = py::none(), py::arg("threads") = 0)
       .def(
           "step",
-          [](Stream& s, const py::object& frames) -> py::object {
-            if (s.dtype == DType::f32) {
-              if (auto r = s.step_raw<float>(frames)) return *r;
-            } else if (auto r = s.step_raw<double>(frames)) {
-              return *r;
-            }
+          [](Stream& s, const py::object& frames, const py::object& out) -> py::object {
+            if (auto r = s.step_raw(frames, out)) return *r;
             const Tensor tx = from_array(frames, "frames");
-            Tensor out;
+            Tensor result;
             {
               py::gil_scoped_release nogil;
-              out = s.stream->step(tx);
+              result = s.stream->step(tx);
             }
-            return to_array(out);
+            if (out.is_none()) return to_like(result, frames);
+            // Frames the fast path does not take (strided, batch-first blocks): the result is
+            // computed first, so `out` may be anything of the right kind, then copied in.
+            RawArray want;
+            want.dtype = result.dtype(), want.ndim = static_cast<int>(result.dim());
+            for (int d = 0; d < want.ndim; ++d) want.shape[d] = result.size(d);
+            const Tensor c = result.contiguous();
+            std::memcpy(s.checked_out(out, want, nullptr, 0), c.raw_data(),
+                        static_cast<size_t>(c.numel()) * grux::dtype_size(c.dtype()));
+            return py::reinterpret_borrow<py::object>(out);
           },
-          py::arg("frames"))
+          py::arg("frames"), py::arg("out") = py::none())
       .def("state", [](const Stream& s) { return to_array(s.stream->state()); })
       .def(
           "reset", [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },

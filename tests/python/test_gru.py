@@ -205,6 +205,72 @@ def test_stream_fast_path_equals_tensor_path(dtype, batch):
             fast.step(np.zeros((batch + 1, 4), dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [0, 2])
+def test_stream_torch_frames_and_out(dtype, batch):
+    """Torch frames are read through data_ptr (contiguous: the fast path; strided: a Tensor
+    over the tensor's strides) and give torch results with the same bits as arrays; `out`
+    takes the result in place, for arrays and tensors, frames and blocks."""
+    gru = grux.GRU(4, 5, dtype=dtype)
+    rng = np.random.default_rng(18)
+    shape = (6, 4) if batch == 0 else (6, batch, 4)
+    x = rng.standard_normal(shape).astype(dtype)
+    want = grux.GRUStream(gru, batch=batch).process(x)
+    xt = torch.from_numpy(x)
+    strided = torch.from_numpy(np.repeat(x, 2, axis=-1))[..., ::2]
+    assert not strided.is_contiguous()
+    s = grux.GRUStream(gru, batch=batch)
+    got = [s.step(xt[0]), s.step(strided[1]), s.step(xt[2].clone().requires_grad_(True))]
+    assert all(type(g) is torch.Tensor and not g.requires_grad for g in got)
+    out_np = np.full(want.shape[1:], np.nan, dtype)
+    out_t = torch.full(want.shape[1:], float("nan"), dtype=torch_dtype(dtype))
+    assert s.step(xt[3], out=out_np) is out_np
+    got += [torch.from_numpy(out_np.copy())]
+    assert s.step(x[4], out=out_t) is out_t
+    got += [out_t.clone()]
+    assert s.step(strided[5], out=out_t) is out_t  # the general path, copied into out
+    got += [out_t.clone()]
+    np.testing.assert_array_equal(torch.stack(got).numpy(), want)
+    s.reset()
+    block_out = torch.empty(want.shape, dtype=torch_dtype(dtype))
+    assert s.process(xt, out=block_out) is block_out
+    np.testing.assert_array_equal(block_out.numpy(), want)
+    s.reset()
+    assert s.process(strided, out=block_out) is block_out
+    np.testing.assert_array_equal(block_out.numpy(), want)
+
+
+def test_stream_out_errors():
+    gru = grux.GRU(4, 4)
+    s = grux.GRUStream(gru, batch=1)
+    frame = np.zeros((1, 4), np.float32)
+    for bad, words in [(np.zeros((1, 5), np.float32), "of shape (1, 4)"),
+                       (np.zeros((1, 4), np.float64), "float32"),
+                       (np.zeros((1, 8), np.float32)[:, ::2], "not C-contiguous"),
+                       ([0.0] * 4, "got list"),
+                       (torch.zeros(1, 4, requires_grad=True), "requires grad"),
+                       (frame, "overlaps the frames")]:
+        with pytest.raises(grux.Error, match="^out: ") as e:
+            s.step(frame, out=bad)
+        assert words in str(e.value), str(e.value)
+    with pytest.raises(grux.Error, match="out: .*of shape \\(3, 1, 4\\)"):
+        s.process(np.zeros((3, 1, 4), np.float32), out=np.zeros((3, 4), np.float32))
+
+
+def test_torch_tensors_are_read_in_place():
+    """A CPU tensor of any strides is read through data_ptr, as NumPy arrays are."""
+    gru = grux.GRU(3, 4, dtype="float64")
+    x = np.random.default_rng(19).standard_normal((5, 2, 3))
+    want, _ = gru(x)
+    permuted = torch.from_numpy(np.ascontiguousarray(x.transpose(1, 0, 2))).permute(1, 0, 2)
+    assert not permuted.is_contiguous()
+    got, _ = gru(permuted)
+    assert type(got) is torch.Tensor
+    np.testing.assert_array_equal(got.numpy(), want)
+    expanded = torch.from_numpy(x[:1, :1]).expand(5, 2, 3)  # stride 0
+    np.testing.assert_array_equal(gru(expanded)[0].numpy(), gru(np.broadcast_to(x[:1, :1], x.shape).copy())[0])
+
+
 def test_stream_of_a_batch_first_gru_takes_batch_first_blocks():
     gru = grux.GRU(3, 4, batch_first=True, dtype="float64")
     x = np.random.default_rng(17).standard_normal((2, 6, 3))  # (N, t, I)
