@@ -534,6 +534,27 @@ TEST(ConvProblem, ParsesAndPrints) {
   expect_error([] { ConvProblem::parse("n0c16h64w64d32k3"); }, {"n0", ">= 1"});
   expect_error([] { ConvProblem::parse("n1c6h8w8d4k3g4"); }, {"multiples of g4"});
   expect_error([] { ConvProblem::parse("n1c6h8w8d4k9"); }, {"k9", "larger than the padded"});
+  // Per-dimension values and dilation.
+  const ConvProblem r = ConvProblem::parse("n1c8h32w30d8k3x5s2x1p1r2x3");
+  EXPECT_EQ(r.kernel, Pair2(3, 5));
+  EXPECT_EQ(r.stride, Pair2(2, 1));
+  EXPECT_EQ(r.padding, Pair2(1));
+  EXPECT_EQ(r.dilation, Pair2(2, 3));
+  EXPECT_EQ(r.descriptor(), "n1c8h32w30d8k3x5s2x1p1r2x3");
+  EXPECT_EQ(r.OH(), (32 + 2 - 2 * 2 - 1) / 2 + 1);
+  EXPECT_EQ(r.OW(), (30 + 2 - 3 * 4 - 1) / 1 + 1);
+  EXPECT_EQ(r.options(ConvAlgo::loops).dilation, Pair2(2, 3));
+  EXPECT_EQ(ConvProblem::parse("n1c1h8w8d1k3x3s1x1").descriptor(), "n1c1h8w8d1k3");
+  expect_error([] { ConvProblem::parse("n1c1h8w8d1k3r4"); }, {"k3 dilated r4", "spans (9, 9)"});
+  expect_error([] { ConvProblem::parse("n1c1h8w8d1k3r0"); }, {"r0", ">= 1"});
+  expect_error([] { ConvProblem::parse("n1c1h8w8d1k3x0"); }, {"k0", ">= 1"});
+  expect_error([] { ConvProblem::parse("n1c1h8w8d1k3g1r1"); }, {"malformed"});
+  const Conv1dProblem c = Conv1dProblem::parse("n1c8l1024d8k3p4r4");
+  EXPECT_EQ(c.dilation, 4);
+  EXPECT_EQ(c.OL(), 1024);
+  EXPECT_EQ(c.descriptor(), "n1c8l1024d8k3p4r4");
+  EXPECT_EQ(c.options(ConvAlgo::loops).dilation, 4);
+  expect_error([] { Conv1dProblem::parse("n1c1l8d1k3r5"); }, {"dilated r5", "spans 11"});
 }
 
 }  // namespace

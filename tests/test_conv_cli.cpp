@@ -104,7 +104,7 @@ TEST(ConvCli, HelpDocumentsTheOptions) {
     EXPECT_THAT(r.out, HasSubstr(p));
   const CliRun b = grux_cli(tmp.path, "bench conv2d --help");
   EXPECT_EQ(b.code, 0);
-  EXPECT_THAT(b.out, HasSubstr("n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][g{G}]"));
+  EXPECT_THAT(b.out, HasSubstr("n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][r{R}][g{G}]"));
 }
 
 // Bad inputs, starting from a valid problem and breaking one thing at a time.

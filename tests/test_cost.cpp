@@ -426,18 +426,20 @@ TEST(CostLinear, MatchesTheCountedEquations) {
 
 // ---- Convolution ----------------------------------------------------------------------------
 
-// conv2d forward and backward with the counted scalar, padding materialized as zeros.
+// conv2d forward and backward with the counted scalar, padding materialized as zeros: any
+// kernel, stride, padding and dilation per dimension, with or without bias.
 CellCounts count_conv2d(const ConvProblem& p) {
-  const int64_t N = p.N, C = p.C, D = p.D, K = p.K, S = p.stride, P = p.padding, G = p.groups;
-  const int64_t HP = p.H + 2 * P, WP = p.W + 2 * P, OH = p.OH(), OW = p.OW(), CG = C / G,
-                DG = D / G;
-  const auto xp = filled(N * C * HP * WP, 1), w = filled(D * CG * K * K, 2), b = filled(D, 3),
+  const int64_t N = p.N, C = p.C, D = p.D, G = p.groups, KH = p.kernel.h, KW = p.kernel.w;
+  const int64_t SH = p.stride.h, SW = p.stride.w, RH = p.dilation.h, RW = p.dilation.w;
+  const int64_t HP = p.H + 2 * p.padding.h, WP = p.W + 2 * p.padding.w, OH = p.OH(), OW = p.OW(),
+                CG = C / G, DG = D / G, KK = KH * KW;
+  const auto xp = filled(N * C * HP * WP, 1), w = filled(D * CG * KK, 2), b = filled(D, 3),
              dy = filled(N * D * OH * OW, 4);
   auto X = [&](int64_t n, int64_t c, int64_t y, int64_t x) {
     return xp[((n * C + c) * HP + y) * WP + x];
   };
   auto Wt = [&](int64_t d, int64_t c, int64_t i, int64_t j) {
-    return w[((d * CG + c) * K + i) * K + j];
+    return w[((d * CG + c) * KH + i) * KW + j];
   };
   auto DY = [&](int64_t n, int64_t d, int64_t y, int64_t x) {
     return dy[((n * D + d) * OH + y) * OW + x];
@@ -448,24 +450,25 @@ CellCounts count_conv2d(const ConvProblem& p) {
       for (int64_t oy = 0; oy < OH; ++oy)
         for (int64_t ox = 0; ox < OW; ++ox) {
           const int64_t g = d / DG;
-          Num s = dot(CG * K * K, [&](int64_t t) {
-            const int64_t c = t / (K * K), i = t / K % K, j = t % K;
-            return Wt(d, c, i, j) * X(n, g * CG + c, oy * S + i, ox * S + j);
+          Num s = dot(CG * KK, [&](int64_t t) {
+            const int64_t c = t / KK, i = t / KW % KH, j = t % KW;
+            return Wt(d, c, i, j) * X(n, g * CG + c, oy * SH + i * RH, ox * SW + j * RW);
           });
-          s = s + b[d];
+          if (p.bias) s = s + b[d];
         }
   const int64_t fwd = g_ops;
   g_ops = 0;
   for (int64_t d = 0; d < D; ++d) {
     const int64_t g = d / DG;
-    for (int64_t t = 0; t < CG * K * K; ++t) {
-      const int64_t c = t / (K * K), i = t / K % K, j = t % K;
+    for (int64_t t = 0; t < CG * KK; ++t) {
+      const int64_t c = t / KK, i = t / KW % KH, j = t % KW;
       dot(N * OH * OW, [&](int64_t q) {
         const int64_t n = q / (OH * OW), oy = q / OW % OH, ox = q % OW;
-        return DY(n, d, oy, ox) * X(n, g * CG + c, oy * S + i, ox * S + j);
+        return DY(n, d, oy, ox) * X(n, g * CG + c, oy * SH + i * RH, ox * SW + j * RW);
       });
     }
-    dot(N * OH * OW, [&](int64_t q) { return DY(q / (OH * OW), d, q / OW % OH, q % OW); });
+    if (p.bias)
+      dot(N * OH * OW, [&](int64_t q) { return DY(q / (OH * OW), d, q / OW % OH, q % OW); });
   }
   // grad_input in the padded frame: the first product at a position is stored, later ones
   // added.
@@ -475,10 +478,10 @@ CellCounts count_conv2d(const ConvProblem& p) {
     for (int64_t d = 0; d < D; ++d)
       for (int64_t oy = 0; oy < OH; ++oy)
         for (int64_t ox = 0; ox < OW; ++ox)
-          for (int64_t t = 0; t < CG * K * K; ++t) {
-            const int64_t c = d / DG * CG + t / (K * K), i = t / K % K, j = t % K;
-            const int64_t at = ((n * C + c) * HP + oy * S + i) * WP + ox * S + j;
-            const Num prod = DY(n, d, oy, ox) * Wt(d, t / (K * K), i, j);
+          for (int64_t t = 0; t < CG * KK; ++t) {
+            const int64_t c = d / DG * CG + t / KK, i = t / KW % KH, j = t % KW;
+            const int64_t at = ((n * C + c) * HP + oy * SH + i * RH) * WP + ox * SW + j * RW;
+            const Num prod = DY(n, d, oy, ox) * Wt(d, t / KK, i, j);
             dx[at] = touched[at] ? dx[at] + prod : prod;
             touched[at] = true;
           }
@@ -486,17 +489,42 @@ CellCounts count_conv2d(const ConvProblem& p) {
 }
 
 TEST(CostConv, Conv2dMatchesTheCountedLoops) {
-  for (const char* d : {"n1c1h3w3d1k3", "n2c4h5w6d6k3p1", "n1c2h7w7d2k2s3", "n2c4h6w5d4k3s2p1g2",
-                        "n1c3h4w4d3k1", "n1c2h5w5d2k3s1p2"}) {
-    const ConvProblem p = ConvProblem::parse(d);
-    const CellCounts counted = count_conv2d(p);
-    const CostReport r = conv2d_cost(p);
-    EXPECT_EQ(r.fwd(kSeed).total(), counted.forward) << d;
-    EXPECT_EQ(r.bwd(kSeed).total(), counted.backward) << d;
-    EXPECT_EQ(double(r.fwd(kGemm).total()), p.flops()) << d;
-    EXPECT_EQ(r.bwd(kGemm).total(), 2 * r.fwd(kGemm).total()) << d;
-    EXPECT_EQ(2 * r.fwd(kMac).total(), r.fwd(kGemm).total()) << d;
-  }
+  for (const char* d :
+       {"n1c1h3w3d1k3", "n2c4h5w6d6k3p1", "n1c2h7w7d2k2s3", "n2c4h6w5d4k3s2p1g2", "n1c3h4w4d3k1",
+        "n1c2h5w5d2k3s1p2",
+        // non-square kernels, strides and padding; dilation (windows that interleave, touch
+        // and leave gaps, also with strides sharing a factor with the dilation)
+        "n1c2h6w9d2k2x4s1x2p0x1", "n1c1h9w9d1k3r2", "n1c2h11w10d2k3s2r2", "n1c1h13w12d1k2s4r3",
+        "n2c2h12w12d2k3x2s3x2p1r2x3", "n1c1h16w15d1k4s2r4", "n1c1h9w9d1k2s2r3", "n1c4h7w7d2k3r2g2"})
+    for (bool bias : {true, false}) {
+      ConvProblem p = ConvProblem::parse(d);
+      p.bias = bias;
+      const CellCounts counted = count_conv2d(p);
+      const CostReport r = conv2d_cost(p);
+      EXPECT_EQ(r.fwd(kSeed).total(), counted.forward) << d << " bias " << bias;
+      EXPECT_EQ(r.bwd(kSeed).total(), counted.backward) << d << " bias " << bias;
+      EXPECT_EQ(double(r.fwd(kGemm).total()), p.flops()) << d;
+      EXPECT_EQ(r.bwd(kGemm).total(), 2 * r.fwd(kGemm).total()) << d;
+      EXPECT_EQ(2 * r.fwd(kMac).total(), r.fwd(kGemm).total()) << d;
+      EXPECT_EQ(r.variant, bias ? "bias" : "no bias");
+    }
+}
+
+TEST(CostConv, Conv1dIsConv2dOfHeightOne) {
+  for (const char* d : {"n2c4l9d6k3s2p1g2", "n1c2l20d3k3r3", "n1c1l17d1k4s3p2r2"})
+    for (bool bias : {true, false}) {
+      Conv1dProblem p = Conv1dProblem::parse(d);
+      p.bias = bias;
+      ConvProblem q;
+      q.N = p.N, q.C = p.C, q.H = 1, q.W = p.L, q.D = p.D, q.kernel = {1, p.K};
+      q.stride = {1, p.stride}, q.padding = {0, p.padding}, q.dilation = {1, p.dilation};
+      q.groups = p.groups, q.bias = bias;
+      const CellCounts counted = count_conv2d(q);
+      const CostReport r = conv1d_cost(p);
+      EXPECT_EQ(r.fwd(kSeed).total(), counted.forward) << d;
+      EXPECT_EQ(r.bwd(kSeed).total(), counted.backward) << d;
+      EXPECT_EQ(r.memory.parameters, p.D * (p.C / p.groups) * p.K + (bias ? p.D : 0)) << d;
+    }
 }
 
 TEST(CostConv, ClosedFormsAndBytes) {
@@ -666,7 +694,10 @@ TEST(CostMinGru, Errors) {
 TEST(CostActivation, SeedOpsPerElement) {
   for (auto [a, f, b] : {std::tuple{Activation::sigmoid, 3, 3},
                          {Activation::tanh, 7, 3},
-                         {Activation::relu, 1, 1}}) {
+                         {Activation::relu, 1, 1},
+                         {Activation::gelu, 5, 11},
+                         {Activation::silu, 4, 8},
+                         {Activation::leaky_relu, 2, 2}}) {
     ActivationProblem p = ActivationProblem::parse(a, "n1000");
     const CostReport r = activation_cost(p);
     EXPECT_EQ(r.fwd(kSeed).total(), 1000 * f);

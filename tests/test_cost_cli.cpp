@@ -134,7 +134,7 @@ TEST(CostCli, BadArgumentsAreOneLineErrors) {
   expect_user_error(grux_cli(tmp.path, "cost gru_cell n1i2h3 --dtype f16"), {"--dtype f16"});
   expect_user_error(grux_cli(tmp.path, "cost linear b1i2o3 --lengths uniform:1:2:3"),
                     {"linear takes no --lengths"});
-  expect_user_error(grux_cli(tmp.path, "cost conv2d n1c1h4w4d1k3 --no-bias"), {"--no-bias"});
+  expect_user_error(grux_cli(tmp.path, "cost relu n4 --no-bias"), {"--no-bias"});
   expect_user_error(grux_cli(tmp.path, "cost gru t10n2i3h4 --lengths uniform:5:11:1"),
                     {"--lengths 'uniform:5:11:1'", "T = 10"});
   expect_user_error(grux_cli(tmp.path, "cost gru t10n2i3h4 --lengths uniform:5"), {"malformed"});
@@ -332,6 +332,8 @@ TEST(CostCli, SweepErrors) {
   expect_user_error(sweep("conv2d --vary k=1..9 --fixed n1c1h4w4d1k3 --format csv" + out),
                     {"sweep point n1c1h4w4d1k5", "larger than the padded input"});
   expect_user_error(sweep("gru --vary n=1..2 --fixed l1d1t10 --format csv" + out), {"malformed"});
+  expect_user_error(sweep("conv2d --vary k=1..3 --fixed n1c1h8w8d1k3x5 --format csv" + out),
+                    {"one value per letter", "'x5'"});
   expect_user_error(sweep("gru --vary n=1..2 --format xml" + out), {"--format xml"});
   expect_user_error(sweep("gru --vary n=1..2 --mode all --format csv" + out), {"--mode all"});
   expect_user_error(sweep("lstm --vary n=1..2 --format csv" + out), {"unknown operator 'lstm'"});

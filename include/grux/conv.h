@@ -79,31 +79,37 @@ Tensor conv1d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
 ConvGrads conv1d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv1dOptions& options = {});
 
-// One conv2d problem: what the benchmark and the CLI read. Square kernel and input-independent
-// scalar stride / padding / groups, dilation 1, with bias.
-// Descriptor: n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][g{G}], e.g. "n8c16h64w64d32k3" or
-// "n8c64h56w56d64k3p1"; s, p, g default to 1, 0, 1 and appear in this order when given.
+// One conv2d problem: what the benchmark, the cost model and the CLI read.
+// Descriptor: n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][r{R}][g{G}], e.g. "n8c16h64w64d32k3" or
+// "n8c64h56w56d64k3p1": kernel K, stride S, zero padding P, dilation R ("rate"), groups G;
+// s, p, r, g default to 1, 0, 1, 1 and appear in this order when given. Each of k, s, p, r
+// may give the height's and the width's values apart, as k3x5 (KH 3, KW 5). `bias` is not in
+// the descriptor (the cost model's --no-bias sets it).
 struct ConvProblem {
-  int64_t N = 0, C = 0, H = 0, W = 0, D = 0, K = 0, stride = 1, padding = 0, groups = 1;
+  int64_t N = 0, C = 0, H = 0, W = 0, D = 0;
+  Pair2 kernel = 0, stride = 1, padding = 0, dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
   DType dtype = DType::f32;
 
   // Throws grux::Error naming the descriptor and what was expected (also for sizes that
-  // cannot form a convolution: C or D not divisible by G, kernel larger than padded input).
+  // cannot form a convolution: C or D not divisible by G, a dilated kernel larger than the
+  // padded input).
   static ConvProblem parse(const std::string& descriptor);
-  std::string descriptor() const;  // the short form: s, p, g only when not the default
+  std::string descriptor() const;  // the short form: s, p, r, g only when not the default
   Conv2dOptions options(ConvAlgo algo) const;
   int64_t OH() const;
   int64_t OW() const;
-  // Multiply-add flops of the forward: 2 * N * D * OH * OW * (C/G) * K * K. Training
+  // Multiply-add flops of the forward: 2 * N * D * OH * OW * (C/G) * KH * KW. Training
   // (forward + grad_input + grad_weight) is 3x this.
   double flops() const;
 };
 
-// One conv1d problem: what the cost model and the CLI read; the 1-d twin of ConvProblem
-// (kernel K along the length, dilation 1, with bias).
-// Descriptor: n{N}c{C}l{L}d{D}k{K}[s{S}][p{P}][g{G}], e.g. "n8c16l128d32k3".
+// One conv1d problem: what the cost model and the CLI read; the 1-d twin of ConvProblem.
+// Descriptor: n{N}c{C}l{L}d{D}k{K}[s{S}][p{P}][r{R}][g{G}], e.g. "n8c16l128d32k3".
 struct Conv1dProblem {
-  int64_t N = 0, C = 0, L = 0, D = 0, K = 0, stride = 1, padding = 0, groups = 1;
+  int64_t N = 0, C = 0, L = 0, D = 0, K = 0, stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
   DType dtype = DType::f32;
 
   // Throws grux::Error naming the descriptor and what was expected.

@@ -142,8 +142,9 @@ CostReport scan_cost(ScanCostOp op, const ScanProblem& p);
 // l{L}t{T}n{N}i{I}h{H}; bias or not; variable lengths count sum-of-lengths rows.
 CostReport mingru_cost(const MinGruProblem& p);
 
-// An elementwise activation over `n` elements. Descriptor: n{COUNT}, e.g. "n65536".
-enum class Activation { sigmoid, tanh, relu };
+// An elementwise activation over `n` elements. Descriptor: n{COUNT}, e.g. "n65536". gelu is
+// the exact (erf) form, leaky_relu any slope (the count does not depend on it).
+enum class Activation { sigmoid, tanh, relu, gelu, silu, leaky_relu };
 const char* activation_name(Activation a);
 struct ActivationProblem {
   Activation kind = Activation::sigmoid;

@@ -123,39 +123,37 @@ def _torch_dtype(t, torch):
     raise _Unsupported(f"dtype {t} (the cost model counts float32 and float64)")
 
 
-def _pair(v, what):
-    """A conv's per-dimension option as one int: the dimensions must agree."""
-    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
-    if len(set(v)) != 1:
-        raise _Unsupported(f"{what} {v} differs between dimensions (the cost model takes a "
-                           "square one)")
-    return int(v[0])
+def _pair(v, dims):
+    """A conv's per-dimension option as `dims` ints."""
+    v = tuple(int(x) for x in v) if isinstance(v, (tuple, list)) else (int(v),)
+    return v * dims if len(v) == 1 else v
+
+
+def _letters(v):
+    """One descriptor value: "3", or "3x5" for a height and a width that differ."""
+    return str(v[0]) if len(set(v)) == 1 else "x".join(str(x) for x in v)
 
 
 def _conv_problem(mod, shape, torch, dims):
-    """(op, descriptor) of a Conv1d (dims 1) or Conv2d (dims 2) called on `shape`."""
-    if mod.bias is None:
-        raise _Unsupported("convolution without bias (the cost model counts conv with bias)")
-    if mod.padding_mode != "zeros":
-        raise _Unsupported(f"padding_mode {mod.padding_mode!r} (the cost model pads with zeros)")
-    if any(int(d) != 1 for d in mod.dilation):
-        raise _Unsupported(f"dilation {tuple(mod.dilation)} (the cost model takes dilation 1)")
-    k = _pair(mod.kernel_size, "kernel_size")
-    s = _pair(mod.stride, "stride")
+    """(op, descriptor) of a Conv1d (dims 1) or Conv2d (dims 2) called on `shape`. The
+    arithmetic of padding modes other than zeros is the same (only the padded values differ)."""
+    k, s, r = _pair(mod.kernel_size, dims), _pair(mod.stride, dims), _pair(mod.dilation, dims)
     if mod.padding == "valid":
-        p = 0
-    elif mod.padding == "same":  # stride 1; symmetric only for an odd kernel
-        if k % 2 == 0:
-            raise _Unsupported("padding 'same' with an even kernel (asymmetric padding)")
-        p = (k - 1) // 2
+        p = (0,) * dims
+    elif mod.padding == "same":  # stride 1; PyTorch pads total // 2 before, the rest after
+        total = [ri * (ki - 1) for ki, ri in zip(k, r)]
+        if any(t % 2 for t in total):
+            raise _Unsupported("padding 'same' with an even dilated kernel (asymmetric padding; "
+                               "the cost model pads both sides alike)")
+        p = tuple(t // 2 for t in total)
     else:
-        p = _pair(mod.padding, "padding")
+        p = _pair(mod.padding, dims)
     if len(shape) == dims + 1:  # unbatched
         shape = (1,) + tuple(shape)
     n, c = shape[0], shape[1]
     space = f"l{shape[2]}" if dims == 1 else f"h{shape[2]}w{shape[3]}"
-    return (f"conv{dims}d",
-            f"n{n}c{c}{space}d{mod.out_channels}k{k}s{s}p{p}g{mod.groups}")
+    return (f"conv{dims}d", f"n{n}c{c}{space}d{mod.out_channels}k{_letters(k)}s{_letters(s)}"
+                            f"p{_letters(p)}r{_letters(r)}g{mod.groups}")
 
 
 def _layer_problem(mod, call, torch):
@@ -197,19 +195,33 @@ def _layer_problem(mod, call, torch):
             rows *= s
         return "linear", f"b{rows}i{mod.in_features}o{mod.out_features}", dict(
             dtype=dtype, bias=mod.bias is not None)
-    if isinstance(mod, nn.Conv1d):
-        op, desc = _conv_problem(mod, shape, torch, 1)
-        return op, desc, dict(dtype=_torch_dtype(mod.weight.dtype, torch))
-    if isinstance(mod, nn.Conv2d):
-        op, desc = _conv_problem(mod, shape, torch, 2)
-        return op, desc, dict(dtype=_torch_dtype(mod.weight.dtype, torch))
-    for cls, op in ((nn.ReLU, "relu"), (nn.Sigmoid, "sigmoid"), (nn.Tanh, "tanh")):
+    if isinstance(mod, (nn.Conv1d, nn.Conv2d)):
+        op, desc = _conv_problem(mod, shape, torch, 1 if isinstance(mod, nn.Conv1d) else 2)
+        return op, desc, dict(dtype=_torch_dtype(mod.weight.dtype, torch),
+                              bias=mod.bias is not None)
+    if isinstance(mod, nn.GELU) and getattr(mod, "approximate", "none") != "none":
+        raise _Unsupported(f"GELU(approximate={mod.approximate!r}) (the cost model counts the "
+                           "erf form)")
+    for cls, op in ((nn.ReLU, "relu"), (nn.Sigmoid, "sigmoid"), (nn.Tanh, "tanh"),
+                    (nn.GELU, "gelu"), (nn.SiLU, "silu"), (nn.LeakyReLU, "leaky_relu")):
         if isinstance(mod, cls):
             count = 1
             for s in shape:
                 count *= s
             return op, f"n{count}", dict(dtype=_torch_dtype(in_dtype, torch))
+    if isinstance(mod, _no_arithmetic(nn)) or (isinstance(mod, nn.modules.dropout._DropoutNd)
+                                              and (not mod.training or mod.p == 0)):
+        raise _NoArithmetic()
     raise _Unsupported(f"{type(mod).__name__} is not in the cost model")
+
+
+def _no_arithmetic(nn):
+    """Layers that compute nothing: views and copies of their input."""
+    return (nn.Identity, nn.Flatten, nn.Unflatten)
+
+
+class _NoArithmetic(Exception):
+    """A layer that computes nothing (a view, or dropout in eval mode): a row of zeros."""
 
 
 def _describe_input(x, torch):
@@ -249,9 +261,11 @@ def profile(module, *example_inputs, threads=None, profile_path=None):
     train/eval mode) with forward hooks on its leaf modules, turns each call's input shape
     into a grux problem and costs it with grux.cost (inference, threads and profile_path as
     there). Known layers: nn.GRU and grux.torch.GRU (PackedSequence inputs count their
-    lengths), nn.GRUCell and grux.torch.GRUCell, nn.Linear, nn.Conv1d and nn.Conv2d (with
-    bias, zero padding, dilation 1, a square kernel, stride and padding), nn.ReLU,
-    nn.Sigmoid, nn.Tanh; float32 or float64. Any other leaf (and any other configuration)
+    lengths), nn.GRUCell and grux.torch.GRUCell, nn.Linear, nn.Conv1d and nn.Conv2d (any
+    kernel, stride, padding, dilation, groups, with or without bias; padding 'same' where it
+    is symmetric), nn.ReLU, nn.Sigmoid, nn.Tanh, nn.GELU (erf form), nn.SiLU, nn.LeakyReLU;
+    float32 or float64. Layers that compute nothing (nn.Identity, nn.Flatten, nn.Unflatten,
+    dropout in eval mode) get a row of zeros. Any other leaf (and any other configuration)
     gets a row with its parameter count and None elsewhere, with a note saying why; a
     module with children and parameters of its own gets such a row for those parameters.
     A module called several times has one row with the calls summed.
@@ -320,6 +334,9 @@ def _leaf_row(name, m, seen, torch, threads, path):
             problem = f"{r['op']} {r['problem']}"
             if problem not in problems:
                 problems.append(problem)
+    except _NoArithmetic:
+        return ProfileRow(name, _type_name(m), None, len(seen), 0, 0, 0, n_params, param_bytes,
+                          0, 0.0, None)
     except (_Unsupported, Error) as e:
         return ProfileRow(name, _type_name(m), None, len(seen), None, None, None, n_params,
                           param_bytes, None, None, str(e))

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <regex>
 
 #include "cost/cost_util.h"
@@ -21,9 +22,19 @@ int64_t split_rows(int64_t rows, DType dtype) {
 }
 
 // Positions of a padded input of one dimension that at least one tap reads: `out` outputs,
-// kernel `k`, stride `s` (dilation 1). Windows overlap or touch when s <= k.
-wide covered(wide out, wide k, wide s) {
-  return s >= k ? out * k : (out - 1) * s + k;
+// kernel `k`, stride `s`, dilation `r`, i.e. the size of the union over taps j < k of
+// {j r + o s : o < out}. Taps whose offsets j r agree modulo s read the same residue class of
+// positions (disjoint from the others'), each an interval of `out` consecutive members of it.
+// With g = gcd(s, r), s' = s/g, r' = r/g: the classes are j mod s' (min(k, s') of them), a
+// class of c taps has its intervals r' members apart, so it covers (c - 1) r' + out members
+// when r' <= out (the intervals touch or overlap) and c out otherwise. Dilation 1 gives
+// (out - 1) s + k when s <= k and out k when s >= k.
+wide covered(wide out, wide k, wide s, wide r) {
+  const wide g = std::gcd(static_cast<int64_t>(s), static_cast<int64_t>(r)), sp = s / g, rp = r / g;
+  auto cls = [&](wide c) { return c == 0 ? 0 : rp <= out ? (c - 1) * rp + out : c * out; };
+  if (k < sp) return k * cls(1);
+  const wide q = k / sp, rem = k % sp;  // rem classes of q + 1 taps, sp - rem of q
+  return rem * cls(q + 1) + (sp - rem) * cls(q);
 }
 
 // A convolution in any number of spatial dimensions, reduced to what the counts need.
@@ -35,6 +46,7 @@ struct ConvShape {
   wide in_space;   // input positions per channel (H*W, or L)
   wide out_space;  // output positions per channel (OH*OW, or OL)
   wide covered;    // padded-input positions per channel read by some tap
+  bool bias;
 };
 
 CostReport conv_cost(const ConvShape& s) {
@@ -42,7 +54,7 @@ CostReport conv_cost(const ConvShape& s) {
   CostReport r;
   r.op = s.op;
   r.problem = s.problem;
-  r.variant = "bias";
+  r.variant = s.bias ? "bias" : "no bias";
   r.dtype = s.dtype;
   const std::string what = s.op + " " + s.problem;
   cost_detail::check_countable(
@@ -54,7 +66,7 @@ CostReport conv_cost(const ConvShape& s) {
   const wide macs = outputs * s.taps;            // M
   WideCounts c;
   add_dots(c.fwd, outputs, s.taps);
-  c.fwd[kSeed].bias += outputs;
+  if (s.bias) c.fwd[kSeed].bias += outputs;
   // Backward. grad_weight: D x taps entries, each a sum over N x out_space products.
   add_dots(c.bwd, s.D * s.taps, s.N * s.out_space);
   // grad_input (in the padded frame, then cropped): every forward product appears once as
@@ -63,10 +75,10 @@ CostReport conv_cost(const ConvShape& s) {
   c.bwd[kSeed].matmul += 2 * macs - covered_all;
   c.bwd[kGemm].matmul += 2 * macs;
   c.bwd[kMac].matmul += macs;
-  c.bwd[kSeed].bias += s.D * (s.N * s.out_space - 1);  // grad_bias: column sums
+  if (s.bias) c.bwd[kSeed].bias += s.D * (s.N * s.out_space - 1);  // grad_bias: column sums
   c.store(r);
 
-  const wide w = s.D * s.taps, b = s.D, x = s.N * s.C * s.in_space, y = outputs;
+  const wide w = s.D * s.taps, b = s.bias ? s.D : 0, x = s.N * s.C * s.in_space, y = outputs;
   r.memory.parameters = narrow(w + b, what);
   r.memory.parameter_bytes = narrow((w + b) * es, what);
   r.memory.gradient_bytes = r.memory.parameter_bytes;
@@ -148,16 +160,19 @@ CostReport linear_cost(const LinearProblem& p) {
 }
 
 CostReport conv2d_cost(const ConvProblem& p) {
-  const wide OH = p.OH(), OW = p.OW(), K = p.K;
+  const wide OH = p.OH(), OW = p.OW();
   return conv_cost({"conv2d", p.descriptor(), p.dtype, p.N, p.C, p.D, p.groups,
-                    wide(p.C / p.groups) * K * K, wide(p.H) * p.W, OH * OW,
-                    covered(OH, K, p.stride) * covered(OW, K, p.stride)});
+                    wide(p.C / p.groups) * p.kernel.h * p.kernel.w, wide(p.H) * p.W, OH * OW,
+                    covered(OH, p.kernel.h, p.stride.h, p.dilation.h) *
+                        covered(OW, p.kernel.w, p.stride.w, p.dilation.w),
+                    p.bias});
 }
 
 CostReport conv1d_cost(const Conv1dProblem& p) {
   const wide OL = p.OL();
   return conv_cost({"conv1d", p.descriptor(), p.dtype, p.N, p.C, p.D, p.groups,
-                    wide(p.C / p.groups) * p.K, p.L, OL, covered(OL, p.K, p.stride)});
+                    wide(p.C / p.groups) * p.K, p.L, OL, covered(OL, p.K, p.stride, p.dilation),
+                    p.bias});
 }
 
 const char* activation_name(Activation a) {
@@ -168,6 +183,12 @@ const char* activation_name(Activation a) {
       return "tanh";
     case Activation::relu:
       return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::silu:
+      return "silu";
+    case Activation::leaky_relu:
+      return "leaky_relu";
   }
   return "?";
 }
@@ -216,11 +237,23 @@ CostReport activation_cost(const ActivationProblem& p) {
       c.fwd[kSeed].activation = n * kReluOps;
       c.bwd[kSeed].activation = n * kReluGradOps;
       break;
+    case Activation::gelu:
+      c.fwd[kSeed].activation = n * kGeluOps;
+      c.bwd[kSeed].activation = n * kGeluGradOps;
+      break;
+    case Activation::silu:
+      c.fwd[kSeed].activation = n * kSiluOps;
+      c.bwd[kSeed].activation = n * kSiluGradOps;
+      break;
+    case Activation::leaky_relu:
+      c.fwd[kSeed].activation = n * kLeakyReluOps;
+      c.bwd[kSeed].activation = n * kLeakyReluGradOps;
+      break;
   }
   c.store(r);
   r.memory.inference_bytes = narrow(2 * n * es, what);
-  // Backward needs the output (sigmoid, tanh) or the input (ReLU): one tensor of n, besides
-  // the output itself.
+  // Backward needs the output (sigmoid, tanh) or the input (the others): one tensor of n,
+  // besides the output itself.
   r.memory.training_bytes = narrow(2 * n * es, what);
   const Traffic fwd{narrow(n * es, what), narrow(n * es, what)};
   const Traffic trn{narrow(3 * n * es, what), narrow(2 * n * es, what)};

@@ -101,6 +101,18 @@ constexpr int kReluOps = 1;         // max
 constexpr int kSigmoidGradOps = 3;  // dy * s * (1 - s): -, x, x
 constexpr int kTanhGradOps = 3;     // dy * (1 - t * t): x, -, x
 constexpr int kReluGradOps = 1;     // select dy where x > 0
+// GELU (erf form) 0.5 x (1 + erf(x / sqrt 2)): /, erf, +, x, x. Its derivative
+// dy (Phi(x) + x phi(x)) recomputes Phi (4: /, erf, +, x) and phi = exp(-x^2 / 2) / sqrt(2 pi)
+// (4: x, x, exp, x), then x phi, +, dy x (3).
+constexpr int kGeluOps = 5;
+constexpr int kGeluGradOps = 11;
+// SiLU x sigmoid(x): the sigmoid and a multiply. Its derivative dy s (1 + x (1 - s))
+// recomputes s (3), then -, x, +, x, x.
+constexpr int kSiluOps = 4;
+constexpr int kSiluGradOps = 8;
+// Leaky ReLU x > 0 ? x : a x: x, select; derivative: dy or a dy: x, select.
+constexpr int kLeakyReluOps = 2;
+constexpr int kLeakyReluGradOps = 2;
 
 // The sweep as a JSON value (sweep_json prints it; the HTML report embeds it).
 nlohmann::ordered_json sweep_json_value(const SweepResult& r);

@@ -107,18 +107,19 @@ const std::vector<CostOp>& cost_ops() {
          p.bias = o.bias, p.dtype = o.dtype;
          return linear_cost(p);
        }},
-      {"conv1d", "F.conv1d with bias", "n{N}c{C}l{L}d{D}k{K}[s{S}][p{P}][g{G}]", "n8c16l128d32k3",
-       "ncldkspg", "spg", false, false, false,
+      {"conv1d", "F.conv1d (r: dilation)", "n{N}c{C}l{L}d{D}k{K}[s{S}][p{P}][r{R}][g{G}]",
+       "n8c16l128d32k3", "ncldksprg", "sprg", true, false, false,
        [](const std::string& d, const CostOptions& o) {
          Conv1dProblem p = Conv1dProblem::parse(d);
-         p.dtype = o.dtype;
+         p.bias = o.bias, p.dtype = o.dtype;
          return conv1d_cost(p);
        }},
-      {"conv2d", "F.conv2d with bias", "n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][g{G}]",
-       "n8c16h64w64d32k3", "nchwdkspg", "spg", false, false, false,
+      {"conv2d", "F.conv2d (r: dilation; k, s, p, r as one value or HxW)",
+       "n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][r{R}][g{G}]", "n8c16h64w64d32k3", "nchwdksprg", "sprg",
+       true, false, false,
        [](const std::string& d, const CostOptions& o) {
          ConvProblem p = ConvProblem::parse(d);
-         p.dtype = o.dtype;
+         p.bias = o.bias, p.dtype = o.dtype;
          return conv2d_cost(p);
        }},
       {"mingru", "minGRU stack (linear variant; grux bench mingru)", "l{L}t{T}n{N}i{I}h{H}",
@@ -169,6 +170,19 @@ const std::vector<CostOp>& cost_ops() {
       {"relu", "elementwise ReLU", "n{COUNT}", "n65536", "n", "", false, false, false,
        [](const std::string& d, const CostOptions& o) {
          return activation_from(Activation::relu, d, o);
+       }},
+      {"gelu", "elementwise GELU (erf form)", "n{COUNT}", "n65536", "n", "", false, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         return activation_from(Activation::gelu, d, o);
+       }},
+      {"silu", "elementwise SiLU (swish)", "n{COUNT}", "n65536", "n", "", false, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         return activation_from(Activation::silu, d, o);
+       }},
+      {"leaky_relu", "elementwise leaky ReLU", "n{COUNT}", "n65536", "n", "", false, false,
+       false,
+       [](const std::string& d, const CostOptions& o) {
+         return activation_from(Activation::leaky_relu, d, o);
        }},
   };
   return ops;

@@ -102,6 +102,11 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
   r.threads = threads;
   (void)cost_of(op.name, r.fixed, spec.options);  // the fixed problem must be valid
   const std::map<char, int64_t> fixed = tokens(r.fixed);
+  for (const auto& [letter, value] : fixed)
+    if (op.letters.find(letter) == std::string::npos)
+      throw Error(fmt::format("--fixed '{}': a sweep takes one value per letter of {} ({}); "
+                              "'{}{}' is not one",
+                              r.fixed, op.name, op.letters, letter, value));
   std::set<std::string> seen;
   size_t points = 1;
   for (const SweepAxis& a : spec.axes) {

@@ -285,45 +285,70 @@ ConvGrads conv1d_backward(const Tensor& input, const Tensor& weight, const Tenso
 
 // ---- Problem descriptor ------------------------------------------------------------------
 
+namespace {
+
+// "3" or "3x5" of a descriptor: one value for both dimensions, or the height's and the width's.
+Pair2 pair_of(const std::ssub_match& h, const std::ssub_match& w, int64_t dflt) {
+  if (!h.matched) return dflt;
+  const int64_t vh = std::stoll(h.str());
+  return {vh, w.matched ? std::stoll(w.str()) : vh};
+}
+
+std::string pair_str(const Pair2& p) {
+  return p.h == p.w ? fmt::format("{}", p.h) : fmt::format("{}x{}", p.h, p.w);
+}
+
+}  // namespace
+
 ConvProblem ConvProblem::parse(const std::string& text) {
   static const std::regex re(
-      R"(n(\d{1,9})c(\d{1,9})h(\d{1,9})w(\d{1,9})d(\d{1,9})k(\d{1,9})(?:s(\d{1,9}))?(?:p(\d{1,9}))?(?:g(\d{1,9}))?)");
+      R"(n(\d{1,9})c(\d{1,9})h(\d{1,9})w(\d{1,9})d(\d{1,9})k(\d{1,9})(?:x(\d{1,9}))?)"
+      R"((?:s(\d{1,9})(?:x(\d{1,9}))?)?(?:p(\d{1,9})(?:x(\d{1,9}))?)?(?:r(\d{1,9})(?:x(\d{1,9}))?)?)"
+      R"((?:g(\d{1,9}))?)");
   std::smatch m;
   if (!std::regex_match(text, m, re))
     throw Error(
         fmt::format("conv problem descriptor '{}' is malformed (expected "
-                    "n{{N}}c{{C}}h{{H}}w{{W}}d{{D}}k{{K}}[s{{S}}][p{{P}}][g{{G}}], e.g. "
-                    "n8c16h64w64d32k3 or n8c64h56w56d64k3p1)",
+                    "n{{N}}c{{C}}h{{H}}w{{W}}d{{D}}k{{K}}[s{{S}}][p{{P}}][r{{R}}][g{{G}}], each of "
+                    "k, s, p, r as one value or HxW, e.g. n8c16h64w64d32k3, n8c64h56w56d64k3p1 or "
+                    "n1c8h32w32d8k3x5s2p1x2)",
                     text));
   auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
   ConvProblem p;
   p.N = num(1, 0), p.C = num(2, 0), p.H = num(3, 0), p.W = num(4, 0), p.D = num(5, 0);
-  p.K = num(6, 0), p.stride = num(7, 1), p.padding = num(8, 0), p.groups = num(9, 1);
+  p.kernel = pair_of(m[6], m[7], 0), p.stride = pair_of(m[8], m[9], 1);
+  p.padding = pair_of(m[10], m[11], 0), p.dilation = pair_of(m[12], m[13], 1);
+  p.groups = num(14, 1);
   for (auto [name, v] : {std::pair{"n", p.N},
                          {"c", p.C},
                          {"h", p.H},
                          {"w", p.W},
                          {"d", p.D},
-                         {"k", p.K},
-                         {"s", p.stride},
+                         {"k", std::min(p.kernel.h, p.kernel.w)},
+                         {"s", std::min(p.stride.h, p.stride.w)},
+                         {"r", std::min(p.dilation.h, p.dilation.w)},
                          {"g", p.groups}})
     if (v < 1)
       throw Error(fmt::format("conv problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
   if (p.C % p.groups != 0 || p.D % p.groups != 0)
     throw Error(fmt::format("conv problem descriptor '{}': c{} and d{} must be multiples of g{}",
                             text, p.C, p.D, p.groups));
-  if (p.K > p.H + 2 * p.padding || p.K > p.W + 2 * p.padding)
+  const int64_t eh = p.dilation.h * (p.kernel.h - 1) + 1, ew = p.dilation.w * (p.kernel.w - 1) + 1;
+  if (eh > p.H + 2 * p.padding.h || ew > p.W + 2 * p.padding.w)
     throw Error(
-        fmt::format("conv problem descriptor '{}': kernel k{} is larger than the padded "
-                    "input ({}, {})",
-                    text, p.K, p.H + 2 * p.padding, p.W + 2 * p.padding));
+        fmt::format("conv problem descriptor '{}': kernel k{}{} spans ({}, {}), larger than the "
+                    "padded input ({}, {})",
+                    text, pair_str(p.kernel),
+                    p.dilation == Pair2(1) ? "" : " dilated r" + pair_str(p.dilation), eh, ew,
+                    p.H + 2 * p.padding.h, p.W + 2 * p.padding.w));
   return p;
 }
 
 std::string ConvProblem::descriptor() const {
-  std::string s = fmt::format("n{}c{}h{}w{}d{}k{}", N, C, H, W, D, K);
-  if (stride != 1) s += fmt::format("s{}", stride);
-  if (padding != 0) s += fmt::format("p{}", padding);
+  std::string s = fmt::format("n{}c{}h{}w{}d{}k{}", N, C, H, W, D, pair_str(kernel));
+  if (stride != Pair2(1)) s += fmt::format("s{}", pair_str(stride));
+  if (padding != Pair2(0)) s += fmt::format("p{}", pair_str(padding));
+  if (dilation != Pair2(1)) s += fmt::format("r{}", pair_str(dilation));
   if (groups != 1) s += fmt::format("g{}", groups);
   return s;
 }
@@ -332,21 +357,22 @@ Conv2dOptions ConvProblem::options(ConvAlgo algo) const {
   Conv2dOptions o;
   o.stride = stride;
   o.padding = padding;
+  o.dilation = dilation;
   o.groups = groups;
   o.algo = algo;
   return o;
 }
 
 int64_t ConvProblem::OH() const {
-  return (H + 2 * padding - K) / stride + 1;
+  return (H + 2 * padding.h - dilation.h * (kernel.h - 1) - 1) / stride.h + 1;
 }
 int64_t ConvProblem::OW() const {
-  return (W + 2 * padding - K) / stride + 1;
+  return (W + 2 * padding.w - dilation.w * (kernel.w - 1) - 1) / stride.w + 1;
 }
 
 double ConvProblem::flops() const {
   return 2.0 * double(N) * double(D) * double(OH()) * double(OW()) * double(C / groups) *
-         double(K * K);
+         double(kernel.h) * double(kernel.w);
 }
 
 }  // namespace grux

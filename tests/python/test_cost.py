@@ -6,6 +6,7 @@ against the preset's documented rates (docs/cost_model.md) and a profile file wr
 Counts are exact integers: every comparison is ==; predicted times are floats computed by the
 same division in C++ and here, compared to 1e-12 relative."""
 import json
+import math
 import sys
 import types
 
@@ -192,8 +193,8 @@ def test_cost_errors():
         grux.cost(3, "b1i2o3")
     with pytest.raises(grux.Error, match="linear takes no --lengths"):
         grux.cost("linear", "b1i2o3", lengths=[1])
-    with pytest.raises(grux.Error, match="conv2d takes no --no-bias"):
-        grux.cost("conv2d", "n1c1h4w4d1k3", bias=False)
+    with pytest.raises(grux.Error, match="relu takes no --no-bias"):
+        grux.cost("relu", "n4", bias=False)
     with pytest.raises(grux.Error, match="lengths: expected"):
         grux.cost("gru", "t4n2i3h5", lengths=[1.5, 2.0])
     with pytest.raises(grux.Error, match="dtype"):
@@ -208,8 +209,8 @@ def test_cost_errors():
 
 def test_profile_sequential_rows():
     torch.manual_seed(0)
-    # Linear on (2, 3, 20): 6 rows of 20; Conv1d on (2, 3, 24); Unflatten (not in the cost
-    # model) makes (2, 1, 5, 24) for Conv2d.
+    # Linear on (2, 3, 20): 6 rows of 20; Conv1d on (2, 3, 24); Unflatten (a view: no
+    # arithmetic) makes (2, 1, 5, 24) for Conv2d.
     model = nn.Sequential(nn.Linear(20, 24), nn.ReLU(), nn.Conv1d(3, 5, 3, padding=1),
                           nn.Sigmoid(), nn.Unflatten(1, (1, 5)), nn.Conv2d(1, 2, 3, stride=2),
                           nn.Tanh())
@@ -224,7 +225,8 @@ def test_profile_sequential_rows():
     assert relu.operations == 2 * 3 * 24 and relu.macs == 0
     assert c1.macs == 2 * 5 * 24 * 3 * 3 and c1.parameters == numel(model[2])
     assert sig.operations == 3 * 2 * 5 * 24
-    assert unfl.operations is None and unfl.note and unfl.parameters == 0
+    assert (unfl.operations, unfl.gemm_flop, unfl.macs, unfl.parameters, unfl.note) == (0, 0, 0, 0,
+                                                                                      None)
     OH, OW = conv_out(5, 3, 2, 0), conv_out(24, 3, 2, 0)
     assert c2.macs == 2 * 2 * OH * OW * 1 * 3 * 3
     assert tanh.operations == 7 * 2 * 2 * OH * OW
@@ -232,7 +234,7 @@ def test_profile_sequential_rows():
         assert r.parameters == numel(m)
         assert r.parameter_bytes == 4 * numel(m)
     assert lin.activation_bytes == 4 * (6 * 20 + 6 * 24)
-    assert all(r.predicted_ms > 0 for r in p if r.operations is not None)
+    assert all(r.predicted_ms > 0 for r in p if r.operations)
     # Totals: the column sums.
     t = p.total
     assert t.name == "total" and t.parameters == numel(model)
@@ -309,7 +311,7 @@ def test_profile_float64_and_unknown_layers():
             self.scale = nn.Parameter(torch.ones(3))
             self.conv = nn.Conv2d(3, 4, 3, bias=False)
             self.norm = nn.LayerNorm(6)
-            self.act = nn.GELU()
+            self.act = nn.GELU(approximate="tanh")
             self.lin = nn.Linear(6, 2).double()
 
         def forward(self, x):
@@ -321,15 +323,55 @@ def test_profile_float64_and_unknown_layers():
     rows = {r.name: r for r in p}
     own = rows[""]
     assert own.parameters == 3 and own.operations is None and own.calls is None
-    conv = rows["conv"]  # no bias: not in the cost model, but its parameters are counted
-    assert conv.operations is None and "bias" in conv.note and conv.parameters == numel(m.conv)
+    conv = rows["conv"]  # no bias: P (2 taps - 1)
+    assert conv.operations == 2 * 4 * 6 * 6 * (2 * 27 - 1) and conv.parameters == numel(m.conv)
     assert rows["norm"].parameters == numel(m.norm) and rows["norm"].macs is None
-    assert rows["act"].operations is None and rows["act"].note
+    assert rows["norm"].note == "LayerNorm is not in the cost model"
+    assert rows["act"].operations is None and "approximate='tanh'" in rows["act"].note
     lin = rows["lin"]
     assert lin.macs == 2 * 4 * 6 * 6 * 2 and lin.parameter_bytes == 8 * numel(m.lin)
     assert p.total.parameters == numel(m)
     text = str(p)
-    assert "GELU" in text and "-" in text and "bias" in text
+    assert "GELU" in text and "-" in text and "LayerNorm" in text
+
+
+@pytest.mark.parametrize("conv,shape", [
+    (nn.Conv2d(4, 6, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2,
+               bias=False), (2, 4, 11, 9)),
+    (nn.Conv2d(3, 2, 3, padding="same", dilation=2, padding_mode="reflect"), (1, 3, 8, 7)),
+    (nn.Conv1d(3, 3, 3, dilation=4, padding="same"), (2, 3, 20)),
+    (nn.Conv1d(2, 4, 4, stride=3, dilation=2, bias=False), (2, 17)),  # unbatched
+])
+def test_profile_convolutions_of_any_shape(conv, shape):
+    """Kernels, strides, padding and dilation per dimension, with or without bias: the row's
+    counts follow from the output torch computes."""
+    p = grux.profile(conv, torch.randn(*shape))
+    r = p[0]
+    assert r.note is None, r.note
+    out = conv(torch.randn(*shape))
+    outputs = out.numel()
+    taps = conv.in_channels // conv.groups * math.prod(conv.kernel_size)
+    assert r.macs == outputs * taps and r.gemm_flop == 2 * outputs * taps
+    bias = conv.bias is not None
+    assert r.operations == outputs * (2 * taps - 1) + (outputs if bias else 0)
+    assert r.parameters == numel(conv)
+    if shape == (2, 4, 11, 9):
+        assert r.problem == "conv2d n2c4h11w9d6k3x5s2x1p1x2r2x1g2"
+
+
+def test_profile_activations_and_layers_without_arithmetic():
+    model = nn.Sequential(nn.GELU(), nn.SiLU(), nn.LeakyReLU(0.2), nn.Dropout(0.5), nn.Flatten(),
+                          nn.Identity())
+    model.eval()
+    p = grux.profile(model, torch.randn(2, 3, 4))
+    gelu, silu, leaky, drop, flat, ident = p
+    assert (gelu.operations, silu.operations, leaky.operations) == (5 * 24, 4 * 24, 2 * 24)
+    assert gelu.problem == "gelu n24" and gelu.macs == 0
+    for r in (drop, flat, ident):
+        assert (r.operations, r.gemm_flop, r.macs, r.note) == (0, 0, 0, None)
+    model.train()  # dropout that draws a mask is not counted
+    drop = grux.profile(model, torch.randn(2, 3, 4))[3]
+    assert drop.operations is None and "Dropout" in drop.note
 
 
 def test_profile_shared_module_and_unused():

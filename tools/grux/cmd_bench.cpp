@@ -478,7 +478,7 @@ void run_bench_conv2d(const ConvBenchArgs& a) {
   const int threads = set_threads(a.threads);
   std::mt19937_64 rng(3);
   const Tensor x = uniform({p.N, p.C, p.H, p.W}, p.dtype, rng);
-  const Tensor w = uniform({p.D, p.C / p.groups, p.K, p.K}, p.dtype, rng);
+  const Tensor w = uniform({p.D, p.C / p.groups, p.kernel.h, p.kernel.w}, p.dtype, rng);
   const Tensor b = uniform({p.D}, p.dtype, rng);
   const Tensor dy = a.train ? uniform({p.N, p.D, p.OH(), p.OW()}, p.dtype, rng) : Tensor();
 
@@ -613,10 +613,11 @@ Action add_bench_command(CLI::App& app) {
   m->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
   CLI::App* cv = c->add_subcommand(
       "conv2d",
-      "Time a conv2d problem. DESCRIPTOR is n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][g{G}] (square "
-      "kernel K, stride S, zero padding P, groups G; defaults s1 p0 g1), e.g. n8c16h64w64d32k3 "
-      "or n8c64h56w56d64k3p1. Default mode: forward with bias; --train adds the backward "
-      "(grad_input, grad_weight, grad_bias). gflops counts 2*N*D*OH*OW*(C/G)*K*K per forward, "
+      "Time a conv2d problem. DESCRIPTOR is n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][r{R}][g{G}] "
+      "(kernel K, stride S, zero padding P, dilation R, groups G; defaults s1 p0 r1 g1; each of "
+      "k, s, p, r one value or HxW), e.g. n8c16h64w64d32k3, n8c64h56w56d64k3p1 or "
+      "n1c8h32w32d8k3x5s2p1x2. Default mode: forward with bias; --train adds the backward "
+      "(grad_input, grad_weight, grad_bias). gflops counts 2*N*D*OH*OW*(C/G)*KH*KW per forward, "
       "x3 for --train. The result is first checked against the loops reference: the whole "
       "problem when that costs at most 2.5 GFLOP (\"checked\":\"full\"), else image 0 alone "
       "plus image 0 of the batched run (\"checked\":\"batch1\"); a wrong result exits with "
