@@ -205,9 +205,10 @@ class GRUStream:
 
         out: an array or tensor of the output's shape and the stream's dtype, C-contiguous, to
         write the output into (and return) instead of making a new one each frame."""
-        # The common cases first and short: arrays and tensors go to C++ as they are.
-        if (frame.__class__ is np.ndarray or _is_tensor(frame)) and frame.ndim == self._frame_ndim:
-            return self._core.step(frame, out)
+        # The common case first and short: a contiguous array or tensor of one frame.
+        y = self._core.step_frame(frame, out)
+        if y is not None:
+            return y
         x, wrap = _to_numpy(frame, "frame")
         if x.ndim != self._frame_ndim:
             shape = "(I,)" if self.batch == 0 else "(N, I)"

@@ -24,7 +24,22 @@ std::string numpy_dtype_name(const py::dtype& dt) {
 struct TorchApi {
   PyTypeObject* tensor_type;
   py::object f32, f64, i64, from_numpy;
+  // Interned attribute names for the per-frame fast path (pybind11's attr("...") would make
+  // a new string every call).
+  PyObject *dtype, *is_cpu, *is_contiguous, *shape, *data_ptr, *requires_grad;
 };
+
+py::object getattr_of(PyObject* o, PyObject* name) {
+  PyObject* r = PyObject_GetAttr(o, name);
+  if (r == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(r);
+}
+
+py::object call_method(PyObject* o, PyObject* name) {
+  PyObject* r = PyObject_CallMethodNoArgs(o, name);
+  if (r == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(r);
+}
 
 const TorchApi* torch_api() {
   static const TorchApi* api = nullptr;
@@ -35,8 +50,17 @@ const TorchApi* torch_api() {
   if (!py::hasattr(torch, "from_numpy")) return nullptr;  // still importing
   py::object type = torch.attr("Tensor");
   if (!PyType_Check(type.ptr())) return nullptr;
-  api = new TorchApi{reinterpret_cast<PyTypeObject*>(type.release().ptr()), torch.attr("float32"),
-                     torch.attr("float64"), torch.attr("int64"), torch.attr("from_numpy")};
+  api = new TorchApi{reinterpret_cast<PyTypeObject*>(type.release().ptr()),
+                     torch.attr("float32"),
+                     torch.attr("float64"),
+                     torch.attr("int64"),
+                     torch.attr("from_numpy"),
+                     PyUnicode_InternFromString("dtype"),
+                     PyUnicode_InternFromString("is_cpu"),
+                     PyUnicode_InternFromString("is_contiguous"),
+                     PyUnicode_InternFromString("shape"),
+                     PyUnicode_InternFromString("data_ptr"),
+                     PyUnicode_InternFromString("requires_grad")};
   return api;
 }
 
@@ -106,22 +130,31 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
     for (int d = 0; d < r.ndim; ++d) r.shape[d] = a.shape(d);
   } else if (is_torch_tensor(obj)) {
     const TorchApi& api = *torch_api();
-    const py::object dtype = obj.attr("dtype");
+    PyObject* o = obj.ptr();
+    const py::object dtype = getattr_of(o, api.dtype);
     if (dtype.is(api.f32))
       r.dtype = DType::f32;
     else if (dtype.is(api.f64))
       r.dtype = DType::f64;
     else
       return std::nullopt;
-    if (!obj.attr("is_cpu").cast<bool>() || !obj.attr("is_contiguous")().cast<bool>())
+    if (getattr_of(o, api.is_cpu).ptr() != Py_True ||
+        call_method(o, api.is_contiguous).ptr() != Py_True)
       return std::nullopt;
-    const auto shape = py::reinterpret_borrow<py::tuple>(obj.attr("shape"));
-    if (shape.size() < 1 || shape.size() > 3) return std::nullopt;
-    r.ndim = static_cast<int>(shape.size());
-    for (int d = 0; d < r.ndim; ++d) r.shape[d] = shape[d].cast<int64_t>();
-    r.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+    const py::object shape = getattr_of(o, api.shape);  // torch.Size, a tuple
+    if (!PyTuple_Check(shape.ptr())) return std::nullopt;
+    const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+    if (ndim < 1 || ndim > 3) return std::nullopt;
+    r.ndim = static_cast<int>(ndim);
+    for (int d = 0; d < r.ndim; ++d) {
+      r.shape[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), d));
+      if (r.shape[d] == -1 && PyErr_Occurred()) throw py::error_already_set();
+    }
+    const py::object ptr = call_method(o, api.data_ptr);
+    r.data = reinterpret_cast<void*>(static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr.ptr())));
+    if (PyErr_Occurred()) throw py::error_already_set();
     r.torch = true;
-    r.requires_grad = obj.attr("requires_grad").cast<bool>();
+    r.requires_grad = getattr_of(o, api.requires_grad).ptr() == Py_True;
   } else {
     return std::nullopt;
   }

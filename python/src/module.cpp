@@ -84,11 +84,14 @@ struct Stream {
   // path does not take (other types, layouts, wrong shapes, whose errors the Tensor path words)
   // return nullopt. The GIL is released for any step that computes more than a few
   // microseconds; shorter ones keep it, since releasing and taking it back costs about as much.
-  std::optional<py::object> step_raw(const py::handle& frames, const py::handle& out) {
+  // single: one frame only (a block returns nullopt).
+  std::optional<py::object> step_raw(const py::handle& frames, const py::handle& out,
+                                     bool single = false) {
     const std::optional<RawArray> in = raw_array(frames);
     if (!in || in->dtype != dtype) return std::nullopt;
     const int frame_dims = N == 0 ? 1 : 2;
     const bool chunk = in->ndim == frame_dims + 1;
+    if (single && chunk) return std::nullopt;
     if ((in->ndim != frame_dims && !chunk) || (chunk && batch_first && N > 0)) return std::nullopt;
     if (in->shape[in->ndim - 1] != I || (N > 0 && in->shape[in->ndim - 2] != N)) return std::nullopt;
     const int64_t t = chunk ? in->shape[0] : 1, rows = N == 0 ? 1 : N;
@@ -334,6 +337,16 @@ void grux_py::bind_gru(py::module_& m) {
             return py::reinterpret_borrow<py::object>(out);
           },
           py::arg("frames"), py::arg("out") = py::none())
+      .def(
+          "step_frame",
+          [](Stream& s, const py::handle& frame, const py::handle& out) -> py::object {
+            if (auto r = s.step_raw(frame, out, true)) return *r;
+            return py::none();
+          },
+          py::arg("frame"), py::arg("out") = py::none(),
+          "One frame through the fast path, or None when the frame is not a C-contiguous array "
+          "or CPU tensor of the stream's dtype and one frame's shape (the caller then takes the "
+          "general path).")
       .def("state", [](const Stream& s) { return to_array(s.stream->state()); })
       .def(
           "reset", [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },
