@@ -30,9 +30,9 @@ setting (the lower median over --threads); "kept" is the Python speed-up over th
                matrices 64 x 64, against the same library's algorithm written in PyTorch
                (bench/seed_scan.py, our own implementation; target >= 5x), at each thread count.
 
-The W1 rows time each side in --procs processes (default 3) and keep the fastest: with two
-threads the stream's speed on a 2-core machine differs from process to process by up to 1.6x
-(C++ and Python alike). Every timing is its own process, one after another (the machine's cores are shared by nothing
+The GRU rows time each side in --procs processes (default 3) and keep the fastest: with two
+threads a batch-1 run's speed on a shared 2-core machine differs from process to process by up
+to 1.6x (C++ and Python alike). Every timing is its own process, one after another (the machine's cores are shared by nothing
 else we start). Progress goes to stderr, the Markdown table to stdout.
 """
 import argparse
@@ -183,7 +183,7 @@ def main():
                          "an installed one)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--procs", type=int, default=3,
-                    help="W1 rows: processes per timing, the fastest kept (a 2-thread stream's "
+                    help="processes per GRU timing, the fastest kept (with 2 threads a run's "
                          "speed varies from process to process on a shared 2-core machine)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -229,7 +229,7 @@ def main():
             if t not in res or (key in r and r[key] < res[t].get(key, float("inf"))):
                 res[t] = r
 
-        for _ in range(a.procs if mode == "cell" else 1):
+        for _ in range(a.procs):
             for t in threads:
                 keep(cg, t, run_json([a.grux, "bench", "gru", desc, *flag, "--threads", str(t),
                                       "--reps", str(a.reps)], env, a.timeout), "median_ms")

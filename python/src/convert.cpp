@@ -26,7 +26,7 @@ struct TorchApi {
   py::object f32, f64, i64, from_numpy;
   // Interned attribute names for the per-frame fast path (pybind11's attr("...") would make
   // a new string every call).
-  PyObject *dtype, *is_cpu, *is_contiguous, *shape, *data_ptr, *requires_grad;
+  PyObject *dtype, *is_cpu, *is_contiguous, *shape, *stride, *data_ptr, *requires_grad;
 };
 
 py::object getattr_of(PyObject* o, PyObject* name) {
@@ -59,6 +59,7 @@ const TorchApi* torch_api() {
                      PyUnicode_InternFromString("is_cpu"),
                      PyUnicode_InternFromString("is_contiguous"),
                      PyUnicode_InternFromString("shape"),
+                     PyUnicode_InternFromString("stride"),
                      PyUnicode_InternFromString("data_ptr"),
                      PyUnicode_InternFromString("requires_grad")};
   return api;
@@ -67,10 +68,11 @@ const TorchApi* torch_api() {
 // A CPU torch tensor as a Tensor over its memory (the tensor held alive), strides as torch
 // reports them (never negative).
 Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, bool allow_int) {
-  if (!obj.attr("is_cpu").cast<bool>())
+  PyObject* o = obj.ptr();
+  if (getattr_of(o, api.is_cpu).ptr() != Py_True)
     throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
                       " was given; grux runs on the CPU (move it with .cpu())");
-  const py::object dtype = obj.attr("dtype");
+  const py::object dtype = getattr_of(o, api.dtype);
   DType dt;
   if (dtype.is(api.f32))
     dt = DType::f32;
@@ -82,17 +84,28 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
     throw grux::Error(std::string(name) + ": dtype " + py::str(dtype).cast<std::string>() +
                       " is not supported (expected " +
                       (allow_int ? "torch.int64" : "torch.float32 or torch.float64") + ")");
-  const auto shape_t = py::reinterpret_borrow<py::tuple>(obj.attr("shape"));
-  const auto stride_t = obj.attr("stride")().cast<py::tuple>();
-  grux::Shape shape(shape_t.size()), strides(shape_t.size());
+  const py::object shape_t = getattr_of(o, api.shape), stride_t = call_method(o, api.stride);
+  if (!PyTuple_Check(shape_t.ptr()) || !PyTuple_Check(stride_t.ptr()) ||
+      PyTuple_GET_SIZE(shape_t.ptr()) != PyTuple_GET_SIZE(stride_t.ptr()))
+    throw grux::Error(std::string(name) + ": the tensor's shape and strides are not tuples of "
+                      "the same length");
+  auto item = [](PyObject* t, size_t d) {
+    const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, d));
+    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return static_cast<int64_t>(v);
+  };
+  const auto ndim = static_cast<size_t>(PyTuple_GET_SIZE(shape_t.ptr()));
+  grux::Shape shape(ndim), strides(ndim);
   bool empty = false;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    shape[d] = shape_t[d].cast<int64_t>();
-    strides[d] = shape[d] <= 1 ? 0 : stride_t[d].cast<int64_t>();
+  for (size_t d = 0; d < ndim; ++d) {
+    shape[d] = item(shape_t.ptr(), d);
+    strides[d] = shape[d] <= 1 ? 0 : item(stride_t.ptr(), d);
     empty = empty || shape[d] == 0;
   }
   if (empty) return Tensor::zeros(shape, dt);  // no memory to view (data_ptr may be null)
-  auto* data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+  const py::object ptr = call_method(o, api.data_ptr);
+  auto* data = reinterpret_cast<void*>(static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr.ptr())));
+  if (PyErr_Occurred()) throw py::error_already_set();
   auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
   std::shared_ptr<void> owner(held, [](void* p) {
     py::gil_scoped_acquire gil;
