@@ -261,11 +261,11 @@ class GRUCell(nn.Module):
         if torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in [input, hx, *weights]):
             return _CellFunction.apply(cell, input, hx, *weights)
-        # Tensors go to C++ as they are (read through data_ptr; the result is a tensor).
-        if input.__class__ is not torch.Tensor or not (hx is None or hx.__class__ is torch.Tensor):
-            _np(input, "input"), _np(hx, "hx")  # the errors' words, or a subclass: general path
-            return torch.from_numpy(cell.forward(_np(input, "input"), _np(hx, "hx")))
-        return cell.forward(input, hx)
+        # Tensors go to C++ as they are (read through data_ptr; the result is a tensor);
+        # anything else (subclasses, wrong types: _np words the errors) through NumPy.
+        if input.__class__ is torch.Tensor and (hx is None or hx.__class__ is torch.Tensor):
+            return cell.forward(input, hx)
+        return torch.from_numpy(cell.forward(_np(input, "input"), _np(hx, "hx")))
 
 
 # ---- minGRU ----------------------------------------------------------------------------

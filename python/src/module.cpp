@@ -135,6 +135,8 @@ struct Stream {
     bool ok = r && r->dtype == want.dtype && r->ndim == want.ndim;
     for (int d = 0; ok && d < want.ndim; ++d) ok = r->shape[d] == want.shape[d];
     if (!ok) throw grux::Error("out: expected " + expected + ", got " + describe(out));
+    if (py::isinstance<py::array>(out) && !py::reinterpret_borrow<py::array>(out).writeable())
+      throw grux::Error("out: the array is read-only");
     if (r->requires_grad)
       throw grux::Error("out: a tensor that requires grad cannot be written (pass one made under "
                         "torch.no_grad(), or none)");
@@ -320,20 +322,31 @@ void grux_py::bind_gru(py::module_& m) {
           [](Stream& s, const py::object& frames, const py::object& out) -> py::object {
             if (auto r = s.step_raw(frames, out)) return *r;
             const Tensor tx = from_array(frames, "frames");
+            // Frames the fast path does not take (strided, batch-first blocks) go through a
+            // Tensor; a given `out` is checked first (the step would be lost if it were
+            // refused after), then the result copied into it.
+            void* o = nullptr;
+            RawArray want;
+            if (!out.is_none() && tx.dim() >= 1 && tx.dim() <= 3) {
+              want.dtype = s.dtype, want.ndim = static_cast<int>(tx.dim());
+              for (int d = 0; d < want.ndim; ++d) want.shape[d] = tx.size(d);
+              want.shape[want.ndim - 1] = s.H;
+              o = s.checked_out(out, want, nullptr, 0);
+            } else if (!out.is_none()) {
+              throw grux::Error("out: frames of shape " + grux::shape_str(tx.shape()) +
+                                " are not one frame or a block of them");
+            }
             Tensor result;
             {
               py::gil_scoped_release nogil;
               result = s.stream->step(tx);
             }
-            if (out.is_none()) return to_like(result, frames);
-            // Frames the fast path does not take (strided, batch-first blocks): the result is
-            // computed first, so `out` may be anything of the right kind, then copied in.
-            RawArray want;
-            want.dtype = result.dtype(), want.ndim = static_cast<int>(result.dim());
-            for (int d = 0; d < want.ndim; ++d) want.shape[d] = result.size(d);
+            if (o == nullptr) return to_like(result, frames);
             const Tensor c = result.contiguous();
-            std::memcpy(s.checked_out(out, want, nullptr, 0), c.raw_data(),
-                        static_cast<size_t>(c.numel()) * grux::dtype_size(c.dtype()));
+            if (c.numel() != want.numel() || c.dtype() != want.dtype)  // never: the step's shape
+              throw grux::Error("out: the result's shape " + grux::shape_str(c.shape()) +
+                                " differs from the one checked");
+            std::memcpy(o, c.raw_data(), static_cast<size_t>(c.numel()) * grux::dtype_size(c.dtype()));
             return py::reinterpret_borrow<py::object>(out);
           },
           py::arg("frames"), py::arg("out") = py::none())

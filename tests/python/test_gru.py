@@ -255,6 +255,16 @@ def test_stream_out_errors():
         assert words in str(e.value), str(e.value)
     with pytest.raises(grux.Error, match="out: .*of shape \\(3, 1, 4\\)"):
         s.process(np.zeros((3, 1, 4), np.float32), out=np.zeros((3, 4), np.float32))
+    read_only = np.zeros((1, 4), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(grux.Error, match="out: the array is read-only"):
+        s.step(frame, out=read_only)
+    # A refused out loses no step, on the fast path and on the strided one alike.
+    strided = np.ones((1, 8), np.float32)[:, ::2]
+    for f in (np.ones((1, 4), np.float32), strided):
+        with pytest.raises(grux.Error, match="^out: "):
+            s.step(f, out=np.zeros((1, 5), np.float32))
+        np.testing.assert_array_equal(s.state(), np.zeros((1, 1, 4), np.float32))
 
 
 def test_torch_tensors_are_read_in_place():

@@ -3,6 +3,7 @@ initial values, the same outputs (PackedSequence included), gradcheck in f64, an
 losses through 20 steps of an ordinary Adam training loop."""
 import copy
 
+import numpy as np
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_sequence
@@ -160,6 +161,28 @@ def test_grucell_module():
         ref.load_state_dict(ours.state_dict())
     assert (ref(x, h) - ours(x, h)).abs().max() < 2e-6
     copy.deepcopy(ours)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gru_cell_inference_path(dtype):
+    """Without autograd the cell reads tensors in place and returns tensors: batch 1 (the
+    real-time kernel in f32), a batch, unbatched, hx given or not."""
+    torch.manual_seed(22)
+    ref = torch.nn.GRUCell(6, 7, dtype=dtype)
+    ours = gt.GRUCell(6, 7, dtype=dtype)
+    ours.load_state_dict(ref.state_dict())
+    tol = 3e-6 if dtype == torch.float32 else 1e-12
+    with torch.no_grad():
+        for x, h in [(torch.randn(1, 6, dtype=dtype), torch.randn(1, 7, dtype=dtype)),
+                     (torch.randn(4, 6, dtype=dtype), None),
+                     (torch.randn(6, dtype=dtype), torch.randn(7, dtype=dtype))]:
+            got = ours(x, h)
+            assert type(got) is torch.Tensor and got.dtype == dtype
+            assert (got - ref(x, h)).abs().max() < tol
+        with pytest.raises(grux.Error, match="input: expected a torch.Tensor, got ndarray"):
+            ours(np.zeros((1, 6)))
+        with pytest.raises(grux.Error, match="hx"):
+            ours(torch.randn(1, 6, dtype=dtype), torch.randn(1, 7, dtype=torch.float16))
 
 
 def test_torch_errors():
