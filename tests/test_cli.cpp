@@ -190,7 +190,13 @@ TEST_F(CliBadInput, WrongShapes) {
   expect_user_error(grux_cli(tmp.path, args), {"h0", "(2, 2, 2)"});
   write_npy(p("h0.npy"), g.tensors.at("h0"));
   write_npy(p("grad_output.npy"), Tensor::zeros({1, 2, 3}, DType::f32));
-  expect_user_error(grux_cli(tmp.path, args), {"doutput", "(1, 2, 3)"});
+  expect_user_error(grux_cli(tmp.path, args),
+                    {"grad_output.npy: --grad-output has shape (1, 2, 3), expected the output's"});
+  write_npy(p("grad_output.npy"), g.tensors.at("grad_output"));
+  write_npy(p("grad_h_n.npy"), Tensor::zeros({3}, DType::f32));
+  expect_user_error(grux_cli(tmp.path, args),
+                    {"grad_h_n.npy: --grad-hn has shape (3,), expected h_n's (1, 4, 6)"});
+  write_npy(p("grad_h_n.npy"), g.tensors.at("grad_h_n"));
   write_npy(p("input.npy"), Tensor::zeros({2, 3, 4, 5}, DType::f32));
   expect_user_error(grux_cli(tmp.path, args), {"input", "(2, 3, 4, 5)"});
 }

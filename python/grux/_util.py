@@ -31,7 +31,7 @@ def _to_numpy(x, name, integer=False):
         a = np.asarray(x, dtype=np.int64 if integer else None)
     except (TypeError, ValueError) as e:
         raise Error(f"{name}: expected an array or a tensor, got {type(x).__name__} ({e})") from None
-    if a.dtype == object:
+    if a.dtype.kind in "OUSV":  # objects, strings, bytes, raw records
         raise Error(f"{name}: expected an array or a tensor, got {type(x).__name__}")
     if not integer and a.dtype.kind in "iub":
         a = a.astype(np.float32)

@@ -296,7 +296,7 @@ def test_stream_of_a_batch_first_gru_takes_batch_first_blocks():
     (lambda g: g(np.zeros((5, 2, 3), np.float32), np.zeros((1, 3, 4), np.float32)), "h0"),
     (lambda g: g(np.zeros((5, 2, 3), np.float32), lengths=[6, 1]), "lengths"),
     (lambda g: g(np.zeros((5, 2, 3), np.float32), lengths=[0, 1]), "lengths"),
-    (lambda g: g("not an array"), "input"),
+    (lambda g: g("not an array"), "input: expected an array or a tensor, got str"),
     (lambda g: g.load_state_dict({"weight_ih_l0": np.zeros((12, 3), np.float32)}), "weight_hh_l0"),
     (lambda g: g.load_state_dict(grux.GRU(3, 5).state_dict()), "hidden_size"),
     (lambda g: g.backward("tape", np.zeros(1)), "tape"),

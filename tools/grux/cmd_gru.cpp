@@ -60,6 +60,13 @@ void run_gru(const GruArgs& a) {
   const bool want_grads = dy.defined() || dhn.defined();
   GruTape tape;
   GruOutput y = want_grads ? gru.forward_train(x, h0, lengths, tape) : gru.forward(x, h0, lengths);
+  // The gradients' shapes are the results' (named by their files, not the engine's words).
+  if (dy.defined() && dy.shape() != y.output.shape())
+    throw Error(a.grad_output + ": --grad-output has shape " + shape_str(dy.shape()) +
+                ", expected the output's " + shape_str(y.output.shape()));
+  if (dhn.defined() && dhn.shape() != y.h_n.shape())
+    throw Error(a.grad_hn + ": --grad-hn has shape " + shape_str(dhn.shape()) +
+                ", expected h_n's " + shape_str(y.h_n.shape()));
   GruGrads g;
   if (want_grads) g = gru.backward(tape, dy, dhn);
 
