@@ -22,7 +22,7 @@ import numpy as np
 from . import _grux
 from ._grux import Error
 from ._grux import is_torch_tensor as _is_tensor
-from ._util import _dtype_name, _optional, _to_numpy
+from ._util import _check_same_sizes, _dtype_name, _optional, _state_arrays, _to_numpy
 
 __version__ = _grux.__version__
 __all__ = ["Error", "GRU", "GRUCell", "GRUStream", "Tape", "simd_target"]
@@ -34,10 +34,7 @@ def simd_target():
 
 
 def _check_state_keys(d, name):
-    if not hasattr(d, "items"):
-        raise Error(f"{name}: expected a dict of arrays keyed like nn.GRU's state_dict, "
-                    f"got {type(d).__name__}")
-    return {str(k): _to_numpy(v, f"{name}['{k}']")[0] for k, v in d.items()}
+    return _state_arrays(d, name, "like nn.GRU's state_dict")
 
 
 class Tape:
@@ -87,11 +84,8 @@ class GRU:
         present and no other. The arrays are copied only when not contiguous."""
         arrays = _check_state_keys(state_dict, "state_dict")
         core = _grux.Gru.from_state_dict(arrays, self.batch_first, self.dropout, self.reset_before)
-        for what in ("input_size", "hidden_size", "num_layers", "bias", "bidirectional"):
-            got, want = getattr(core, what), getattr(self._core, what)
-            if got != want:
-                raise Error(f"load_state_dict: the weights have {what} = {got}, this GRU "
-                            f"{what} = {want}")
+        _check_same_sizes(core, self._core, ("input_size", "hidden_size", "num_layers", "bias",
+                                             "bidirectional"), "GRU")
         self._core = core
 
     def state_dict(self):
@@ -155,11 +149,7 @@ class GRUCell:
         """Weights from nn.GRUCell's keys (weight_ih, weight_hh, bias_ih, bias_hh)."""
         core = _grux.GruCell.from_state_dict(_check_state_keys(state_dict, "state_dict"),
                                              self.reset_before)
-        for what in ("input_size", "hidden_size"):
-            got, want = getattr(core, what), getattr(self._core, what)
-            if got != want:
-                raise Error(f"load_state_dict: the weights have {what} = {got}, this GRUCell "
-                            f"{what} = {want}")
+        _check_same_sizes(core, self._core, ("input_size", "hidden_size"), "GRUCell")
         has_bias = "bias_ih" in state_dict
         if has_bias != self.bias:
             raise Error(f"load_state_dict: the weights {'have' if has_bias else 'lack'} biases, "

@@ -12,7 +12,7 @@ in the log-space one. See include/grux/mingru.h.
 """
 from . import _grux
 from ._grux import Error
-from ._util import _dtype_name, _optional, _to_numpy
+from ._util import _check_same_sizes, _dtype_name, _optional, _state_arrays, _to_numpy
 
 __all__ = ["MinGRU", "MinGRUTape"]
 
@@ -25,13 +25,6 @@ class MinGRUTape:
 
     def __init__(self, core, tape, wrap):
         self._core, self._tape, self._wrap = core, tape, wrap
-
-
-def _state_arrays(d, name):
-    if not hasattr(d, "items"):
-        raise Error(f"{name}: expected a dict of arrays keyed weight_l0, bias_l0, ..., "
-                    f"got {type(d).__name__}")
-    return {str(k): _to_numpy(v, f"{name}['{k}']")[0] for k, v in d.items()}
 
 
 class MinGRU:
@@ -67,13 +60,10 @@ class MinGRU:
         tensors, all float32 or all float64: the MinGRU takes their dtype). Sizes must match
         this MinGRU's; every key must be present and no other. The arrays are kept, not copied
         (unless not contiguous): later writes to them change this MinGRU's weights."""
-        arrays = _state_arrays(state_dict, "state_dict")
+        arrays = _state_arrays(state_dict, "state_dict", "weight_l0, bias_l0, ...")
         core = _grux.MinGru.from_state_dict(arrays, self.batch_first, self.log_space)
-        for what in ("input_size", "hidden_size", "num_layers", "bias"):
-            got, want = getattr(core, what), getattr(self._core, what)
-            if got != want:
-                raise Error(f"load_state_dict: the weights have {what} = {got}, this MinGRU "
-                            f"{what} = {want}")
+        _check_same_sizes(core, self._core, ("input_size", "hidden_size", "num_layers", "bias"),
+                          "MinGRU")
         self._core = core
 
     def state_dict(self):

@@ -38,6 +38,21 @@ def _to_numpy(x, name, integer=False):
     return a, _same
 
 
+def _state_arrays(d, name, keys):
+    """A state_dict's values as NumPy arrays (`keys` describes the expected keys for errors)."""
+    if not hasattr(d, "items"):
+        raise Error(f"{name}: expected a dict of arrays keyed {keys}, got {type(d).__name__}")
+    return {str(k): _to_numpy(v, f"{name}['{k}']")[0] for k, v in d.items()}
+
+
+def _check_same_sizes(loaded, current, attrs, what):
+    """load_state_dict's check: the loaded weights' `attrs` equal the module's."""
+    for a in attrs:
+        got, want = getattr(loaded, a), getattr(current, a)
+        if got != want:
+            raise Error(f"load_state_dict: the weights have {a} = {got}, this {what} {a} = {want}")
+
+
 def _same(a):
     return a
 

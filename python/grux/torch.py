@@ -41,6 +41,13 @@ def _t(a):
     return None if a is None else torch.from_numpy(a)
 
 
+def _reset_uniform(module):
+    """nn.GRU's and nn.GRUCell's initialization: every parameter uniform in +-1/sqrt(H)."""
+    stdv = 1.0 / math.sqrt(module.hidden_size)
+    for w in module.parameters():
+        nn.init.uniform_(w, -stdv, stdv)
+
+
 def _module_dtype(device, dtype):
     """A module's dtype from nn.GRU's device= and dtype= arguments (CPU, float32 or float64)."""
     if device is not None and torch.device(device).type != "cpu":
@@ -106,9 +113,7 @@ class GRU(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        stdv = 1.0 / math.sqrt(self.hidden_size)
-        for w in self.parameters():
-            nn.init.uniform_(w, -stdv, stdv)
+        _reset_uniform(self)
 
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
@@ -205,9 +210,7 @@ class GRUCell(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        stdv = 1.0 / math.sqrt(self.hidden_size)
-        for w in self.parameters():
-            nn.init.uniform_(w, -stdv, stdv)
+        _reset_uniform(self)
 
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"

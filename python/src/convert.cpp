@@ -41,6 +41,24 @@ py::object call_method(PyObject* o, PyObject* name) {
   return py::reinterpret_steal<py::object>(r);
 }
 
+// torch's float dtype object (and with allow_int torch.int64) as a DType; nullopt otherwise.
+std::optional<DType> torch_dtype(const TorchApi& api, const py::object& dtype, bool allow_int) {
+  if (dtype.is(api.f32)) return DType::f32;
+  if (dtype.is(api.f64)) return DType::f64;
+  if (allow_int && dtype.is(api.i64)) return DType::i64;
+  return std::nullopt;
+}
+
+// Element d of a tuple of ints (a torch.Size, a stride tuple).
+int64_t tuple_int(PyObject* t, Py_ssize_t d) {
+  const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, d));
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return static_cast<int64_t>(v);
+}
+
+// A tensor's data_ptr().
+void* torch_data(const TorchApi& api, PyObject* o);
+
 const TorchApi* torch_api() {
   static const TorchApi* api = nullptr;
   if (api != nullptr) return api;
@@ -73,14 +91,8 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
     throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
                       " was given; grux runs on the CPU (move it with .cpu())");
   const py::object dtype = getattr_of(o, api.dtype);
-  DType dt;
-  if (dtype.is(api.f32))
-    dt = DType::f32;
-  else if (dtype.is(api.f64))
-    dt = DType::f64;
-  else if (allow_int && dtype.is(api.i64))
-    dt = DType::i64;
-  else
+  const std::optional<DType> dt = torch_dtype(api, dtype, allow_int);
+  if (!dt)
     throw grux::Error(std::string(name) + ": dtype " + py::str(dtype).cast<std::string>() +
                       " is not supported (expected " +
                       (allow_int ? "torch.int64" : "torch.float32 or torch.float64") + ")");
@@ -89,29 +101,29 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
       PyTuple_GET_SIZE(shape_t.ptr()) != PyTuple_GET_SIZE(stride_t.ptr()))
     throw grux::Error(std::string(name) + ": the tensor's shape and strides are not tuples of "
                       "the same length");
-  auto item = [](PyObject* t, size_t d) {
-    const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, d));
-    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-    return static_cast<int64_t>(v);
-  };
   const auto ndim = static_cast<size_t>(PyTuple_GET_SIZE(shape_t.ptr()));
   grux::Shape shape(ndim), strides(ndim);
   bool empty = false;
   for (size_t d = 0; d < ndim; ++d) {
-    shape[d] = item(shape_t.ptr(), d);
-    strides[d] = shape[d] <= 1 ? 0 : item(stride_t.ptr(), d);
+    shape[d] = tuple_int(shape_t.ptr(), static_cast<Py_ssize_t>(d));
+    strides[d] = shape[d] <= 1 ? 0 : tuple_int(stride_t.ptr(), static_cast<Py_ssize_t>(d));
     empty = empty || shape[d] == 0;
   }
-  if (empty) return Tensor::zeros(shape, dt);  // no memory to view (data_ptr may be null)
-  const py::object ptr = call_method(o, api.data_ptr);
-  auto* data = reinterpret_cast<void*>(static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr.ptr())));
-  if (PyErr_Occurred()) throw py::error_already_set();
+  if (empty) return Tensor::zeros(shape, *dt);  // no memory to view (data_ptr may be null)
+  void* data = torch_data(api, o);
   auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
   std::shared_ptr<void> owner(held, [](void* p) {
     py::gil_scoped_acquire gil;
     delete static_cast<py::object*>(p);
   });
-  return Tensor::from_blob(data, shape, strides, dt, std::move(owner));
+  return Tensor::from_blob(data, shape, strides, *dt, std::move(owner));
+}
+
+void* torch_data(const TorchApi& api, PyObject* o) {
+  const py::object ptr = call_method(o, api.data_ptr);
+  const unsigned long long v = PyLong_AsUnsignedLongLong(ptr.ptr());
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(v));
 }
 
 }  // namespace
@@ -144,13 +156,9 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
   } else if (is_torch_tensor(obj)) {
     const TorchApi& api = *torch_api();
     PyObject* o = obj.ptr();
-    const py::object dtype = getattr_of(o, api.dtype);
-    if (dtype.is(api.f32))
-      r.dtype = DType::f32;
-    else if (dtype.is(api.f64))
-      r.dtype = DType::f64;
-    else
-      return std::nullopt;
+    const std::optional<DType> dt = torch_dtype(api, getattr_of(o, api.dtype), false);
+    if (!dt) return std::nullopt;
+    r.dtype = *dt;
     if (getattr_of(o, api.is_cpu).ptr() != Py_True ||
         call_method(o, api.is_contiguous).ptr() != Py_True)
       return std::nullopt;
@@ -159,13 +167,8 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
     const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
     if (ndim < 1 || ndim > 3) return std::nullopt;
     r.ndim = static_cast<int>(ndim);
-    for (int d = 0; d < r.ndim; ++d) {
-      r.shape[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), d));
-      if (r.shape[d] == -1 && PyErr_Occurred()) throw py::error_already_set();
-    }
-    const py::object ptr = call_method(o, api.data_ptr);
-    r.data = reinterpret_cast<void*>(static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(ptr.ptr())));
-    if (PyErr_Occurred()) throw py::error_already_set();
+    for (int d = 0; d < r.ndim; ++d) r.shape[d] = tuple_int(shape.ptr(), d);
+    r.data = torch_data(api, o);
     r.torch = true;
     r.requires_grad = getattr_of(o, api.requires_grad).ptr() == Py_True;
   } else {
@@ -264,6 +267,10 @@ std::map<std::string, Tensor> from_dict(const py::dict& d, const char* what) {
     m[key] = from_array(v, (std::string(what) + "['" + key + "']").c_str());
   }
   return m;
+}
+
+std::string dtype_str(DType dtype) {
+  return dtype == DType::f32 ? "float32" : dtype == DType::f64 ? "float64" : "int64";
 }
 
 DType parse_dtype(const std::string& s) {

@@ -49,6 +49,8 @@ bool is_torch_tensor(const py::handle& obj);
 
 // "float32"/"f32" or "float64"/"f64"; anything else is a grux::Error naming it.
 grux::DType parse_dtype(const std::string& s);
+// The inverse: "float32", "float64" (or "int64").
+std::string dtype_str(grux::DType dtype);
 
 void bind_gru(py::module_& m);     // module.cpp
 void bind_scan(py::module_& m);    // scan.cpp

@@ -56,7 +56,7 @@ void grux_py::bind_mingru(py::module_& m) {
           py::arg("state"), py::arg("batch_first"), py::arg("log_space"))
       .def("state_dict", [](const grux::MinGru& g) { return to_dict(g.state_dict()); })
       .def_property_readonly("dtype", [](const grux::MinGru& g) {
-        return std::string(g.dtype() == grux::DType::f32 ? "float32" : "float64");
+        return dtype_str(g.dtype());
       })
       .def_property_readonly("input_size", [](const grux::MinGru& g) { return g.config().input_size; })
       .def_property_readonly("hidden_size", [](const grux::MinGru& g) { return g.config().hidden_size; })

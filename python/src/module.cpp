@@ -127,7 +127,7 @@ struct Stream {
   // `out`'s memory when it can take a result of shape `want` (else a grux::Error naming what
   // was wrong and what was expected).
   void* checked_out(const py::handle& out, const RawArray& want, const void* in, size_t in_bytes) {
-    std::string expected = "a C-contiguous " + std::string(dtype == DType::f32 ? "float32" : "float64") +
+    std::string expected = "a C-contiguous " + dtype_str(dtype) +
                            " array or CPU tensor of shape (";
     for (int d = 0; d < want.ndim; ++d) expected += (d ? ", " : "") + std::to_string(want.shape[d]);
     expected += want.ndim == 1 ? ",)" : ")";
@@ -197,7 +197,7 @@ void grux_py::bind_gru(py::module_& m) {
           py::arg("state"), py::arg("batch_first"), py::arg("dropout"), py::arg("reset_before"))
       .def("state_dict", [](const grux::Gru& g) { return to_dict(g.state_dict()); })
       .def_property_readonly("dtype", [](const grux::Gru& g) {
-        return std::string(g.dtype() == DType::f32 ? "float32" : "float64");
+        return dtype_str(g.dtype());
       })
       .def_property_readonly("input_size", [](const grux::Gru& g) { return g.config().input_size; })
       .def_property_readonly("hidden_size", [](const grux::Gru& g) { return g.config().hidden_size; })
@@ -269,7 +269,7 @@ void grux_py::bind_gru(py::module_& m) {
       .def_property_readonly("input_size", &grux::GruCell::input_size)
       .def_property_readonly("hidden_size", &grux::GruCell::hidden_size)
       .def_property_readonly("dtype", [](const grux::GruCell& c) {
-        return std::string(c.weights().w_ih.dtype() == DType::f32 ? "float32" : "float64");
+        return dtype_str(c.weights().w_ih.dtype());
       })
       .def(
           "forward",

@@ -71,7 +71,7 @@ struct PyCombine {
       throw grux::Error(name + ": the function returned shape " + grux::shape_str(shape) + " " +
                         py::str(static_cast<py::handle>(arr.dtype())).cast<std::string>() +
                         ", expected " + grux::shape_str(slice) + " " +
-                        (dtype == grux::DType::f32 ? "float32" : "float64") +
+                        grux_py::dtype_str(dtype) +
                         " (one slice of x; the function must preserve shape and dtype)");
     return from_array(arr, name.c_str());
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <regex>
 
@@ -175,22 +176,31 @@ CostReport conv1d_cost(const Conv1dProblem& p) {
                     p.bias});
 }
 
+namespace {
+
+using namespace cost_detail;
+
+// Each activation's name and seed-mode ops per element, forward and backward, in the order of
+// enum Activation.
+struct ActivationInfo {
+  const char* name;
+  int fwd, bwd;
+};
+constexpr ActivationInfo kActivations[] = {
+    {"sigmoid", kSigmoidOps, kSigmoidGradOps}, {"tanh", kTanhOps, kTanhGradOps},
+    {"relu", kReluOps, kReluGradOps},          {"gelu", kGeluOps, kGeluGradOps},
+    {"silu", kSiluOps, kSiluGradOps},          {"leaky_relu", kLeakyReluOps, kLeakyReluGradOps},
+};
+static_assert(std::size(kActivations) == static_cast<size_t>(Activation::leaky_relu) + 1);
+
+const ActivationInfo& info(Activation a) {
+  return kActivations[static_cast<size_t>(a)];
+}
+
+}  // namespace
+
 const char* activation_name(Activation a) {
-  switch (a) {
-    case Activation::sigmoid:
-      return "sigmoid";
-    case Activation::tanh:
-      return "tanh";
-    case Activation::relu:
-      return "relu";
-    case Activation::gelu:
-      return "gelu";
-    case Activation::silu:
-      return "silu";
-    case Activation::leaky_relu:
-      return "leaky_relu";
-  }
-  return "?";
+  return info(a).name;
 }
 
 ActivationProblem ActivationProblem::parse(Activation kind, const std::string& text) {
@@ -224,32 +234,8 @@ CostReport activation_cost(const ActivationProblem& p) {
   const wide es = static_cast<wide>(dtype_size(p.dtype));
   const wide n = p.n;
   WideCounts c;
-  switch (p.kind) {
-    case Activation::sigmoid:
-      c.fwd[kSeed].activation = n * kSigmoidOps;
-      c.bwd[kSeed].activation = n * kSigmoidGradOps;
-      break;
-    case Activation::tanh:
-      c.fwd[kSeed].activation = n * kTanhOps;
-      c.bwd[kSeed].activation = n * kTanhGradOps;
-      break;
-    case Activation::relu:
-      c.fwd[kSeed].activation = n * kReluOps;
-      c.bwd[kSeed].activation = n * kReluGradOps;
-      break;
-    case Activation::gelu:
-      c.fwd[kSeed].activation = n * kGeluOps;
-      c.bwd[kSeed].activation = n * kGeluGradOps;
-      break;
-    case Activation::silu:
-      c.fwd[kSeed].activation = n * kSiluOps;
-      c.bwd[kSeed].activation = n * kSiluGradOps;
-      break;
-    case Activation::leaky_relu:
-      c.fwd[kSeed].activation = n * kLeakyReluOps;
-      c.bwd[kSeed].activation = n * kLeakyReluGradOps;
-      break;
-  }
+  c.fwd[kSeed].activation = n * info(p.kind).fwd;
+  c.bwd[kSeed].activation = n * info(p.kind).bwd;
   c.store(r);
   r.memory.inference_bytes = narrow(2 * n * es, what);
   // Backward needs the output (sigmoid, tanh) or the input (the others): one tensor of n,
