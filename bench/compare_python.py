@@ -17,7 +17,7 @@ Rows (../shared/WORKLOADS.md, f32, h0 = 0, inputs uniform in [-1, 1]):
                grux.GRUStream.step calls (grux's streaming idiom from Python); the C++ speed-up
                from `grux bench gru t1000n1i64h256 --cell` and pytorch_gru.py --cell.
   W1-out       the GRUStream.step loop writing each frame's output into one preallocated tensor
-               (`step(f, out=o)`: nothing allocated per call), against the same C++ speed-up.
+               (`step(f, out=o)`: no new tensor per call), against the same C++ speed-up.
   W1-cell      the same loop through grux.torch.GRUCell (the drop-in module; no C++ row of its
                own, so its share is against W1's C++ speed-up).
 Each row's speed-up is PyTorch time / grux time, best thread setting against best thread
