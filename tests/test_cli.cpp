@@ -127,6 +127,40 @@ TEST(Cli, ResetBeforeMatchesTheApi) {
   EXPECT_GT(max_abs_diff(y.output, g.tensors.at("output")), 1e-4);
 }
 
+// --precision bf16 / int8: the output is GruInference's at that precision, near PyTorch's f32
+// golden output (within the precision's scale) and not equal to it; f64 arrays and gradients
+// are refused in one line.
+TEST(Cli, PrecisionRunsGruInferenceAtThatPrecision) {
+  const SafeTensors g = golden("gru_lengths_h0_f32");
+  std::map<std::string, Tensor> w;
+  for (const auto& [k, v] : g.tensors)
+    if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
+  const Gru gru = Gru::from_state_dict(w);
+  for (const char* p : {"bf16", "int8"}) {
+    test::TempDir tmp;
+    CliRun r = grux_cli(tmp.path, write_inputs(g, tmp.path, false, false) + " --precision " + p);
+    ASSERT_EQ(r.code, 0) << p << ": " << r.err;
+    const Tensor out = read_npy(tmp.path + "/out/output.npy");
+    const GruOutput y = GruInference(gru, parse_precision(p))
+                            .forward(g.tensors.at("input"), g.tensors.at("h0"),
+                                     g.tensors.at("lengths"));
+    EXPECT_EQ(max_abs_diff(out, y.output), 0.0) << p;
+    EXPECT_EQ(max_abs_diff(read_npy(tmp.path + "/out/h_n.npy"), y.h_n), 0.0) << p;
+    const double err = max_abs_diff(out, g.tensors.at("output"));
+    EXPECT_LT(err, 0.05) << p;
+    EXPECT_GT(err, 1e-6) << p;
+  }
+  test::TempDir tmp;
+  const std::string args = write_inputs(g, tmp.path, false, true);
+  expect_user_error(grux_cli(tmp.path, args + " --precision fp8"), {"fp8", "bf16"});
+  expect_user_error(grux_cli(tmp.path, args + " --precision int8"), {"--precision int8", "--grad-hn"});
+  const SafeTensors g64 = golden("gru_basic_f64");
+  test::TempDir tmp64;
+  expect_user_error(
+      grux_cli(tmp64.path, write_inputs(g64, tmp64.path, false, false) + " --precision bf16"),
+      {"float32", "f64"});
+}
+
 TEST(Cli, HelpAndUsageErrors) {
   test::TempDir tmp;
   CliRun help = grux_cli(tmp.path, "gru --help");
@@ -245,6 +279,17 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
               std::string(extra).find("--prepacked") != std::string::npos)
         << extra;
   }
+  // bf16 and int8: checked against the reference twins, with the kernel and the error vs f32.
+  for (const char* extra : {" --precision bf16", " --precision int8 --cell",
+                            " --precision int8 --lengths uniform:2:7:3 --reset-before"}) {
+    CliRun r = grux_cli(tmp.path, std::string("bench gru l2d1t7n5i3h17 --threads 1 --reps 2") + extra);
+    ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
+    for (const char* field : {"\"precision_kernel\":", "\"max_abs_diff_vs_f32\":", "\"checked\":true"})
+      EXPECT_THAT(r.out, HasSubstr(field)) << extra;
+    EXPECT_THAT(r.out, HasSubstr(std::string(extra).find("bf16") != std::string::npos
+                                     ? "\"precision\":\"bf16\""
+                                     : "\"precision\":\"int8\""));
+  }
   CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");
   ASSERT_EQ(cell.code, 0) << cell.err;
   EXPECT_THAT(cell.out, HasSubstr("\"mode\":\"cell\""));
@@ -299,6 +344,11 @@ TEST(CliBench, BadArguments) {
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --cell --prepacked"),
                     {"--prepacked", "--cell"});
   expect_user_error(grux_cli(tmp.path, "bench gru t100000n100000i1000h1000"), {"GiB", "memory"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision fp16"), {"fp16"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision bf16 --train"),
+                    {"--precision bf16", "training"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision int8 --dtype f64"),
+                    {"--precision int8", "f64"});
 }
 
 }  // namespace

@@ -191,16 +191,21 @@ TEST(Realtime, StreamsNeitherAllocateNorBlock) {
     int64_t batch, H;
     DType dtype;
     int threads;
+    Precision precision = Precision::f32;
   };
   for (const Case& k : {Case{1, 24, DType::f32, 1}, Case{1, 24, DType::f32, 0},
                         Case{2, 24, DType::f32, 1}, Case{1, 24, DType::f64, 1},
-                        Case{1, 300, DType::f32, 1}, Case{3, 80, DType::f32, 2}}) {
+                        Case{1, 300, DType::f32, 1}, Case{3, 80, DType::f32, 2},
+                        Case{1, 40, DType::f32, 1, Precision::bf16},
+                        Case{1, 600, DType::f32, 1, Precision::int8},
+                        Case{2, 80, DType::f32, 2, Precision::bf16},
+                        Case{1, 80, DType::f32, 2, Precision::int8}}) {
     GruConfig c;
     c.input_size = 5;
     c.hidden_size = k.H;
     c.num_layers = 2;
     const Gru gru(c, k.dtype, 1);
-    GruStream stream(gru, k.batch, {}, k.threads);
+    GruStream stream(gru, k.batch, {}, k.threads, k.precision);
     std::mt19937_64 rng(2);
     const int64_t T = 96;
     const Tensor x = random_tensor({T, k.batch, 5}, k.dtype, rng);
@@ -219,7 +224,8 @@ TEST(Realtime, StreamsNeitherAllocateNorBlock) {
     };
     run();  // a first call (nothing should be left for it to do, but the promise starts here)
     const std::string what = "batch " + std::to_string(k.batch) + " H " + std::to_string(k.H) +
-                             " " + dtype_name(k.dtype) + " threads " + std::to_string(k.threads);
+                             " " + dtype_name(k.dtype) + " threads " + std::to_string(k.threads) +
+                             " precision " + precision_name(k.precision);
     // Idle a while first, as between audio callbacks: workers that slept would need waking.
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     EXPECT_EQ(allocations_in(run), 0) << what;

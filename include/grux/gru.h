@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "grux/export.h"
+#include "grux/precision.h"
 #include "grux/sequence.h"
 #include "grux/tensor.h"
 
@@ -178,15 +179,22 @@ class Gru {
 // copy of the weights (about their size again) and of the configuration, not a reference to
 // `gru`: later changes to the weights are not seen (make a new GruInference), and `gru` may
 // go away. forward() may run on several threads at once.
+//
+// precision: f32 (the default) runs the GRU as Gru::forward does; bf16 or int8 (an f32 GRU
+// only; grux/precision.h) packs W_ih and W_hh in that precision once, here, and runs their
+// products in it: gates, state and outputs stay f32, results differ from f32 by the
+// precision's error (docs/precision.md) and are still row-invariant (the same bits for a
+// sequence alone or in any batch, on any thread count).
 class GruInference {
  public:
-  explicit GruInference(const Gru& gru);
+  explicit GruInference(const Gru& gru, Precision precision = Precision::f32);
   ~GruInference();
   GruInference(GruInference&&) noexcept;
   GruInference& operator=(GruInference&&) noexcept;
 
   GruOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& lengths = {},
                     int threads = 0) const;
+  Precision precision() const;
 
  private:
   struct Impl;
@@ -271,7 +279,10 @@ class GruStream {
   // threads: 0 or 1 runs every step on the calling thread only (the default); k > 1 starts a
   // team of up to k threads (the caller and k - 1 workers; fewer when the hidden size has
   // fewer 64-byte unit blocks, or the machine fewer cores) that share each step's units.
-  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0);
+  // precision: as GruInference's; a bf16 or int8 stream runs the engine's layer kernels
+  // with the products in that precision (same bits as GruInference of that precision).
+  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0,
+            Precision precision = Precision::f32);
   ~GruStream();
   GruStream(GruStream&&) noexcept;
   GruStream& operator=(GruStream&&) noexcept;

@@ -409,6 +409,7 @@ HWY_AFTER_NAMESPACE();
 
 #include <type_traits>
 
+#include "cpu/gemm_lowp.h"
 #include "grux/error.h"
 
 namespace grux::cpu {
@@ -508,6 +509,10 @@ void gemm_packed<float>(int64_t M, const float* A, int64_t lda, bool trans_a,
                         const PackedB<float>& B, const float* bias, bool accumulate, float* C,
                         int64_t ldc, int64_t p0, int64_t p1) {
   if (M <= 0 || p0 >= p1) return;
+  if (B.low_precision()) {
+    GRUX_ASSERT(!trans_a);
+    return gemm_packed_lowp(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+  }
   HWY_DYNAMIC_DISPATCH(GemmPackedF32)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
                                       accumulate, C, ldc, p0, p1);
 }

@@ -17,11 +17,20 @@ constexpr int64_t kUnit = 64 / sizeof(T);
 
 // The packed form of a logical K x N operand B: ceil(N / panel) panels, each K x panel
 // row-major, the last zero-padded. Columns of C are the packed columns, in order.
+//
+// For T = float, B may instead be held in low precision (cpu/gemm_lowp.h packs it): `data`
+// is null and `bf16` or `i8` points to the panels, with the k rows grouped in pairs (bf16) or
+// quads (int8) per column; gemm_packed then runs the low-precision product.
 template <typename T>
 struct PackedB {
   int64_t K = 0, N = 0, panel = 0;  // panel: columns per panel (a multiple of kUnit<T>)
   const T* data = nullptr;
+  const uint16_t* bf16 = nullptr;   // ceil(K / 2) pair rows x panel x 2 per panel
+  const int8_t* i8 = nullptr;       // ceil(K / 4) quad rows x panel x 4 per panel
+  const float* scale = nullptr;     // int8: per packed column, B = scale * i8
+  const int32_t* colsum = nullptr;  // int8: per packed column, the sum over k of i8
   int64_t panels() const { return (N + panel - 1) / panel; }
+  bool low_precision() const { return bf16 != nullptr || i8 != nullptr; }
 };
 
 // Elements needed by pack_b for (K, N, panel).

@@ -514,22 +514,29 @@ GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& leng
 struct GruInference::Impl {
   GruConfig config;
   DType dtype;
+  Precision precision;
   // Per layer * D + direction, packed once (one of the two, by dtype).
   std::vector<ops::PackedLayer<float>> packed_f32;
   std::vector<ops::PackedLayer<double>> packed_f64;
 };
 
-GruInference::GruInference(const Gru& gru) : impl_(std::make_unique<Impl>()) {
+GruInference::GruInference(const Gru& gru, Precision precision)
+    : impl_(std::make_unique<Impl>()) {
+  ops::check_precision("gru inference", gru.dtype(), precision);
   impl_->config = gru.config();
   impl_->dtype = gru.dtype();
+  impl_->precision = precision;
   for (const GruLayerWeights& w : gru.weights()) {
     if (gru.dtype() == DType::f32)
-      impl_->packed_f32.push_back(ops::pack_layer<float>(w, gru.config().form, false));
+      impl_->packed_f32.push_back(ops::pack_layer<float>(w, gru.config().form, false, precision));
     else
       impl_->packed_f64.push_back(ops::pack_layer<double>(w, gru.config().form, false));
   }
 }
 GruInference::~GruInference() = default;
+Precision GruInference::precision() const {
+  return impl_->precision;
+}
 GruInference::GruInference(GruInference&&) noexcept = default;
 GruInference& GruInference::operator=(GruInference&&) noexcept = default;
 

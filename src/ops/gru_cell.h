@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "core/spin_barrier.h"
+#include "cpu/gemm_lowp.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gemm_ref.h"
 #include "cpu/ref/gru_gates_ref.h"
 #include "grux/gru.h"
+#include "grux/precision.h"
 #include "grux/runtime.h"
 
 namespace grux::ops {
@@ -65,6 +67,10 @@ GruKernels<T> gru_kernels() {
           &cpu::gru_gates_rb_backward_r<T>};
 }
 
+// Throws grux::Error "<who>: precision <p> takes an f32 GRU; this one is <dtype>" unless a
+// GRU of `dtype` can run in precision p (src/ops/precision.cpp).
+void check_precision(const char* who, DType dtype, Precision p);
+
 // One layer-direction's weights packed for the kernels (create once, run many steps).
 template <typename T>
 struct PackedLayer {
@@ -82,9 +88,12 @@ struct PackedLayer {
   Tensor storage;                   // owns the packed data
 };
 
-// Packs one layer-direction; the backward operands only when `backward`.
+// Packs one layer-direction; the backward operands only when `backward`. With a precision
+// other than f32 (T = float, inference only) the forward operands ih, hh and hn are packed in
+// it (cpu/gemm_lowp.h) and every product with them runs in it.
 template <typename T>
-PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward);
+PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
+                          Precision precision = Precision::f32);
 
 // Who does what in a team of threads over one layer-direction's time loop.
 struct TeamShare {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 namespace grux::ops {
 
@@ -71,7 +72,9 @@ void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, 
 }  // namespace
 
 template <typename T>
-PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward) {
+PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
+                          Precision precision) {
+  GRUX_ASSERT(precision == Precision::f32 || (std::is_same_v<T, float> && !backward));
   constexpr int64_t U = cpu::kUnit<T>;
   PackedLayer<T> P;
   const int64_t H = w.w_hh.size(1), in = w.w_ih.size(1);
@@ -111,10 +114,25 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward)
       specs.push_back({&P.hn_t, H, H, U, whn, H, 1, nullptr, nullptr});
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (precision != Precision::f32) {
+      // Bytes, each operand 64-byte aligned (packed_lowp_bytes is a multiple of 64).
+      int64_t bytes = 0;
+      for (const Spec& s : specs) bytes += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
+      P.storage = Tensor::empty({bytes / 4}, DType::f32);
+      char* dst = static_cast<char*>(P.storage.raw_data());
+      for (const Spec& s : specs) {
+        *s.out = cpu::pack_b_lowp(precision, s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n,
+                                  s.k_map, s.n_map, dst);
+        dst += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
+      }
+      specs.clear();
+    }
+  }
   int64_t total = 0;
   for (const Spec& s : specs) total += cpu::packed_size<T>(s.K, s.N, s.panel);
-  P.storage = Tensor::empty({total}, dtype_of<T>());
-  T* dst = static_cast<T*>(P.storage.raw_data());
+  if (!specs.empty()) P.storage = Tensor::empty({total}, dtype_of<T>());
+  T* dst = specs.empty() ? nullptr : static_cast<T*>(P.storage.raw_data());
   for (const Spec& s : specs) {
     cpu::pack_b<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map, s.n_map, dst);
     *s.out = {s.K, s.N, s.panel, dst};
@@ -255,7 +273,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
 }
 
 #define GRUX_INSTANTIATE(T)                                                                     \
-  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool);                 \
+  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool, Precision);                 \
   template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,               \
                                      const SeqLayout&, const T*, const T*, T*, T*, T*, T*,      \
                                      ThreadTeam*, int);                                              \

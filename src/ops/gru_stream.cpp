@@ -64,8 +64,8 @@ struct GRUX_INTERNAL GruStream::Impl {
     for (int64_t l = 0; l < config.num_layers; ++l)
       std::memcpy(fast_h(l), state.data<float>() + l * H, H * sizeof(float));
   }
-  static bool fast_path(const Gru& gru, int64_t N, int threads) {
-    return gru.dtype() == DType::f32 && N == 1 && threads <= 1 &&
+  static bool fast_path(const Gru& gru, int64_t N, int threads, Precision precision) {
+    return gru.dtype() == DType::f32 && precision == Precision::f32 && N == 1 && threads <= 1 &&
            gru.config().hidden_size <= kFastMaxHidden;
   }
   void pack_fast(const Gru& gru) {
@@ -79,10 +79,10 @@ struct GRUX_INTERNAL GruStream::Impl {
   }
 
   template <typename T>
-  std::vector<ops::PackedLayer<T>> pack_all(const Gru& gru) const {
+  std::vector<ops::PackedLayer<T>> pack_all(const Gru& gru, Precision precision) const {
     std::vector<ops::PackedLayer<T>> out;
     for (const GruLayerWeights& w : gru.weights())
-      out.push_back(ops::pack_layer<T>(w, gru.config().form, false));
+      out.push_back(ops::pack_layer<T>(w, gru.config().form, false, precision));
     return out;
   }
 
@@ -228,8 +228,10 @@ void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* o
   run_layers_fast(xpd, I, t, top);
 }
 
-GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads)
+GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads,
+                     Precision precision)
     : impl_(new Impl) {
+  ops::check_precision("gru stream", gru.dtype(), precision);
   if (gru.config().bidirectional)
     throw Error(
         "gru stream: a bidirectional GRU cannot stream (the reverse direction needs the "
@@ -242,7 +244,7 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int thread
   impl_->dtype = gru.dtype();
   impl_->unbatched = batch == 0;
   impl_->N = batch == 0 ? 1 : batch;
-  impl_->fast = Impl::fast_path(gru, impl_->N, threads);
+  impl_->fast = Impl::fast_path(gru, impl_->N, threads, precision);
   if (threads > 1) {
     // No more members than units of work per step, nor than cores.
     const int64_t unit = gru.dtype() == DType::f32 ? cpu::kUnit<float> : cpu::kUnit<double>;
@@ -253,9 +255,9 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int thread
   if (impl_->fast)
     impl_->pack_fast(gru);
   else if (gru.dtype() == DType::f32)
-    impl_->packed_f32 = impl_->pack_all<float>(gru);
+    impl_->packed_f32 = impl_->pack_all<float>(gru, precision);
   else
-    impl_->packed_f64 = impl_->pack_all<double>(gru);
+    impl_->packed_f64 = impl_->pack_all<double>(gru, precision);
   impl_->allocate_workspace();
   reset(h0);
 }

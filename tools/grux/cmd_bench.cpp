@@ -30,7 +30,7 @@ namespace grux::cli {
 namespace {
 
 struct BenchArgs {
-  std::string descriptor, lengths, dtype = "f32";
+  std::string descriptor, lengths, dtype = "f32", precision = "f32";
   bool train = false, cell = false, reset_before = false, prepacked = false;
   bool inject_mismatch = false;  // testing only: perturb the result to prove the check works
   bool predict = false;
@@ -124,14 +124,18 @@ std::string prediction_fields(const std::vector<Phase>& phases, DType dtype, int
 
 // Checks every tensor of `got` against `want` with the engine's tolerance, scaled by each
 // tensor's magnitude (gradients summed over many steps grow with the problem).
+// `atol_lowp` > 0: the absolute tolerance of a bf16 or int8 run instead (the reference twin
+// rounds or quantizes the same values, but a state that differs in its last bit can round to
+// a neighbouring bf16 or int8 value at the next step).
 void check_against_reference(const std::string& what, const std::vector<Tensor>& got,
-                             const std::vector<Tensor>& want) {
+                             const std::vector<Tensor>& want, double atol_lowp = 0) {
   for (size_t i = 0; i < got.size(); ++i) {
     double scale = 1;
     for (int64_t j = 0; j < want[i].numel(); ++j)
       scale = std::max(scale, std::abs(want[i].at_flat(j)));
     const bool f32 = got[i].dtype() == DType::f32;
-    const double atol = (f32 ? 1e-5 : 1e-10) * scale, rtol = f32 ? 1e-4 : 1e-10;
+    const double atol = atol_lowp > 0 ? atol_lowp * scale : (f32 ? 1e-5 : 1e-10) * scale;
+    const double rtol = atol_lowp > 0 ? 0 : f32 ? 1e-4 : 1e-10;
     for (int64_t j = 0; j < got[i].numel(); ++j) {
       const double a = got[i].at_flat(j), e = want[i].at_flat(j);
       if (!(std::abs(a - e) <= atol + rtol * std::abs(e)))
@@ -191,7 +195,17 @@ void run_bench_gru(const BenchArgs& a) {
   if (a.block != 1 && !a.cell) throw Error("--block needs --cell (it sets the frames per call)");
   if (a.block < 1 || a.block > p.T)
     throw Error(fmt::format("--block {} (expected 1 to T = {})", a.block, p.T));
+  const Precision prec = parse_precision(a.precision);
+  const bool lowp = prec != Precision::f32;
+  if (lowp && a.train)
+    throw Error(fmt::format("--precision {} times inference; training in bf16 is not built yet",
+                            a.precision));
+  if (lowp && p.dtype != DType::f32)
+    throw Error(fmt::format("--precision {} takes --dtype f32 (the weights are converted from "
+                            "f32), not {}",
+                            a.precision, a.dtype));
   if (a.reset_before) name += "_rb";
+  if (lowp) name += "_" + a.precision;
   check_fits_in_memory(p, a.train);
   const int threads = set_threads(a.threads);
   const std::string mode = a.train ? "train" : a.cell ? "cell" : "inference";
@@ -218,7 +232,7 @@ void run_bench_gru(const BenchArgs& a) {
     // `block` frames per call through the raw real-time API (GruStream::process), as a
     // real-time caller would, on the threads the stream was created with; outputs kept for
     // the check.
-    run = [&, stream = std::make_shared<GruStream>(gru, p.N, Tensor(), a.threads),
+    run = [&, stream = std::make_shared<GruStream>(gru, p.N, Tensor(), a.threads, prec),
            all = Tensor::empty({p.T, p.N, p.hidden_size}, p.dtype)]() mutable {
       stream->reset();
       const int64_t in_frame = p.N * p.input_size, out_frame = p.N * p.hidden_size;
@@ -236,9 +250,10 @@ void run_bench_gru(const BenchArgs& a) {
         go(static_cast<double*>(nullptr));
       return std::vector<Tensor>{all};
     };
-  } else if (a.prepacked) {
-    // Weights packed once, before the check and the timing (as oneDNN's reorders are).
-    run = [&, inf = std::make_shared<GruInference>(gru)] {
+  } else if (a.prepacked || lowp) {
+    // Weights packed once, before the check and the timing (as oneDNN's reorders are); bf16
+    // and int8 weights are converted once so.
+    run = [&, inf = std::make_shared<GruInference>(gru, prec)] {
       GruOutput y = inf->forward(x, {}, lengths);
       return std::vector<Tensor>{y.output, y.h_n};
     };
@@ -256,7 +271,13 @@ void run_bench_gru(const BenchArgs& a) {
   }
   set_reference_kernels(true);
   std::vector<Tensor> want;
-  if (a.cell) {
+  if (lowp) {
+    // The reference twins on weights converted afresh, at the same precision.
+    GruInference ref(gru, prec);
+    GruOutput y = ref.forward(x, {}, lengths);
+    want = {y.output, y.h_n};
+    if (a.cell) want.resize(1);
+  } else if (a.cell) {
     want = {gru.forward(x).output};
   } else if (a.prepacked) {
     // Packed afresh from the weights, not the copy under test.
@@ -266,7 +287,17 @@ void run_bench_gru(const BenchArgs& a) {
     want = run();
   }
   set_reference_kernels(false);
-  check_against_reference(name, got, want);
+  check_against_reference(name, got, want, !lowp ? 0 : prec == Precision::bf16 ? 2e-2 : 5e-2);
+  // The precision's error: the largest difference of the output from f32's.
+  std::string lowp_fields;
+  if (lowp) {
+    const Tensor f32_out = gru.forward(x, {}, lengths).output;
+    double err = 0;
+    for (int64_t j = 0; j < f32_out.numel(); ++j)
+      err = std::max(err, std::abs(got[0].at_flat(j) - f32_out.at_flat(j)));
+    lowp_fields = fmt::format(",\"precision_kernel\":\"{}\",\"max_abs_diff_vs_f32\":{:.3g}",
+                              precision_kernel(prec), err);
+  }
   // 2. Time.
   const Timing t = time_it(a.reps, [&] { run(); });
   const double flops = p.gemm_flops() * (a.train ? 3 : 1);
@@ -301,11 +332,11 @@ void run_bench_gru(const BenchArgs& a) {
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"blas_gflops\":{:.2f},"
       "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
-      "\"read_gbps\":{:.1f}{}{}{}{},\"checked\":true}}\n",
+      "\"read_gbps\":{:.1f}{}{}{}{},\"precision\":\"{}\"{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
       100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms, bound.side,
       100 * bound.ms / t.median_ms, bound.read_gbps, handoff,
-      a.prepacked ? ",\"prepacked\":true" : "", predicted, per_frame);
+      a.prepacked ? ",\"prepacked\":true" : "", predicted, per_frame, a.precision, lowp_fields);
 }
 
 // ---- minGRU --------------------------------------------------------------------------------
@@ -574,6 +605,10 @@ Action add_bench_command(CLI::App& app) {
   g->add_option("--threads", a->threads, "threads (default: all cores)");
   g->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   g->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  g->add_option("--precision", a->precision,
+                "f32, bf16 or int8: the products' precision (inference and --cell; the weights "
+                "converted once before timing; reports max_abs_diff_vs_f32)")
+      ->capture_default_str();
   g->add_flag("--predict", a->predict,
               "also print the cost model's prediction (predicted_ms, predicted_over_measured, "
               "predicted_bound) from the calibrated profile (grux calibrate)");

@@ -1,5 +1,7 @@
 // `grux gru`: the conformance command. Runs a GRU given PyTorch-keyed weights and .npy
 // inputs, writes the outputs and (given upstream gradients) every gradient into --out.
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -13,7 +15,7 @@ namespace grux::cli {
 namespace {
 
 struct GruArgs {
-  std::string weights, input, out, h0, lengths, grad_output, grad_hn;
+  std::string weights, input, out, h0, lengths, grad_output, grad_hn, precision = "f32";
   bool batch_first = false, reset_before = false;
 };
 
@@ -29,7 +31,15 @@ Tensor read_optional(const std::string& path) {
 }
 
 void run_gru(const GruArgs& a) {
+  const Precision prec = parse_precision(a.precision);
+  if (prec != Precision::f32 && (!a.grad_output.empty() || !a.grad_hn.empty()))
+    throw Error(fmt::format("--precision {} runs inference only; it cannot be combined with "
+                            "--grad-output or --grad-hn",
+                            a.precision));
   Tensor x = read_npy(a.input);
+  if (prec != Precision::f32 && x.dtype() != DType::f32)
+    throw Error(fmt::format("{}: --precision {} takes float32 arrays and weights, not {}",
+                            a.input, a.precision, dtype_name(x.dtype())));
   if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
     throw Error(a.input + ": dtype " + dtype_name(x.dtype()) + ", expected f32 or f64");
   const SafeTensors st = read_safetensors(a.weights);
@@ -59,7 +69,9 @@ void run_gru(const GruArgs& a) {
 
   const bool want_grads = dy.defined() || dhn.defined();
   GruTape tape;
-  GruOutput y = want_grads ? gru.forward_train(x, h0, lengths, tape) : gru.forward(x, h0, lengths);
+  GruOutput y = want_grads                 ? gru.forward_train(x, h0, lengths, tape)
+                : prec == Precision::f32 ? gru.forward(x, h0, lengths)
+                                         : GruInference(gru, prec).forward(x, h0, lengths);
   // The gradients' shapes are the results' (named by their files, not the engine's words).
   if (dy.defined() && dy.shape() != y.output.shape())
     throw Error(a.grad_output + ": --grad-output has shape " + shape_str(dy.shape()) +
@@ -94,7 +106,8 @@ Action add_gru_command(CLI::App& app) {
       "--grad-hn also compute every gradient.\n"
       "Writes OUT/output.npy and OUT/h_n.npy; with gradients also OUT/grad_input.npy, "
       "OUT/grad_weights.safetensors and (with --h0) OUT/grad_h0.npy. The arrays' dtype "
-      "(float32 or float64) decides the precision; a rank-2 input is unbatched (T, I). "
+      "(float32 or float64) decide the dtype; --precision bf16 or int8 runs the products in "
+      "lower precision; a rank-2 input is unbatched (T, I). "
       "Bad input: one line on stderr, exit code 2.");
   c->add_option("--weights", a->weights,
                 "safetensors file with nn.GRU state_dict keys (weight_ih_l0, ...); layers, "
@@ -111,6 +124,10 @@ Action add_gru_command(CLI::App& app) {
   c->add_flag("--reset-before", a->reset_before,
               "candidate n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) (ONNX default, TensorFlow) "
               "instead of PyTorch's linear-before-reset form");
+  c->add_option("--precision", a->precision,
+                "f32, bf16 or int8: the precision of the products with W_ih and W_hh "
+                "(inference; bf16 and int8 take float32 arrays; see docs/precision.md)")
+      ->capture_default_str();
   c->add_option("--grad-output", a->grad_output, ".npy gradient of the loss w.r.t. output");
   c->add_option("--grad-hn", a->grad_hn, ".npy gradient of the loss w.r.t. h_n");
   return [a] { run_gru(*a); };

@@ -5,7 +5,11 @@
 #include "cpu/ref/gemm_ref.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
+
+#include "cpu/gemm_lowp.h"
+#include "grux/error.h"
 
 namespace grux::cpu::ref {
 
@@ -30,9 +34,47 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
   }
 }
 
+namespace {
+// B in bf16 or int8 (cpu/gemm_lowp.h), from the same rounded or quantized values the kernels
+// use: C = sum over k of bf16(a) b (bf16), or scale_a scale_b sum over k of (qa - zero) qb
+// (int8), in double, then + bias (+ C).
+void lowp_packed(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
+                      const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
+                      int64_t p1) {
+  const bool int8 = B.i8 != nullptr;
+  const int64_t g = int8 ? 4 : 2, rows = (B.K + g - 1) / g, P = B.panel;
+  // B(k, n): element k % g of group k / g, column n % P of panel n / P.
+  auto b_at = [&](int64_t k, int64_t n) {
+    const int64_t at = ((n / P * rows + k / g) * P + n % P) * g + k % g;
+    return int8 ? double(B.i8[at]) : double(from_bf16(B.bf16[at]));
+  };
+  for (int64_t m = 0; m < M; ++m) {
+    const float* a = A + m * lda;
+    const RowQuant rq = row_quant_of(a, B.K);
+    for (int64_t n = p0 * P; n < std::min(B.N, p1 * P); ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < B.K; ++k) {
+        const double ak = int8 ? double(quantize(a[k], rq)) - rq.zero : from_bf16(to_bf16(a[k]));
+        acc += ak * b_at(k, n);
+      }
+      if (int8) acc *= double(rq.scale) * double(B.scale[n]);
+      double v = acc + (bias ? double(bias[n]) : 0.0);
+      float& c = C[m * ldc + n];
+      c = static_cast<float>(accumulate ? v + double(c) : v);
+    }
+  }
+}
+}  // namespace
+
 template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
                  const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (B.low_precision()) {
+      GRUX_ASSERT(!trans_a);
+      return lowp_packed(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+    }
+  }
   // Per panel, each row's sums run over k in order in double (axpy order so it vectorizes).
   std::vector<double> acc(B.panel);
   for (int64_t p = p0; p < std::min(p1, B.panels()); ++p) {

@@ -1,0 +1,397 @@
+// Low-precision packed GEMMs: AVX-512 kernels (vdpbf16ps, vpdpbusd; compiled for those
+// instructions with target attributes and chosen at run time) and portable C++ ones. Both walk
+// the same blocks: panel groups outermost (a group's panels stay in cache across row blocks),
+// then row blocks, then K in chunks whose rows of A are converted (bf16) or quantized (int8)
+// into a small stack buffer. Accumulators stay in registers across the chunks. Compiled with
+// -ffp-contract=off: the int8 results are the same bits on both kernels (exact integer sums,
+// then the same float operations, the one fused multiply-add written out).
+#include "cpu/gemm_lowp.h"
+
+#include <hwy/targets.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "grux/error.h"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers start reductions and masked loads from _mm512_undefined_*(), which
+// -Wuninitialized reports at every use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#define GRUX_HAVE_X86 1
+#endif
+
+namespace grux::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 256;  // k per chunk of converted A (a multiple of 32)
+constexpr int kMaxMr = 8;
+// int8: |sum over k of (qa - zero) qb| <= 255 * 127 * K must stay below 2^31.
+constexpr int64_t kMaxInt8K = 66000;
+
+// Vectors (16 columns each) per panel group and the rows per block that go with them:
+// enough independent accumulator chains to cover the dot-product latency, within 32 registers.
+int group_vectors(int64_t M) {
+  return M == 1 ? 12 : M == 2 ? 6 : 3;
+}
+
+// Offsets of one packed panel: groups (pairs or quads) of k rows, each `panel` columns of
+// `g` values, panel p starting at p * rows * panel * g.
+struct Panels {
+  int64_t rows, panel;  // k groups, columns per panel
+};
+
+// ---- Portable kernels ---------------------------------------------------------------------
+
+void Bf16Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
+                  const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
+                  int64_t p1) {
+  const int64_t Kh = (B.K + 1) / 2, P = B.panel;
+  float acc[3 * 16];
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* panel = B.bf16 + p * Kh * P * 2;
+    const int64_t n0 = p * P, cols = std::min(P, B.N - n0);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* a = A + m * lda;
+      std::fill(acc, acc + P, 0.0f);
+      for (int64_t h = 0; h < Kh; ++h) {
+        const float a0 = from_bf16(to_bf16(a[2 * h]));
+        const float a1 = 2 * h + 1 < B.K ? from_bf16(to_bf16(a[2 * h + 1])) : 0.0f;
+        const uint16_t* b = panel + h * P * 2;
+        for (int64_t j = 0; j < P; ++j) {
+          acc[j] += a0 * from_bf16(b[2 * j]);
+          acc[j] += a1 * from_bf16(b[2 * j + 1]);
+        }
+      }
+      float* c = C + m * ldc + n0;
+      for (int64_t j = 0; j < cols; ++j) {
+        float x = acc[j];
+        if (bias) x += bias[n0 + j];
+        if (accumulate) x += c[j];
+        c[j] = x;
+      }
+    }
+  }
+}
+
+void Int8Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
+                  const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
+                  int64_t p1) {
+  const int64_t Kq = (B.K + 3) / 4, P = B.panel;
+  // Unsigned: the sums wrap modulo 2^32 like vpdpbusd's; the result is exact once the zero
+  // point's term is taken off (|result| <= 255 * 127 * K < 2^31, pack_b_lowp checks K).
+  uint32_t acc[3 * 16];
+  for (int64_t m = 0; m < M; ++m) {
+    const float* a = A + m * lda;
+    const RowQuant rq = row_quant_of(a, B.K);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int8_t* panel = B.i8 + p * Kq * P * 4;
+      const int64_t n0 = p * P, cols = std::min(P, B.N - n0);
+      std::fill(acc, acc + P, 0u);
+      for (int64_t q = 0; q < Kq; ++q) {
+        int32_t qa[4];
+        for (int e = 0; e < 4; ++e)
+          qa[e] = 4 * q + e < B.K ? quantize(a[4 * q + e], rq) : rq.zero;
+        const int8_t* b = panel + q * P * 4;
+        for (int64_t j = 0; j < P; ++j)
+          acc[j] += static_cast<uint32_t>(qa[0] * b[4 * j] + qa[1] * b[4 * j + 1] +
+                                          qa[2] * b[4 * j + 2] + qa[3] * b[4 * j + 3]);
+      }
+      float* c = C + m * ldc + n0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const int32_t s = static_cast<int32_t>(
+            acc[j] - static_cast<uint32_t>(rq.zero) * static_cast<uint32_t>(B.colsum[n0 + j]));
+        const float sc = rq.scale * B.scale[n0 + j];
+        float x = bias ? std::fma(float(s), sc, bias[n0 + j]) : float(s) * sc;
+        if (accumulate) x += c[j];
+        c[j] = x;
+      }
+    }
+  }
+}
+
+// ---- AVX-512 kernels ----------------------------------------------------------------------
+
+#if GRUX_HAVE_X86
+#define GRUX_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#define GRUX_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+}
+
+// n floats of src as n / 2 rounded up bf16 pairs into dst (which has room for n rounded up
+// to 32 floats); a missing last element of a pair is zero.
+GRUX_AVX512_BF16 inline void ConvertRow(const float* src, int64_t n, uint32_t* dst) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(n - i), src + i);
+    const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(n - i - 16), src + i + 16);
+    _mm512_storeu_si512(dst + i / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+}
+
+// Rows [0, MR) x NV vectors of 16 columns; vector v reads packed pair rows at b[v] + h * P
+// (uint32 units), its columns are C's [16 v, 16 v + 16) from this block's first column.
+template <int MR, int NV>
+GRUX_AVX512_BF16 void Bf16Block(int64_t K, const float* A, int64_t lda, const uint32_t* const* b,
+                                int64_t P, int64_t cols, const float* bias, bool accumulate,
+                                float* C, int64_t ldc) {
+  __m512 acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  alignas(64) uint32_t abuf[MR][kChunk / 2];
+  for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+    const int64_t n = std::min(kChunk, K - k0), h0 = k0 / 2, hn = (n + 1) / 2;
+    for (int r = 0; r < MR; ++r) ConvertRow(A + r * lda + k0, n, abuf[r]);
+    for (int64_t h = 0; h < hn; ++h) {
+      __m512bh bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b[v] + (h0 + h) * P);
+      for (int r = 0; r < MR; ++r) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(abuf[r][h]));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, bv[v]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV && 16 * v < cols; ++v) {
+      const __mmask16 mk = tail_mask(cols - 16 * v);
+      float* c = C + r * ldc + 16 * v;
+      __m512 x = acc[r][v];
+      if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, bias + 16 * v));
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, c));
+      _mm512_mask_storeu_ps(c, mk, x);
+    }
+}
+
+// n floats of src quantized with q into dst bytes (room for n rounded up to 64); bytes past n
+// hold the zero point (the packed B is zero there).
+GRUX_AVX512_VNNI inline void QuantizeRow(const float* src, int64_t n, const RowQuant& q,
+                                         uint8_t* dst) {
+  const __m512 inv = _mm512_set1_ps(q.inv);
+  const __m512i zero = _mm512_set1_epi32(q.zero), lo = _mm512_setzero_si512(),
+                hi = _mm512_set1_epi32(255);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 x = _mm512_maskz_loadu_ps(tail_mask(n - i), src + i);
+    // cvtps rounds to nearest even, as nearbyint does under the default rounding mode.
+    __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv)), zero);
+    v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm512_cvtepi32_epi8(v));
+  }
+}
+
+GRUX_AVX512_VNNI inline RowQuant RowQuantAvx(const float* row, int64_t K) {
+  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+  for (int64_t i = 0; i < K; i += 16) {
+    const __m512 x = _mm512_maskz_loadu_ps(tail_mask(K - i), row + i);
+    lo = _mm512_min_ps(lo, x);
+    hi = _mm512_max_ps(hi, x);
+  }
+  return row_quant(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi));
+}
+
+template <int MR, int NV>
+GRUX_AVX512_VNNI void Int8Block(int64_t K, const float* A, int64_t lda, const uint32_t* const* b,
+                                int64_t P, int64_t cols, const float* scale,
+                                const int32_t* colsum, const float* bias, bool accumulate,
+                                float* C, int64_t ldc) {
+  __m512i acc[MR][NV];
+  RowQuant rq[MR];
+  for (int r = 0; r < MR; ++r) {
+    rq[r] = RowQuantAvx(A + r * lda, K);
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+  }
+  alignas(64) uint32_t abuf[MR][kChunk / 4];
+  for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+    const int64_t n = std::min(kChunk, K - k0), q0 = k0 / 4, qn = (n + 3) / 4;
+    for (int r = 0; r < MR; ++r)
+      QuantizeRow(A + r * lda + k0, n, rq[r], reinterpret_cast<uint8_t*>(abuf[r]));
+    for (int64_t q = 0; q < qn; ++q) {
+      __m512i bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b[v] + (q0 + q) * P);
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = _mm512_set1_epi32(static_cast<int>(abuf[r][q]));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], a, bv[v]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV && 16 * v < cols; ++v) {
+      const __mmask16 mk = tail_mask(cols - 16 * v);
+      float* c = C + r * ldc + 16 * v;
+      const __m512i s = _mm512_sub_epi32(
+          acc[r][v], _mm512_mullo_epi32(_mm512_set1_epi32(rq[r].zero),
+                                        _mm512_maskz_loadu_epi32(mk, colsum + 16 * v)));
+      const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(rq[r].scale),
+                                      _mm512_maskz_loadu_ps(mk, scale + 16 * v));
+      __m512 x = bias ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc,
+                                        _mm512_maskz_loadu_ps(mk, bias + 16 * v))
+                      : _mm512_mul_ps(_mm512_cvtepi32_ps(s), sc);
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, c));
+      _mm512_mask_storeu_ps(c, mk, x);
+    }
+}
+
+// Panel groups x row blocks for either precision. Groups of NP panels (NP * S vectors, S the
+// units per panel) sized by group_vectors; the panels left over run one at a time.
+template <bool kInt8>
+void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
+                const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
+                int64_t p1) {
+  const int64_t P = B.panel, S = P / 16, rows = kInt8 ? (B.K + 3) / 4 : (B.K + 1) / 2;
+  const uint32_t* base = kInt8 ? reinterpret_cast<const uint32_t*>(B.i8)
+                               : reinterpret_cast<const uint32_t*>(B.bf16);
+  const int64_t np_full = std::max<int64_t>(1, group_vectors(M) / S);
+  auto block = [&](auto mr_tag, auto nv_tag, int64_t m, int64_t p, const uint32_t* const* b) {
+    constexpr int MR = decltype(mr_tag)::value, NV = decltype(nv_tag)::value;
+    const int64_t n0 = p * P, cols = std::min<int64_t>(NV * 16, B.N - n0);
+    const float* bb = bias ? bias + n0 : nullptr;
+    if constexpr (kInt8)
+      Int8Block<MR, NV>(B.K, A + m * lda, lda, b, P, cols, B.scale + n0, B.colsum + n0, bb,
+                        accumulate, C + m * ldc + n0, ldc);
+    else
+      Bf16Block<MR, NV>(B.K, A + m * lda, lda, b, P, cols, bb, accumulate, C + m * ldc + n0,
+                        ldc);
+  };
+  // All rows against one group of NV vectors starting at panel p.
+  auto rows_times = [&](auto nv_tag, int64_t p) {
+    constexpr int NV = decltype(nv_tag)::value;
+    const uint32_t* b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = base + (p + v / S) * rows * P + (v % S) * 16;
+    constexpr int kMr = NV >= 12 ? 1 : NV >= 6 ? 2 : kMaxMr;
+    int64_t m = 0;
+    for (; m + kMr <= M; m += kMr) block(std::integral_constant<int, kMr>{}, nv_tag, m, p, b);
+    const auto tail = [&](auto mr) {
+      if constexpr (decltype(mr)::value < kMr) block(mr, nv_tag, m, p, b);
+    };
+    switch (M - m) {
+      case 1: tail(std::integral_constant<int, 1>{}); break;
+      case 2: tail(std::integral_constant<int, 2>{}); break;
+      case 3: tail(std::integral_constant<int, 3>{}); break;
+      case 4: tail(std::integral_constant<int, 4>{}); break;
+      case 5: tail(std::integral_constant<int, 5>{}); break;
+      case 6: tail(std::integral_constant<int, 6>{}); break;
+      case 7: tail(std::integral_constant<int, 7>{}); break;
+      default: break;
+    }
+  };
+  auto run = [&](int64_t nv, int64_t p) {
+    switch (nv) {
+      case 12: return rows_times(std::integral_constant<int, 12>{}, p);
+      case 6: return rows_times(std::integral_constant<int, 6>{}, p);
+      case 3: return rows_times(std::integral_constant<int, 3>{}, p);
+      case 2: return rows_times(std::integral_constant<int, 2>{}, p);
+      default: return rows_times(std::integral_constant<int, 1>{}, p);
+    }
+  };
+  int64_t p = p0;
+  for (; np_full > 1 && p + np_full <= p1; p += np_full) run(np_full * S, p);
+  for (; p < p1; ++p) run(S, p);
+}
+#endif  // GRUX_HAVE_X86
+
+// The AVX-512 kernels run when the CPU has the instructions and the Highway target in use is
+// an AVX-512 one (set_simd_target restricts both alike; tests run the portable kernels so).
+bool use_avx512(Precision p) {
+#if GRUX_HAVE_X86
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16") != 0;
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") != 0;
+  if (!(p == Precision::bf16 ? bf16 : vnni)) return false;
+  return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+}  // namespace
+
+const char* lowp_kernel(Precision p) {
+  if (p == Precision::f32) return "f32";
+  if (!use_avx512(p)) return "portable";
+  return p == Precision::bf16 ? "avx512_bf16" : "avx512_vnni";
+}
+
+int64_t packed_lowp_bytes(Precision p, int64_t K, int64_t N, int64_t panel) {
+  const int64_t g = lowp_group(p), cols = (N + panel - 1) / panel * panel;
+  const auto align = [](int64_t b) { return (b + 63) / 64 * 64; };
+  const int64_t data = align((K + g - 1) / g * g * cols * (p == Precision::bf16 ? 2 : 1));
+  return p == Precision::bf16 ? data : data + 2 * align(cols * 4);
+}
+
+PackedB<float> pack_b_lowp(Precision p, int64_t K, int64_t N, int64_t panel, const float* src,
+                           int64_t stride_k, int64_t stride_n, const int64_t* k_map,
+                           const int64_t* n_map, void* dst) {
+  GRUX_ASSERT(p != Precision::f32 && panel % 16 == 0 && panel <= 48);
+  if (p == Precision::int8 && K > kMaxInt8K)
+    throw Error(fmt::format("int8 precision: a product over {} inputs is longer than the {} "
+                            "its int32 sums hold; use bf16 or f32",
+                            K, kMaxInt8K));
+  const int64_t g = lowp_group(p), rows = (K + g - 1) / g, panels = (N + panel - 1) / panel;
+  const int64_t cols = panels * panel;
+  auto at = [&](int64_t k, int64_t n) {
+    return src[(k_map ? k_map[k] : k) * stride_k + (n_map ? n_map[n] : n) * stride_n];
+  };
+  // Where element (k, n) of the packed form goes.
+  auto slot = [&](int64_t k, int64_t n) {
+    const int64_t pp = n / panel, j = n % panel;
+    return ((pp * rows + k / g) * panel + j) * g + k % g;
+  };
+  PackedB<float> B{K, N, panel, nullptr};
+  if (p == Precision::bf16) {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    std::fill(d, d + rows * g * cols, uint16_t(0));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) d[slot(k, n)] = to_bf16(at(k, n));
+    B.bf16 = d;
+    return B;
+  }
+  int8_t* d = static_cast<int8_t*>(dst);
+  const int64_t data = (rows * g * cols + 63) / 64 * 64;
+  float* scale = reinterpret_cast<float*>(static_cast<char*>(dst) + data);
+  int32_t* colsum = reinterpret_cast<int32_t*>(static_cast<char*>(dst) + data + (cols * 4 + 63) / 64 * 64);
+  std::fill(d, d + rows * g * cols, int8_t(0));
+  std::fill(scale, scale + cols, 0.0f);
+  std::fill(colsum, colsum + cols, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    float amax = 0;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(at(k, n)));
+    if (!(amax > 0)) continue;  // zeros (or NaN: left as zeros, scale 0)
+    scale[n] = amax / 127.0f;
+    const float inv = 127.0f / amax;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const float q = std::clamp(std::nearbyint(at(k, n) * inv), -127.0f, 127.0f);
+      d[slot(k, n)] = static_cast<int8_t>(q);
+      sum += static_cast<int32_t>(q);
+    }
+    colsum[n] = sum;
+  }
+  B.i8 = d;
+  B.scale = scale;
+  B.colsum = colsum;
+  return B;
+}
+
+void gemm_packed_lowp(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
+                      const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
+                      int64_t p1) {
+  p1 = std::min(p1, B.panels());
+  if (M <= 0 || p0 >= p1) return;
+  const Precision p = B.bf16 ? Precision::bf16 : Precision::int8;
+#if GRUX_HAVE_X86
+  if (use_avx512(p)) {
+    if (p == Precision::bf16)
+      return LowpAvx512<false>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+    return LowpAvx512<true>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+  }
+#endif
+  if (p == Precision::bf16) return Bf16Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+  Int8Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+}
+
+}  // namespace grux::cpu
