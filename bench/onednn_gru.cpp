@@ -2,7 +2,7 @@
 // `grux bench gru` times grux; prints one JSON line per problem (see bench/README.md).
 //
 // Usage: onednn_gru DESCRIPTOR [--train] [--cell] [--lengths SPEC] [--threads K] [--reps R]
-//                   [--warmup W] [--dtype f32|f64]
+//                   [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8]
 // DESCRIPTOR is l{L}d{D}t{T}n{N}i{I}h{H} (missing l/d default to 1). Sizes, used throughout:
 //   T time steps, N batch, I input size of layer 0, H hidden size, L layers, D directions,
 //   C_l input size of layer l (I for l = 0, D*H above), G = 3 gates (4 biases for lbr).
@@ -13,6 +13,11 @@
 //              accumulates into them).
 //   cell       T executions of a one-step (T = 1) primitive per layer with batch N, the state
 //              carried from step to step (streaming use); D must be 1.
+// --precision (inference): bf16 runs the primitive with bf16 input, weights, states and
+// output (bias f32); int8 with u8 input and output (data scale 63.5, shift 64: [-1, 1] onto
+// [0, 127]), s8 weights quantized per output channel (weights_qparams mask 24, scale 127 /
+// max |w| of each gate row), bias f32: oneDNN's int8 RNN recipe. Where the library has no
+// such primitive for this CPU, the reason is reported as unsupported.
 // Unsupported by oneDNN 2.6, reported as {"unsupported":true} instead of faked: variable
 // lengths, f64 RNN.
 // One primitive per layer because a oneDNN multi-layer primitive needs every layer's input
@@ -45,7 +50,7 @@ using Args = std::unordered_map<int, memory>;
 
 struct Options {
   int64_t L = 1, D = 1, T = 0, N = 0, I = 0, H = 0;
-  std::string problem, mode = "inference", dtype = "f32", lengths;
+  std::string problem, mode = "inference", dtype = "f32", lengths, precision = "f32";
   int threads = 1, reps = 10, warmup = 2;
 };
 
@@ -109,10 +114,14 @@ Options parse_args(int argc, char** argv) {
       o.dtype = value();
       if (o.dtype != "f32" && o.dtype != "f64")
         usage_error("--dtype expects f32 or f64, got '" + o.dtype + "'");
+    } else if (arg == "--precision") {
+      o.precision = value();
+      if (o.precision != "f32" && o.precision != "bf16" && o.precision != "int8")
+        usage_error("--precision expects f32, bf16 or int8, got '" + o.precision + "'");
     } else if (arg == "-h" || arg == "--help") {
       std::printf(
           "usage: onednn_gru DESCRIPTOR [--train] [--cell] [--lengths SPEC] [--threads K] "
-          "[--reps R] [--warmup W] [--dtype f32|f64]\n");
+          "[--reps R] [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8]\n");
       std::exit(0);
     } else if (!arg.empty() && arg[0] != '-' && desc.empty())
       desc = arg;
@@ -149,8 +158,9 @@ std::string json_head(const Options& o) {
   char buf[512];
   std::snprintf(
       buf, sizeof buf,
-      R"({"op":"gru","peer":"onednn","problem":"%s","mode":"%s","threads":%d,"dtype":"%s")",
-      o.problem.c_str(), o.mode.c_str(), o.threads, o.dtype.c_str());
+      R"({"op":"gru","peer":"onednn","problem":"%s","mode":"%s","threads":%d,"dtype":"%s",)"
+      R"("precision":"%s")",
+      o.problem.c_str(), o.mode.c_str(), o.threads, o.dtype.c_str(), o.precision.c_str());
   return buf;
 }
 
@@ -173,6 +183,7 @@ void zero(memory& m) {
 }
 
 bool all_finite(const memory& m) {
+  if (m.get_desc().data_type() != dt::f32) return true;  // bf16 / u8 outputs: nothing to check
   const float* p = static_cast<const float*>(m.get_data_handle());
   for (size_t k = 0; k < m.get_desc().get_size() / sizeof(float); ++k)
     if (!std::isfinite(p[k])) return false;
@@ -186,10 +197,10 @@ struct LayerWeights {
 };
 
 memory reordered(const memory& src, const memory::desc& want, const dnnl::engine& eng,
-                 dnnl::stream& s) {
+                 dnnl::stream& s, const dnnl::primitive_attr& attr = {}) {
   if (src.get_desc() == want) return src;
   memory dst(want, eng);
-  dnnl::reorder(src, dst).execute(s, const_cast<memory&>(src), dst);
+  dnnl::reorder(src, dst, attr).execute(s, const_cast<memory&>(src), dst);
   s.wait();
   return dst;
 }
@@ -212,8 +223,39 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
   const memory::dim T = o.T, N = o.N, D = o.D, H = o.H;
   const memory::desc none;  // zero md: h0 = 0, no h_n / no grad w.r.t. h0
 
+  // Data and weight types of the precision, and int8's quantization (see the top).
+  const bool bf16 = o.precision == "bf16", int8 = o.precision == "int8";
+  const dt xdt = bf16 ? dt::bf16 : int8 ? dt::u8 : dt::f32;
+  const dt wdt = bf16 ? dt::bf16 : int8 ? dt::s8 : dt::f32;
+  dnnl::primitive_attr attr, data_attr;
+  if (int8) {
+    attr.set_rnn_data_qparams(63.5f, 64.0f);
+    data_attr.set_rnn_data_qparams(63.5f, 64.0f);
+  }
+  // int8 weights: a reorder attribute with per-output-channel scales 127 / max |w| (ldigo:
+  // mask over g and o, dims 3 and 4).
+  // The primitive takes one set for both weights: each row's max over W_ih and W_hh (and,
+  // bidirectional, both directions).
+  auto weight_attr = [&](const LayerWeights& w, bool with_data) {
+    dnnl::primitive_attr a;
+    if (!int8) return a;
+    if (with_data) a.set_rnn_data_qparams(63.5f, 64.0f);
+    const int64_t G = 3 * H;
+    std::vector<float> scales(G, 0.0f);
+    for (const memory* m : {&w.w_layer, &w.w_iter}) {
+      const memory::dims d = m->get_desc().dims();  // {1, D, C, 3, H}
+      const float* p = static_cast<const float*>(m->get_data_handle());
+      for (int64_t i = 0; i < d[1] * d[2]; ++i)
+        for (int64_t g = 0; g < G; ++g) scales[g] = std::max(scales[g], std::fabs(p[i * G + g]));
+    }
+    for (float& v : scales) v = v > 0 ? 127.0f / v : 1.0f;
+    a.set_rnn_weights_qparams(24, scales);
+    return a;
+  };
+
   Plan plan;
   memory src = random_memory({{T, N, o.I}, dt::f32, tag::tnc}, eng, rng, 1.0f);
+  if (xdt != dt::f32) src = reordered(src, {{T, N, o.I}, xdt, tag::tnc}, eng, s, data_attr);
   struct Saved {
     dnnl::lbr_gru_forward::primitive_desc pd;
     memory src, dst, workspace;
@@ -225,15 +267,17 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
     LayerWeights w{random_memory({{1, D, C, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
                    random_memory({{1, D, H, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
                    random_memory({{1, D, 4, H}, dt::f32, tag::ldgo}, eng, rng, wscale)};
-    const memory::desc dst_md({T, N, D * H}, dt::f32, tag::tnc);
+    const memory::desc dst_md({T, N, D * H}, xdt, tag::tnc);
     dnnl::lbr_gru_forward::desc d(
-        prop, dir, src.get_desc(), none, {{1, D, C, 3, H}, dt::f32, tag::any},
-        {{1, D, H, 3, H}, dt::f32, tag::any}, w.bias.get_desc(), dst_md, none);
-    dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
+        prop, dir, src.get_desc(), none, {{1, D, C, 3, H}, wdt, tag::any},
+        {{1, D, H, 3, H}, wdt, tag::any}, w.bias.get_desc(), dst_md, none);
+    dnnl::lbr_gru_forward::primitive_desc pd(d, int8 ? weight_attr(w, true) : attr, eng);
     memory dst(pd.dst_layer_desc(), eng);
     Args args{{DNNL_ARG_SRC_LAYER, src},
-              {DNNL_ARG_WEIGHTS_LAYER, reordered(w.w_layer, pd.weights_layer_desc(), eng, s)},
-              {DNNL_ARG_WEIGHTS_ITER, reordered(w.w_iter, pd.weights_iter_desc(), eng, s)},
+              {DNNL_ARG_WEIGHTS_LAYER,
+               reordered(w.w_layer, pd.weights_layer_desc(), eng, s, weight_attr(w, false))},
+              {DNNL_ARG_WEIGHTS_ITER,
+               reordered(w.w_iter, pd.weights_iter_desc(), eng, s, weight_attr(w, false))},
               {DNNL_ARG_BIAS, w.bias},
               {DNNL_ARG_DST_LAYER, dst}};
     memory ws;
@@ -354,6 +398,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (o.mode == "cell" && o.D != 1) usage_error("--cell needs D = 1 (a stream has one direction)");
+  if (o.precision != "f32" && o.mode != "inference")
+    usage_error("--precision bf16/int8 times inference of the whole sequence only");
 
   // oneDNN's Debian build threads with OpenMP; set the team size before any primitive exists.
   omp_set_num_threads(o.threads);
@@ -384,6 +430,11 @@ int main(int argc, char** argv) {
     std::printf("%s,\"reps\":%d,\"median_ms\":%.4f,\"min_ms\":%.4f,\"gflops\":%.3f}\n",
                 json_head(o).c_str(), o.reps, median, ms[0], gemm_flops(o) / (median * 1e6));
   } catch (const dnnl::error& e) {
+    if (o.precision != "f32" && e.status == dnnl_unimplemented) {
+      print_unsupported(o, "oneDNN 2.6 has no " + o.precision +
+                               " linear-before-reset GRU primitive for this CPU");
+      return 0;
+    }
     std::fprintf(stderr, "onednn_gru: oneDNN error on %s: %s (status %d)\n", o.problem.c_str(),
                  e.what(), int(e.status));
     return 1;

@@ -3,7 +3,7 @@
 #
 # Run with Debian's interpreter, which has torch:  /usr/bin/python3 bench/pytorch_gru.py DESCRIPTOR
 #   [--train] [--cell] [--lengths uniform:LO:HI:SEED | --lengths FILE.npy] [--threads K] [--reps R]
-#   [--warmup W] [--dtype f32|f64]
+#   [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8]
 # DESCRIPTOR is l{L}d{D}t{T}n{N}i{I}h{H} (missing l/d default to 1); sizes T N I H L D as there.
 # Modes (h0 = 0 everywhere, weights with nn.GRU's default init, input uniform [-1, 1]):
 #   inference  nn.GRU forward under torch.inference_mode().
@@ -17,6 +17,10 @@
 #              (inclusive bounds; HI <= T); FILE.npy gives the N lengths instead. The padded
 #              (T, N, I) input is packed once, outside the timed region, with
 #              pack_padded_sequence(enforce_sorted=False); the timed call is nn.GRU(packed).
+#   --precision (inference only) bf16: the module and the input in torch.bfloat16 (PyTorch's
+#              CPU bf16 GRU); int8: torch.ao.quantization.quantize_dynamic(..., {nn.GRU},
+#              torch.qint8) on the f32 module (the dynamically quantized GRU, weights int8 per
+#              tensor, activations quantized per call) with the default quantized engine.
 # GEMM flops as in WORKLOADS.md: 2*N*T*3H*(C_l + H) per layer and direction (C_0 = I, C_l = D*H
 # above), x3 for train; with lengths sum(lengths) replaces N*T. gflops = flops / median time.
 import argparse
@@ -72,7 +76,10 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
+    ap.add_argument("--precision", choices=["f32", "bf16", "int8"], default="f32")
     a = ap.parse_args()
+    if a.precision != "f32" and (a.train or a.cell or a.dtype != "f32"):
+        ap.error("--precision bf16/int8 times f32 inference of the whole sequence only")
     if a.train and a.cell:
         ap.error("--train and --cell are exclusive")
     if a.threads < 1 or a.reps < 1 or a.warmup < 0:
@@ -110,6 +117,12 @@ def main():
         src = x
         if lengths is not None:
             src = pack_padded_sequence(x, torch.tensor(lengths), enforce_sorted=False)
+        if a.precision == "bf16":
+            gru = gru.to(torch.bfloat16)
+            src = src.to(torch.bfloat16)
+        elif a.precision == "int8":
+            gru = torch.ao.quantization.quantize_dynamic(
+                torch.nn.Sequential(gru), {torch.nn.GRU}, dtype=torch.qint8)[0]
         if mode == "inference":
             def step():
                 with torch.inference_mode():
@@ -154,7 +167,7 @@ def main():
     print(json.dumps({
         "op": "gru", "peer": "pytorch",
         "problem": f"l{L}d{D}t{T}n{N}i{I}h{H}{suffix}", "mode": mode,
-        "threads": a.threads, "dtype": a.dtype, "reps": a.reps,
+        "threads": a.threads, "dtype": a.dtype, "precision": a.precision, "reps": a.reps,
         "median_ms": round(median, 4), "min_ms": round(min(ms), 4),
         "gflops": round(flops / (median * 1e6), 3),
     }, separators=(",", ":")))
