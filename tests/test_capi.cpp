@@ -129,6 +129,44 @@ TEST(CApi, BitIdenticalToGruStreamAndLinear) {
     EXPECT_TRUE(bit_equal(run(m.get(), x, chunk), expected)) << "chunk " << chunk;
 }
 
+// GRUX_BF16 / GRUX_INT8: the C++ GruStream of that precision + linear_forward + the input
+// (bit for bit for a batch), near PyTorch's f32 output (within the precision's scale), for one sequence
+// (where f32 would run the real-time kernel) and a batch, frame by frame or in one call.
+TEST(CApi, PrecisionFlagsRunTheStreamInThatPrecision) {
+  const std::string path = kGolden + "model_residual.safetensors";
+  const SafeTensors g = read_safetensors(path);
+  const Tensor x = g.tensors.at("input");
+  const int64_t T = x.size(0), N = x.size(1);
+  const Gru gru = Gru::from_state_dict(under(g, "rnn."));
+  for (auto [flag, prec] : {std::pair{GRUX_BF16, Precision::bf16}, {GRUX_INT8, Precision::int8}})
+    for (int64_t n : {int64_t(1), N}) {
+      const Tensor xs = x.slice(1, 0, n).contiguous();
+      GruStream stream(gru, n, {}, 0, prec);
+      const Tensor h = stream.step(xs);
+      Tensor expected = linear_forward(h.view({T * n, 6}), g.tensors.at("fc.weight"),
+                                       g.tensors.at("fc.bias"))
+                            .view({T, n, 3});
+      for (int64_t i = 0; i < expected.numel(); ++i)
+        expected.data<float>()[i] = xs.data<float>()[i] + expected.data<float>()[i];
+      ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL | flag);
+      ASSERT_TRUE(m);
+      for (int64_t chunk : {int64_t(1), T}) {
+        const Tensor out = run(m.get(), xs, chunk);
+        // One sequence: the head runs as dot products of its rows (equal within rounding).
+        if (n > 1)
+          EXPECT_TRUE(bit_equal(out, expected)) << precision_name(prec) << " chunk " << chunk;
+        else
+          EXPECT_LE(max_abs_diff(out, expected), 1e-5) << precision_name(prec) << " chunk " << chunk;
+        const double err =
+            max_abs_diff(out, g.tensors.at("expected").slice(1, 0, n).contiguous());
+        EXPECT_LT(err, 0.05) << precision_name(prec);
+        EXPECT_GT(err, 1e-7) << precision_name(prec);
+      }
+    }
+  EXPECT_THAT(load_error(path, "rnn.", "fc.", GRUX_BF16 | GRUX_INT8),
+              ::testing::HasSubstr("GRUX_BF16 and GRUX_INT8 both given"));
+}
+
 // One sequence on one thread: the real-time kernel, with the head and residual computed in
 // its steps. Each golden sequence alone matches PyTorch; results do not depend on the split
 // into calls; they equal GruStream + linear_forward + the input within f32 rounding.
@@ -316,7 +354,7 @@ TEST(CApi, LoadErrorsNameTheProblem) {
   // A residual needs output size == input size: the plain model maps 4 features to 5.
   EXPECT_THAT(load_error(kGolden + "model_plain.safetensors", "rnn.", nullptr, GRUX_RESIDUAL),
               ::testing::HasSubstr("GRUX_RESIDUAL"));
-  EXPECT_THAT(load_error(good, "rnn.", "fc.", 8u), ::testing::HasSubstr("unknown flags"));
+  EXPECT_THAT(load_error(good, "rnn.", "fc.", 16u), ::testing::HasSubstr("unknown flags"));
   // Without its prefix, the whole file is not a GRU state_dict (extra keys).
   EXPECT_THAT(load_error(good, "", nullptr), ::testing::HasSubstr("unexpected key"));
 

@@ -44,6 +44,8 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
 /* Flags of grux_model_load. */
 #define GRUX_RESET_BEFORE 1u /* n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) */
 #define GRUX_RESIDUAL 2u     /* output = input + model(input); sizes must match */
+#define GRUX_BF16 4u         /* the GRU's products in bf16 (weights converted at load) */
+#define GRUX_INT8 8u         /* the GRU's products in int8 (weights quantized at load) */
 
 /* Return codes of grux_stream_process. */
 #define GRUX_OK 0
@@ -55,11 +57,13 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
  *     "" for none. Layers, sizes and bias are inferred from the keys and shapes.
  *   head_prefix: the prefix of an nn.Linear head's "weight" (O, H) and optional "bias" (O);
  *     NULL or "" for no head.
- *   flags: GRUX_RESET_BEFORE, GRUX_RESIDUAL, or 0 (PyTorch's GRU, no skip connection).
+ *   flags: GRUX_RESET_BEFORE, GRUX_RESIDUAL, at most one of GRUX_BF16 and GRUX_INT8 (the
+ *     precision of the GRU's products: README, "Precision"; the head stays f32), or 0
+ *     (PyTorch's GRU in f32, no skip connection).
  * Returns NULL on error, with a one-line message in err (truncated to err_len bytes, always
  * NUL-terminated; err may be NULL when err_len is 0). Errors: a missing or malformed file, a
  * missing, extra or misshapen key, a dtype other than F32, a bidirectional GRU, a residual
- * whose input and output sizes differ, unknown flags. */
+ * whose input and output sizes differ, unknown flags, GRUX_BF16 with GRUX_INT8. */
 GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix,
                                      const char* head_prefix, unsigned flags, char* err,
                                      size_t err_len);

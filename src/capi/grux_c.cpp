@@ -79,6 +79,7 @@ std::vector<float> to_vector(const Tensor& t) {
 struct grux_model {
   grux::Gru gru;
   Head head;
+  grux::Precision precision = grux::Precision::f32;
 };
 
 struct grux_stream {
@@ -104,10 +105,13 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
   set_error(err, err_len, "");
   try {
     if (!safetensors_path) throw Error("grux_model_load: safetensors_path is NULL");
-    if (flags & ~(GRUX_RESET_BEFORE | GRUX_RESIDUAL))
+    if (flags & ~(GRUX_RESET_BEFORE | GRUX_RESIDUAL | GRUX_BF16 | GRUX_INT8))
       throw Error(fmt::format(
-          "grux_model_load: unknown flags 0x{:x}, expected GRUX_RESET_BEFORE | GRUX_RESIDUAL",
+          "grux_model_load: unknown flags 0x{:x}, expected GRUX_RESET_BEFORE | GRUX_RESIDUAL | "
+          "GRUX_BF16 or GRUX_INT8",
           flags));
+    if ((flags & GRUX_BF16) && (flags & GRUX_INT8))
+      throw Error("grux_model_load: GRUX_BF16 and GRUX_INT8 both given; choose one precision");
     const std::string gp = gru_prefix ? gru_prefix : "", hp = head_prefix ? head_prefix : "";
     const grux::SafeTensors file = grux::read_safetensors(safetensors_path);
     const std::string what = fmt::format("grux_model_load: {}: ", safetensors_path);
@@ -174,7 +178,10 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
                                 "{} features and the output {}",
                                 what, head.input_size, head.O));
     }
-    return new grux_model{std::move(gru), std::move(head)};
+    const grux::Precision precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
+                                      : (flags & GRUX_INT8) ? grux::Precision::int8
+                                                            : grux::Precision::f32;
+    return new grux_model{std::move(gru), std::move(head), precision};
   } catch (...) {
     set_error(err, err_len, current_error("grux_model_load"));
   }
@@ -197,7 +204,7 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "or more",
           threads));
     std::unique_ptr<grux_stream> s(new grux_stream{
-        grux::GruStream(m->gru, batch, Tensor(), threads), m->head, batch});
+        grux::GruStream(m->gru, batch, Tensor(), threads, m->precision), m->head, batch});
     const Head& h = s->head;
     s->fast = grux::GruStreamAccess::fast(s->stream);
     if (s->fast) {
