@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/blas.h"
+#include "cpu/gemm_lowp.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gru_gates_ref.h"
@@ -72,6 +73,29 @@ void BM_recurrent_gemm(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_recurrent_gemm)->Args({64, 512})->Args({32, 256})->Args({1, 256})->Args({1, 512});
+
+// The same product with W_hh in bf16 or int8 (cpu/gemm_lowp.h). Args: M, H, precision (1 bf16,
+// 2 int8). GFLOP/s counts the same 2 M N K as f32's.
+void BM_recurrent_gemm_lowp(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = 3 * K;
+  const grux::Precision p = state.range(2) == 1 ? grux::Precision::bf16 : grux::Precision::int8;
+  const int64_t panel = 3 * grux::cpu::kUnit<float>;
+  std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N);
+  grux::Tensor P = grux::Tensor::empty({grux::cpu::packed_lowp_bytes(p, K, N, panel) / 4},
+                                       grux::DType::f32);
+  const grux::cpu::PackedB<float> B = grux::cpu::pack_b_lowp(p, K, N, panel, W.data(), 1, K,
+                                                             nullptr, nullptr, P.raw_data());
+  for (auto _ : state) {
+    grux::cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, C.data(), N, 0, B.panels());
+    benchmark::DoNotOptimize(C.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+  state.SetLabel(grux::cpu::lowp_kernel(p));
+}
+BENCHMARK(BM_recurrent_gemm_lowp)
+    ->Args({64, 512, 1})->Args({64, 512, 2})->Args({1, 256, 1})->Args({1, 256, 2})
+    ->Args({1, 512, 1})->Args({1, 512, 2});
 
 // One streaming step (W1: a frame of batch N through GruStream). Args: N, I, H.
 void BM_stream_step(benchmark::State& state) {

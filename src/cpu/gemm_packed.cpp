@@ -399,6 +399,11 @@ void PackPanelTransposedF64(int64_t K, int64_t panel, const int64_t* col, const 
   PackPanelTransposed(K, panel, col, src, out);
 }
 
+// This copy's target (an HWY_* bit): dispatched, it says which target the kernels run on.
+int64_t TargetBit() {
+  return HWY_TARGET;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
 }  // namespace grux
@@ -422,6 +427,11 @@ HWY_EXPORT(GemmBRowsF32);
 HWY_EXPORT(GemmBRowsF64);
 HWY_EXPORT(GemmARowsF32);
 HWY_EXPORT(GemmARowsF64);
+HWY_EXPORT(TargetBit);
+
+int64_t simd_target_bit() {
+  return HWY_DYNAMIC_DISPATCH(TargetBit)();
+}
 
 template <>
 void gemm_b_rows<float>(int64_t M, const float* A, int64_t lda, int64_t K, int64_t N,

@@ -68,6 +68,11 @@ template <typename T>
 void gemm_a_rows(int64_t M, const T* a_base, const int64_t* a_offsets, const PackedB<T>& B,
                  bool accumulate, T* C, int64_t ldc);
 
+// The Highway target (an HWY_* bit of hwy/targets.h) the dispatched kernels run on now: the
+// best the CPU has, or the one set_simd_target chose. Cheap (an atomic load, no CPUID), for
+// kernels outside Highway that follow the same choice.
+int64_t simd_target_bit();
+
 // The whole product, split over the OpenMP threads (row blocks x panels). Same result.
 template <typename T>
 void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
