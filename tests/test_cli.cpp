@@ -161,6 +161,14 @@ TEST(Cli, PrecisionRunsGruInferenceAtThatPrecision) {
       {"float32", "f64"});
 }
 
+TEST(Cli, InfoNamesThePrecisionKernels) {
+  test::TempDir tmp;
+  CliRun r = grux_cli(tmp.path, "info");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("precision kernels: bf16 " + precision_kernel(Precision::bf16) +
+                               ", int8 " + precision_kernel(Precision::int8)));
+}
+
 TEST(Cli, HelpAndUsageErrors) {
   test::TempDir tmp;
   CliRun help = grux_cli(tmp.path, "gru --help");

@@ -183,7 +183,7 @@ class Gru {
 // precision: f32 (the default) runs the GRU as Gru::forward does; bf16 or int8 (an f32 GRU
 // only; grux/precision.h) packs W_ih and W_hh in that precision once, here, and runs their
 // products in it: gates, state and outputs stay f32, results differ from f32 by the
-// precision's error (docs/precision.md) and are still row-invariant (the same bits for a
+// precision's error (README, "Precision") and are still row-invariant (the same bits for a
 // sequence alone or in any batch, on any thread count).
 class GruInference {
  public:

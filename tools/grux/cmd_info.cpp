@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "cpu/blas.h"
+#include "grux/precision.h"
 #include "grux/runtime.h"
 
 namespace grux::cli {
@@ -31,6 +32,8 @@ void run_info(const InfoArgs& a) {
   fmt::print("simd: {} (this CPU can run: {}){}\n", simd_target(), all,
              env_simd && *env_simd ? fmt::format("; GRUX_SIMD_TARGET={}", env_simd) : "");
   fmt::print("threads: {} (OpenMP; --threads sets them per command)\n", omp_get_max_threads());
+  fmt::print("precision kernels: bf16 {}, int8 {} (--precision of grux gru and grux bench gru)\n",
+             precision_kernel(Precision::bf16), precision_kernel(Precision::int8));
   fmt::print("reference kernels: {}\n", reference_kernels() ? "on (GRUX_REFERENCE=1)" : "off");
   fmt::print("blas: OpenBLAS with its {} kernel{}; only grux bench gemm and grux calibrate "
              "measure it, no operator computes through it\n",
