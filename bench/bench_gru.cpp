@@ -97,6 +97,36 @@ BENCHMARK(BM_recurrent_gemm_lowp)
     ->Args({64, 512, 1})->Args({64, 512, 2})->Args({1, 256, 1})->Args({1, 256, 2})
     ->Args({1, 512, 1})->Args({1, 512, 2});
 
+// A weight gradient of training: dW (3H x N) = dG^T X over K = T * batch rows, in f32 (the
+// packed GEMM with A transposed, B packed each call as training does) or bf16
+// (cpu::gemm_at_b_bf16). Args: K, H, N (X's columns: I or H), bf16 (0/1). On all threads.
+void BM_gradient_gemm(benchmark::State& state) {
+  const int64_t K = state.range(0), M = 3 * state.range(1), N = state.range(2);
+  const bool bf16 = state.range(3) != 0;
+  const int64_t panel = 3 * grux::cpu::kUnit<float>;
+  std::vector<float> A(K * M, 0.01f), B(K * N, 0.5f), C(M * N);
+  // 64-byte aligned, as the packed GEMM reads it.
+  grux::Tensor packed =
+      grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
+  float* pk = packed.data<float>();
+  for (auto _ : state) {
+    if (bf16) {
+      grux::cpu::gemm_at_b_bf16(M, N, K, A.data(), M, B.data(), N, nullptr, false, C.data(), N);
+    } else {
+      grux::cpu::pack_b<float>(K, N, panel, B.data(), N, 1, nullptr, nullptr, pk);
+      grux::cpu::gemm_packed_parallel<float>(M, A.data(), M, true, {K, N, panel, pk},
+                                             nullptr, false, C.data(), N);
+    }
+    benchmark::DoNotOptimize(C.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+  state.SetLabel(bf16 ? grux::cpu::lowp_kernel(grux::Precision::bf16) : "f32");
+}
+BENCHMARK(BM_gradient_gemm)
+    ->Args({6400, 512, 256, 0})->Args({6400, 512, 256, 1})->Args({6400, 512, 512, 0})
+    ->Args({6400, 512, 512, 1})->UseRealTime();
+
 // One streaming step (W1: a frame of batch N through GruStream). Args: N, I, H.
 void BM_stream_step(benchmark::State& state) {
   grux::GruConfig c;

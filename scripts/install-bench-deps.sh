@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the peer comparison (bench/compare.py) needs beyond the build: Debian's
-# PyTorch and NumPy, and oneDNN (the oneDNN runner is built when libdnnl-dev is present).
+# PyTorch and NumPy, and oneDNN (the oneDNN runner is built when libdnnl-dev is present;
+# its CMake package needs the OpenCL development files, ocl-icd-opencl-dev).
 set -euo pipefail
 bash "$(dirname "$0")/install-deps.sh"
-packages=(python3-torch python3-numpy libdnnl-dev)
+packages=(python3-torch python3-numpy libdnnl-dev ocl-icd-opencl-dev)
 missing=()
 for p in "${packages[@]}"; do
   [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *"install ok installed"* ]] || missing+=("$p")

@@ -288,7 +288,8 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
         << extra;
   }
   // bf16 and int8: checked against the reference twins, with the kernel and the error vs f32.
-  for (const char* extra : {" --precision bf16", " --precision int8 --cell",
+  for (const char* extra : {" --precision bf16", " --precision bf16 --train --lengths uniform:2:7:3",
+                            " --precision bf16 --train --reset-before", " --precision int8 --cell",
                             " --precision int8 --lengths uniform:2:7:3 --reset-before"}) {
     CliRun r = grux_cli(tmp.path, std::string("bench gru l2d1t7n5i3h17 --threads 1 --reps 2") + extra);
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
@@ -353,8 +354,10 @@ TEST(CliBench, BadArguments) {
                     {"--prepacked", "--cell"});
   expect_user_error(grux_cli(tmp.path, "bench gru t100000n100000i1000h1000"), {"GiB", "memory"});
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision fp16"), {"fp16"});
-  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision bf16 --train"),
-                    {"--precision bf16", "training"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision int8 --train"),
+                    {"--precision int8", "inference", "--train"});
+  expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision bf16 --train --dtype f64"),
+                    {"--precision bf16", "f64"});
   expect_user_error(grux_cli(tmp.path, "bench gru t5n2i3h4 --precision int8 --dtype f64"),
                     {"--precision int8", "f64"});
 }

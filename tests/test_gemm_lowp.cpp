@@ -183,6 +183,54 @@ TEST(GemmLowp, Int8KernelsAgreeBitwise) {
 }
 
 // Threads split the panels (or the rows): the same bits as one thread.
+// A^T B in bf16 (bf16 training's weight gradients) against its twin: shapes around the
+// 16-row tiles, 4-row blocks and 48-column panels, odd K (a last pair of one), K longer than
+// one block of K (sums carried in C across blocks), a row map for B, accumulate; the same bits
+// on 1 and 2 threads (threads split the rows of C, each sums its elements alone).
+void check_at_b(bool portable) {
+  PortableScope scope(portable);
+  if (portable && cpu::lowp_kernel(Precision::bf16) != std::string("portable"))
+    GTEST_SKIP() << "no SIMD target below AVX-512 to run the portable kernels on";
+  std::mt19937_64 rng(21);
+  for (Shape3 s : {Shape3{1, 1, 1}, {3, 17, 5}, {16, 48, 2}, {17, 49, 33}, {37, 100, 7},
+                   {64, 96, 4001}, {5, 130, 12001}}) {
+    const int64_t M = s.M, N = s.N, K = s.K, lda = M + 3, ldb = N + 1;
+    for (bool maps : {false, true}) {
+      const bool accumulate = maps;
+      const std::string where = std::string(cpu::lowp_kernel(Precision::bf16)) +
+                                " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                " K=" + std::to_string(K) + (maps ? " maps accumulate" : "");
+      auto A = random_vec(K * lda, rng), B = random_vec((K + 2) * ldb, rng);
+      std::vector<int64_t> rows(K);
+      for (int64_t k = 0; k < K; ++k) rows[k] = (k * 7 + 2) % (K + 2);
+      const int64_t* map = maps ? rows.data() : nullptr;
+      auto C0 = random_vec(M * (N + 2), rng);
+      std::vector<float> C = C0, R = C0, C1 = C0;
+      cpu::gemm_at_b_bf16(M, N, K, A.data(), lda, B.data(), ldb, map, accumulate, C.data(), N + 2);
+      cpu::ref::gemm_at_b_bf16(M, N, K, A.data(), lda, B.data(), ldb, map, accumulate, R.data(),
+                               N + 2);
+      const double tol = 4.0 * (K + 2) * 6e-8;  // f32 sums of K exact products, |a b| <= 1
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N + 2; ++n) {
+          const int64_t i = m * (N + 2) + n;
+          if (n >= N) {
+            ASSERT_EQ(C[i], C0[i]) << where << ": wrote past column N";
+          } else {
+            ASSERT_NEAR(C[i], R[i], tol) << where << " at " << m << ", " << n;
+          }
+        }
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(1);
+      cpu::gemm_at_b_bf16(M, N, K, A.data(), lda, B.data(), ldb, map, accumulate, C1.data(),
+                          N + 2);
+      omp_set_num_threads(before);
+      EXPECT_EQ(C1, C) << where << ": 1 thread vs " << before;
+    }
+  }
+}
+TEST(GemmLowp, Bf16AtBMatchesReference) { check_at_b(false); }
+TEST(GemmLowp, Bf16AtBPortableMatchesReference) { check_at_b(true); }
+
 TEST(GemmLowp, ParallelEqualsSerialBitwise) {
   for (Precision prec : {Precision::bf16, Precision::int8}) {
     std::mt19937_64 rng(13);

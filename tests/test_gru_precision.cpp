@@ -119,6 +119,82 @@ TEST(GruPrecision, StreamEqualsInference) {
       }
 }
 
+// bf16 training (Gru::forward_train with Precision::bf16, then backward): outputs and every
+// gradient against the reference twins (the same bf16 roundings, sums in double) and near
+// f32 training, relative to each tensor's largest value; the same bits on 1 and 2 threads.
+TEST(GruPrecision, Bf16TrainingMatchesTheTwinsAndStaysNearF32) {
+  for (const Case& k : kCases) {
+    GruConfig c;
+    c.input_size = k.I;
+    c.hidden_size = k.H;
+    c.num_layers = k.layers;
+    c.bidirectional = k.bidir;
+    c.form = k.rb ? GruForm::reset_before : GruForm::linear_before_reset;
+    const Gru gru(c, DType::f32, 5);
+    std::mt19937_64 rng(16);
+    const Tensor x = test::random_tensor({k.T, k.N, k.I}, DType::f32, rng);
+    const Tensor h0 = test::random_tensor({k.layers * c.directions(), k.N, k.H}, DType::f32, rng);
+    const Tensor dy = test::random_tensor({k.T, k.N, c.directions() * k.H}, DType::f32, rng);
+    std::vector<int64_t> len(k.N);
+    for (int64_t n = 0; n < k.N; ++n) len[n] = k.lengths ? 1 + (n * 5) % k.T : k.T;
+    const Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({k.N}, len) : Tensor();
+    const std::string what = name_of(k, Precision::bf16) + " training";
+    // Output, h_n, dinput, dh0, then the weight gradients by key.
+    auto train = [&](Precision p, int threads) {
+      GruTape tape;
+      const GruOutput y = gru.forward_train(x, h0, lengths, tape, 0, threads, p);
+      const GruGrads g = gru.backward(tape, dy, {}, threads);
+      std::vector<std::pair<std::string, Tensor>> out{
+          {"output", y.output}, {"h_n", y.h_n}, {"dinput", g.dinput}, {"dh0", g.dh0}};
+      for (const auto& [key, t] : g.state_dict(c)) out.push_back({key, t});
+      return out;
+    };
+    const auto got = train(Precision::bf16, 0);
+    set_reference_kernels(true);
+    const auto twin = train(Precision::bf16, 0);
+    set_reference_kernels(false);
+    const auto f32 = train(Precision::f32, 0);
+    double most_vs_f32 = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      double scale = 1e-30;
+      const Tensor& r = twin[i].second;
+      for (int64_t j = 0; j < r.numel(); ++j) scale = std::max(scale, std::abs(r.at_flat(j)));
+      const std::string of = what + " " + got[i].first;
+      EXPECT_LE(max_abs_diff(got[i].second, r) / scale, 1e-2) << of;
+      const double vs_f32 = max_abs_diff(got[i].second, f32[i].second) / scale;
+      EXPECT_LE(vs_f32, 3e-2) << of;
+      most_vs_f32 = std::max(most_vs_f32, vs_f32);
+    }
+    EXPECT_GT(most_vs_f32, 1e-6) << what << ": no different from f32 training";
+    const auto two = train(Precision::bf16, 2), one = train(Precision::bf16, 1);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(max_abs_diff(one[i].second, two[i].second), 0.0)
+          << what << " " << got[i].first << ": 1 vs 2 threads";
+  }
+}
+
+TEST(GruPrecision, TrainingTakesF32OrBf16) {
+  GruConfig c;
+  c.input_size = 3;
+  c.hidden_size = 4;
+  const Tensor x = Tensor::zeros({2, 1, 3}, DType::f32);
+  GruTape tape;
+  try {
+    Gru(c, DType::f32, 1).forward_train(x, {}, {}, tape, 0, 0, Precision::int8);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "gru forward_train: precision int8 is for inference; train in f32 or bf16");
+  }
+  try {
+    Gru(c, DType::f64, 1).forward_train(x.to(DType::f64), {}, {}, tape, 0, 0, Precision::bf16);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "gru forward_train: precision bf16 takes an f32 GRU; this one is f64");
+  }
+}
+
 TEST(GruPrecision, AnF64GruIsRefused) {
   GruConfig c;
   c.input_size = 3;

@@ -239,6 +239,67 @@ TEST(LmStream, StepByStepEqualsWholeWindow) {
   }
 }
 
+// The GRU's products in bf16 and int8: a stream fed one character at a time gives the loss
+// of the whole window through an inference plan of the same precision, near f32's and not
+// equal to it; the trainer's validation loss in each precision likewise (f32's is evaluate()'s,
+// and the other precisions leave the history alone); an f64 model refuses them in one line.
+TEST(LmPrecision, StreamAndValidationLossInEachPrecision) {
+  TrainOptions o = small_options(DType::f32);
+  o.model.dropout = 0;
+  o.model.hidden = 37;  // odd: the tails of every kernel
+  Trainer tr(o, corpus(3000));
+  while (!tr.done()) tr.step();
+  const CharLm& m = tr.model();
+  const std::vector<int64_t> seq{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4};
+  const int64_t T = static_cast<int64_t>(seq.size()) - 1;
+  Tensor ids = Tensor::empty({T, 1}, DType::i64), targets = Tensor::empty({T, 1}, DType::i64);
+  for (int64_t t = 0; t < T; ++t) {
+    ids.data<int64_t>()[t] = seq[t];
+    targets.data<int64_t>()[t] = seq[t + 1];
+  }
+  auto stream_loss = [&](Precision p) {
+    CharLm::Stream s(m, 1, p);
+    double sum = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<double> z = s.step({seq[t]});
+      double mx = z[0], se = 0;
+      for (double v : z) mx = std::max(mx, v);
+      for (double v : z) se += std::exp(v - mx);
+      sum += mx + std::log(se) - z[seq[t + 1]];
+    }
+    return sum / T;
+  };
+  const double f32_stream = stream_loss(Precision::f32);
+  const double f32_val = tr.evaluate();
+  EXPECT_EQ(tr.validation_loss(Precision::f32), f32_val);
+  const size_t recorded = tr.history().val_loss.size();
+  for (Precision p : {Precision::bf16, Precision::int8}) {
+    const char* name = precision_name(p);
+    Tensor h;
+    const double whole = m.loss(ids, targets, h, GruInference(m.gru(), p));
+    EXPECT_EQ(h.shape(), (Shape{o.model.layers, 1, o.model.hidden})) << name;
+    const double streamed = stream_loss(p);
+    EXPECT_NEAR(streamed, whole, 1e-5) << name;
+    EXPECT_NEAR(streamed, f32_stream, 0.05) << name;
+    EXPECT_NE(streamed, f32_stream) << name;
+    const double val = tr.validation_loss(p);
+    EXPECT_NEAR(val, f32_val, 0.05) << name;
+    EXPECT_NE(val, f32_val) << name;
+  }
+  EXPECT_EQ(tr.history().val_loss.size(), recorded);
+
+  CharLmConfig c;
+  c.vocab = 5, c.embed = 3, c.hidden = 8, c.dtype = DType::f64;
+  CharLm m64(c, 1);
+  try {
+    CharLm::Stream s(m64, 1, Precision::bf16);
+    FAIL() << "an f64 model ran in bf16";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bf16"));
+    EXPECT_THAT(e.what(), HasSubstr("f64"));
+  }
+}
+
 // Beam reordering moves whole states: after reorder({1, 1}) both beams continue beam 1.
 TEST(LmStream, ReorderCopiesBeamStates) {
   CharLmConfig c;

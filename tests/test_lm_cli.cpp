@@ -82,12 +82,30 @@ TEST(LmCli, TrainThenShowThenGenerate) {
                                      "/checkpoint.safetensors --prompt ROMEO: --length 40 --seed 3")
                 .out,
             r.out);
-  for (const char* extra : {"--temperature 0", "--beam 4", "--top-k 3"}) {
+  for (const char* extra : {"--temperature 0", "--beam 4", "--top-k 3", "--precision bf16",
+                            "--precision int8 --beam 3 --stats"}) {
     r = grux_cli(f.dir.path, "generate --checkpoint " + out + "/checkpoint.safetensors " +
                                  "--length 25 " + extra);
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
     EXPECT_EQ(r.out.size(), 26u) << extra;
   }
+  EXPECT_THAT(r.err, HasSubstr("characters/s"));
+
+  // The validation loss in each precision: f32's is the one training printed last.
+  r = grux_cli(f.dir.path, "model eval " + out + "/checkpoint.safetensors --data " + f.data);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t at = r.out.find("f32   ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(at + 6)), std::stod(csv.substr(csv.rfind(',') + 1)), 1e-5)
+      << r.out;
+  EXPECT_THAT(r.out, HasSubstr("bf16 "));
+  EXPECT_THAT(r.out, HasSubstr("int8 "));
+  EXPECT_THAT(r.out, HasSubstr("vs f32"));
+  r = grux_cli(f.dir.path, "model eval " + out + "/checkpoint.safetensors --precision int8 " +
+                               "--data " + f.data);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("f32 ")));
+  EXPECT_THAT(r.out, HasSubstr("int8 "));
 }
 
 // kill -9 at random moments while checkpoints are being written every step: the checkpoint
@@ -228,6 +246,10 @@ TEST(LmCli, BadInputIsOneLineExit2) {
   expect_user_error(grux_cli(d, "generate --checkpoint " + ck + " --temperature -1"),
                     {"--temperature"});
   expect_user_error(grux_cli(d, "generate --checkpoint " + ck + " --beam 0"), {"--beam"});
+  expect_user_error(grux_cli(d, "generate --checkpoint " + ck + " --precision f16"),
+                    {"f16", "bf16"});
+  expect_user_error(grux_cli(d, "model eval " + ck + " --precision f16"), {"f16", "bf16"});
+  expect_user_error(grux_cli(d, "model eval " + ck), {"other data"});
   write_file_atomic(d + "/cut.safetensors", saved.substr(0, saved.size() - 100));
   expect_user_error(grux_cli(d, "generate --checkpoint " + d + "/cut.safetensors"),
                     {"cut.safetensors"});

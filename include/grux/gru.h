@@ -157,8 +157,13 @@ class Gru {
 
   // Training forward: as forward(), with dropout between layers (config.dropout, mask drawn
   // from `dropout_seed`), and saves into `tape` what backward needs.
+  // precision bf16 (an f32 GRU only; int8 is refused) trains in bf16: every product with the
+  // weights, here and in backward, and the weight gradients' products take their operands
+  // rounded to bf16 and sum in f32; the weights themselves (the master copy the optimizer
+  // updates), the gates, states and gradients stay f32 (README, "Precision").
   GruOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                          GruTape& tape, uint64_t dropout_seed = 0, int threads = 0) const;
+                          GruTape& tape, uint64_t dropout_seed = 0, int threads = 0,
+                          Precision precision = Precision::f32) const;
 
   // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
   // both), with the shapes forward_train returned, from the tape that forward_train filled.

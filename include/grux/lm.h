@@ -85,6 +85,9 @@ class CharLm {
   // `dropout_seed`; the gradient does not flow into the incoming h (truncated BPTT).
   double forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
                           uint64_t dropout_seed = 0);
+  // Forward only, through `gru` (an inference plan of this model's GRU, in any precision):
+  // the mean cross-entropy as forward_backward(..., false) computes it, the final state in h.
+  double loss(const Tensor& ids, const Tensor& targets, Tensor& h, const GruInference& gru) const;
 
   // Logits (V) of the next character after feeding `id` to a stream (generation).
   class Stream;
@@ -97,10 +100,11 @@ class CharLm {
 };
 
 // Step-by-step generation over B independent beams (or samples): feed one id per beam, get
-// log-probabilities of the next character. Uses the GRU's streaming API.
+// log-probabilities of the next character. Uses the GRU's streaming API; `precision` is the
+// GRU's products' (bf16 and int8 take an f32 model; see grux/precision.h).
 class CharLm::Stream {
  public:
-  Stream(const CharLm& model, int64_t beams);
+  Stream(const CharLm& model, int64_t beams, Precision precision = Precision::f32);
   ~Stream();
   // ids (B) -> logits (B, V) as double.
   std::vector<double> step(const std::vector<int64_t>& ids);

@@ -60,6 +60,9 @@ class Trainer {
   // Mean cross-entropy (nats per character) over the whole validation part, cut into up to
   // 64 streams (as many as fit), from a zero state carried across its windows.
   double evaluate();
+  // The same loss with the GRU's products in `precision` (f32 is evaluate()'s value), not
+  // recorded in the history. bf16 and int8 take an f32 model.
+  double validation_loss(Precision precision);
   // Writes model, optimizer state, vocabulary, options, step, carried state and history to
   // `path` atomically.
   void save_checkpoint(const std::string& path) const;

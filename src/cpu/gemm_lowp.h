@@ -1,4 +1,4 @@
-// Low-precision packed GEMMs for inference: C (f32) = A (f32) B + bias (+ C), with B packed
+// Low-precision packed GEMMs: C (f32) = A (f32) B + bias (+ C), with B packed
 // once in bf16 or int8 (grux/precision.h says what each means) and each row of A converted
 // (bf16) or quantized (int8) as it is read. Like gemm_packed, each output element depends on
 // its own row of A and column of B only (int8 quantizes per row), never on the tiling, the
@@ -85,6 +85,14 @@ PackedB<float> pack_b_lowp(Precision p, int64_t K, int64_t N, int64_t panel, con
 void gemm_packed_lowp(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
                       const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
                       int64_t p1);
+
+// C (M x N, row stride ldc) = A^T B + (accumulate ? C : 0) in bf16: the weight gradients of
+// bf16 training. A is K x M (row stride lda), row k of B is B + (b_rows ? b_rows[k] : k) * ldb
+// (N long); both are rounded with to_bf16, their products (exact in f32) summed in f32 over
+// blocks of K. Splits the rows of C over the OpenMP threads; allocates bf16 copies of A and B
+// (2 (M + N) K bytes, rounded up to the tiles).
+void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, const int64_t* b_rows, bool accumulate, float* C, int64_t ldc);
 
 // The instructions gemm_packed_lowp runs on now for bf16 or int8 (precision_kernel's answer).
 const char* lowp_kernel(Precision p);

@@ -266,8 +266,10 @@ int64_t CharLm::num_parameters() const {
   return n;
 }
 
-double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
-                                uint64_t dropout_seed) {
+namespace {
+
+void check_window(const CharLmConfig& c, const Tensor& ids, const Tensor& targets,
+                  const Tensor& h) {
   const char* op = "char_lm";
   check_defined(op, "ids", ids);
   check_defined(op, "targets", targets);
@@ -276,8 +278,27 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
   if (ids.dim() != 2)
     throw Error(fmt::format("char_lm: ids have shape {}, expected (T, N)", shape_str(ids.shape())));
   check_shape(op, "targets", targets, ids.shape());
+  if (h.defined()) check_shape(op, "h", h, {c.layers, ids.size(1), c.hidden});
+}
+
+}  // namespace
+
+double CharLm::loss(const Tensor& ids, const Tensor& targets, Tensor& h,
+                    const GruInference& gru) const {
+  check_window(config_, ids, targets, h);
+  const int64_t T = ids.size(0), N = ids.size(1), H = config_.hidden;
+  Tensor x = embedding_forward(ids, params_.front().value);
+  GruOutput y = gru.forward(x, h);
+  h = y.h_n;
+  Tensor logits = linear_forward(y.output.reshape({T * N, H}), params_[params_.size() - 2].value,
+                                 params_.back().value);
+  return cross_entropy(logits, targets.reshape({T * N}), false).loss;
+}
+
+double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
+                                uint64_t dropout_seed) {
+  check_window(config_, ids, targets, h);
   const int64_t T = ids.size(0), N = ids.size(1), H = config_.hidden, V = config_.vocab;
-  if (h.defined()) check_shape(op, "h", h, {config_.layers, N, H});
 
   const Tensor& emb_w = params_.front().value;
   const Tensor& fc_w = params_[params_.size() - 2].value;
@@ -317,12 +338,13 @@ struct CharLm::Stream::Impl {
   const CharLm& model;
   int64_t B;
   GruStream gru;
-  Impl(const CharLm& m, int64_t beams) : model(m), B(beams), gru(m.gru(), beams) {}
+  Impl(const CharLm& m, int64_t beams, Precision precision)
+      : model(m), B(beams), gru(m.gru(), beams, {}, 0, precision) {}
 };
 
-CharLm::Stream::Stream(const CharLm& model, int64_t beams) {
+CharLm::Stream::Stream(const CharLm& model, int64_t beams, Precision precision) {
   if (beams < 1) throw Error(fmt::format("beams is {}, expected >= 1", beams));
-  impl_ = std::make_unique<Impl>(model, beams);
+  impl_ = std::make_unique<Impl>(model, beams, precision);
 }
 
 CharLm::Stream::~Stream() = default;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "grux/io.h"
@@ -212,17 +213,26 @@ void Trainer::plan_steps(int64_t total) {
   schedule_ = make_schedule(options_);
 }
 
-double Trainer::evaluate() {
+double Trainer::validation_loss(Precision precision) {
   if (!val_) throw Error("no validation part (--val-fraction is 0)");
   const CharLmConfig& c = options_.model;
+  // f32 runs the training forward (what evaluate() has always recorded); the other
+  // precisions an inference plan with the weights converted once.
+  std::optional<GruInference> plan;
+  if (precision != Precision::f32) plan.emplace(model_->gru(), precision);
   Tensor h = Tensor::zeros({c.layers, val_->batch(), c.hidden}, c.dtype);
   Tensor ids, targets;
   double sum = 0;
   for (int64_t w = 0; w < val_->windows(); ++w) {
     val_->window(w, ids, targets);
-    sum += model_->forward_backward(ids, targets, h, false);
+    sum += plan ? model_->loss(ids, targets, h, *plan)
+                : model_->forward_backward(ids, targets, h, false);
   }
-  const double loss = sum / static_cast<double>(val_->windows());
+  return sum / static_cast<double>(val_->windows());
+}
+
+double Trainer::evaluate() {
+  const double loss = validation_loss(Precision::f32);
   if (history_.val_step.empty() || history_.val_step.back() != step_) {
     history_.val_step.push_back(step_);
     history_.val_loss.push_back(loss);

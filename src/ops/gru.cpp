@@ -245,10 +245,12 @@ using ops::to_caller_layout;
 // ---- Forward -------------------------------------------------------------------------
 
 // `prepacked`: the weights as pack_layer packed them (GruInference), or null to pack them here.
+// `precision`: of the products, when packing here (forward_train in bf16).
 template <typename T>
 GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
                        const Problem& p, bool training, uint64_t seed, GruTapeData* tape,
-                       const std::vector<ops::PackedLayer<T>>* prepacked = nullptr) {
+                       const std::vector<ops::PackedLayer<T>>* prepacked = nullptr,
+                       Precision precision = Precision::f32) {
   const auto k = ops::gru_kernels<T>();
   const SeqLayout& lay = p.lay;
   const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
@@ -274,7 +276,8 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s);
       Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
       ops::PackedLayer<T> packed_here;
-      if (!prepacked) packed_here = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr);
+      if (!prepacked)
+        packed_here = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr, precision);
       const ops::PackedLayer<T>& P = prepacked ? (*prepacked)[ld] : packed_here;
       ops::gru_layer_forward<T>(k, P, lay, xp.data<T>(), h0s, g.data<T>(), aux.data<T>(), hs,
                                 gh.data<T>());
@@ -555,8 +558,12 @@ GruOutput GruInference::forward(const Tensor& input, const Tensor& h0, const Ten
 }
 
 GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                             GruTape& tape, uint64_t dropout_seed, int threads) const {
+                             GruTape& tape, uint64_t dropout_seed, int threads,
+                             Precision precision) const {
   ops::ThreadsScope scope("gru", threads);
+  if (precision == Precision::int8)
+    throw Error("gru forward_train: precision int8 is for inference; train in f32 or bf16");
+  ops::check_precision("gru forward_train", dtype_, precision);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
   auto data = std::make_unique<GruTapeData>();
   const int64_t LD = config_.num_layers * config_.directions();
@@ -572,7 +579,8 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   data->packed_f32.resize(dtype_ == DType::f32 ? LD : 0);
   data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
   GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
-    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get());
+    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(),
+                                     nullptr, precision);
   });
   data->h0_shape = r.h_n.shape();
   if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);

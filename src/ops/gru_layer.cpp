@@ -74,7 +74,9 @@ void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, 
 template <typename T>
 PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
                           Precision precision) {
-  GRUX_ASSERT(precision == Precision::f32 || (std::is_same_v<T, float> && !backward));
+  // bf16 packs the transposed operands of backward too (bf16 training); int8 is inference.
+  GRUX_ASSERT(precision == Precision::f32 ||
+              (std::is_same_v<T, float> && (!backward || precision == Precision::bf16)));
   constexpr int64_t U = cpu::kUnit<T>;
   PackedLayer<T> P;
   const int64_t H = w.w_hh.size(1), in = w.w_ih.size(1);
@@ -198,9 +200,13 @@ void unpermute_rows(int64_t M, int64_t stride, const T* src, const int64_t* map,
 
 // A^T B over all rows: C (M x N) = A^T (A: rows x M, row stride lda) times B (rows x N;
 // row r of B is row b_rows[r] of `B` when b_rows is given).
+// With `bf16` (a bf16-trained layer) both operands are rounded to bf16, the sums kept in f32.
 template <typename T>
-void gradient_gemm(const GruKernels<T>& k, int64_t rows, int64_t M, const T* A, int64_t lda,
-                   int64_t N, const T* B, T* C, const int64_t* b_rows = nullptr) {
+void gradient_gemm(const GruKernels<T>& k, bool bf16, int64_t rows, int64_t M, const T* A,
+                   int64_t lda, int64_t N, const T* B, T* C, const int64_t* b_rows = nullptr) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) return k.gemm_at_b_bf16(M, N, rows, A, lda, B, N, b_rows, C, N);
+  }
   constexpr int64_t U = cpu::kUnit<T>;
   Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, 3 * U)}, dtype_of<T>());
   cpu::pack_b<T>(rows, N, 3 * U, B, N, 1, b_rows, nullptr, packed.data<T>());
@@ -252,16 +258,17 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   //    put back in PyTorch's order), and the input gradient.
   Tensor tmp = Tensor::empty({G, std::max(in, H)}, dt);
   T* t = tmp.data<T>();
-  gradient_gemm(k, rows, G, dg.data<T>(), G, in, xp, t);
+  const bool bf16 = P.ih.bf16 != nullptr;
+  gradient_gemm(k, bf16, rows, G, dg.data<T>(), G, in, xp, t);
   unpermute_rows(G, in, t, P.map3.data(), dw.w_ih.data<T>());
   if (lbr) {
-    gradient_gemm(k, rows, G, dgh.data<T>(), G, H, states, t, hprev_rows.data());
+    gradient_gemm(k, bf16, rows, G, dgh.data<T>(), G, H, states, t, hprev_rows.data());
     unpermute_rows(G, H, t, P.map3.data(), dw.w_hh.data<T>());
   } else {
     // Blocks r, z multiply h_prev; block n multiplies rh = r * h_prev (saved in aux).
-    gradient_gemm(k, rows, 2 * H, drz.data<T>(), 2 * H, H, states, t, hprev_rows.data());
+    gradient_gemm(k, bf16, rows, 2 * H, drz.data<T>(), 2 * H, H, states, t, hprev_rows.data());
     unpermute_rows(2 * H, H, t, P.map2.data(), dw.w_hh.data<T>());
-    gradient_gemm(k, rows, H, dn.data<T>(), H, H, aux, dw.w_hh.data<T>() + 2 * H * H);
+    gradient_gemm(k, bf16, rows, H, dn.data<T>(), H, H, aux, dw.w_hh.data<T>() + 2 * H * H);
   }
   if (dw.b_ih.defined()) {
     column_sums(rows, G, dg.data<T>(), t);

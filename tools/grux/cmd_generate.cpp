@@ -17,7 +17,7 @@ namespace grux::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, precision = "f32";
   int64_t length = 500, top_k = 0, beam = 1;
   double temperature = 0.8;
   uint64_t seed = 1;
@@ -71,8 +71,12 @@ void run_generate(const GenerateArgs& a) {
                             a.temperature));
   if (a.top_k < 0) throw Error(fmt::format("--top-k {} (expected >= 0; 0 means all)", a.top_k));
   if (a.beam < 1 || a.beam > 1024) throw Error(fmt::format("--beam {} (expected 1..1024)", a.beam));
+  const Precision precision = parse_precision(a.precision);
   set_threads(a.threads);
   TrainedModel tm = load_trained_model(a.checkpoint);
+  if (precision != Precision::f32 && tm.model->config().dtype != DType::f32)
+    throw Error(fmt::format("--precision {} takes a float32 model; {} is {}", a.precision,
+                            a.checkpoint, dtype_name(tm.model->config().dtype)));
   const Vocab& vocab = tm.vocab;
   const int64_t V = vocab.size(), B = a.beam;
   std::vector<int64_t> prompt = vocab.encode(a.prompt, "--prompt");
@@ -91,7 +95,7 @@ void run_generate(const GenerateArgs& a) {
     std::fprintf(stderr, "generated %lld characters in %.3f s (%.0f characters/s)\n",
                  static_cast<long long>(a.length), s, a.length / std::max(s, 1e-9));
   };
-  CharLm::Stream stream(*tm.model, B);
+  CharLm::Stream stream(*tm.model, B, precision);
   std::vector<double> logits;
   for (int64_t id : prompt) logits = stream.step(std::vector<int64_t>(B, id));
 
@@ -176,6 +180,10 @@ Action add_generate_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)")
+      ->capture_default_str();
+  sub->add_option("--precision", a->precision,
+                  "f32, bf16 or int8: the precision of the GRU's products (bf16 and int8 take "
+                  "a float32 model; README, section Precision)")
       ->capture_default_str();
   sub->add_flag("--stats", a->stats, "print the generation speed on stderr");
   return [a] { run_generate(*a); };

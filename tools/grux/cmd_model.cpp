@@ -1,7 +1,9 @@
 // `grux model show`: a trained model's architecture, parameter counts and the cost of one
-// training step; `--dot` writes the network as a Graphviz graph.
+// training step; `--dot` writes the network as a Graphviz graph. `grux model eval`: its
+// validation loss in each precision.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "commands.h"
@@ -14,7 +16,8 @@ namespace grux::cli {
 namespace {
 
 struct ModelArgs {
-  std::string checkpoint, dot;
+  std::string checkpoint, dot, data, precision = "all";
+  int threads = 0;
 };
 
 std::string with_commas(int64_t v) {
@@ -104,6 +107,43 @@ void run_show(const ModelArgs& a) {
   }
 }
 
+// `grux model eval`: the validation loss of a checkpoint on the held-out part of the text it
+// was trained on, with the GRU's products in each precision asked for.
+void run_eval(const ModelArgs& a) {
+  std::vector<Precision> precisions;
+  if (a.precision == "all")
+    precisions = {Precision::f32, Precision::bf16, Precision::int8};
+  else
+    precisions = {parse_precision(a.precision)};
+  set_threads(a.threads);
+  const std::string path = a.data.empty() ? default_data_path("tinyshakespeare.txt") : a.data;
+  const std::string text = read_text_file(path, "--data");
+  Trainer tr = Trainer::resume(a.checkpoint, text);
+  const CharLmConfig& c = tr.options().model;
+  if (tr.val_tokens() == 0)
+    throw Error(fmt::format("{} was trained with --val-fraction 0: there is no held-out text",
+                            a.checkpoint));
+  if (c.dtype != DType::f32 && precisions.size() > 1) precisions = {Precision::f32};
+  fmt::print("checkpoint: {} (step {}), validation part of {}: {} characters\n", a.checkpoint,
+             tr.steps_done(), path, tr.val_tokens());
+  double f32_loss = 0;
+  for (Precision p : precisions) {
+    if (p != Precision::f32 && c.dtype != DType::f32)
+      throw Error(fmt::format("--precision {} takes a float32 model; {} is {}", precision_name(p),
+                              a.checkpoint, dtype_name(c.dtype)));
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = tr.validation_loss(p);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string delta;
+    if (p == Precision::f32)
+      f32_loss = loss;
+    else if (precisions.front() == Precision::f32)
+      delta = fmt::format("  ({:+.5f} vs f32)", loss - f32_loss);
+    fmt::print("  {:<5} {:.5f} nats/char{}  [{}, {:.2f} s]\n", precision_name(p), loss, delta,
+               precision_kernel(p), s);
+  }
+}
+
 }  // namespace
 
 Action add_model_command(CLI::App& app) {
@@ -116,7 +156,23 @@ Action add_model_command(CLI::App& app) {
   show->add_option("--dot", a->dot,
                    "also write the network as a Graphviz graph to FILE (- for "
                    "standard output)");
-  return [a] { run_show(*a); };
+  CLI::App* eval = sub->add_subcommand(
+      "eval",
+      "Validation loss of a checkpoint (nats/char on the held-out end of its training text) "
+      "with the GRU in f32, bf16 or int8");
+  eval->add_option("checkpoint", a->checkpoint, "checkpoint written by grux train")->required();
+  eval->add_option("--data", a->data,
+                   "the text it was trained on (default: the embedded Shakespeare corpus)");
+  eval->add_option("--precision", a->precision,
+                   "f32, bf16, int8 or all (bf16 and int8 take a float32 model)")
+      ->capture_default_str();
+  eval->add_option("--threads", a->threads, "threads (default: all cores)");
+  return [a, eval] {
+    if (eval->parsed())
+      run_eval(*a);
+    else
+      run_show(*a);
+  };
 }
 
 }  // namespace grux::cli

@@ -66,6 +66,24 @@ void lowp_packed(int64_t M, const float* A, int64_t lda, const PackedB<float>& B
 }
 }  // namespace
 
+void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, const int64_t* b_rows, bool accumulate, float* C, int64_t ldc) {
+  // Sums over k in double of bf16(A(k, m)) bf16(B(k, n)), in axpy order.
+  std::vector<double> acc(N);
+  for (int64_t m = 0; m < M; ++m) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = from_bf16(to_bf16(A[k * lda + m]));
+      const float* b = B + (b_rows ? b_rows[k] : k) * ldb;
+      for (int64_t n = 0; n < N; ++n) acc[n] += a * from_bf16(to_bf16(b[n]));
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      float& c = C[m * ldc + n];
+      c = static_cast<float>(accumulate ? acc[n] + double(c) : acc[n]);
+    }
+  }
+}
+
 template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
                  const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {

@@ -18,4 +18,8 @@ template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
                  const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1);
 
+// Same contract as cpu::gemm_at_b_bf16 (sums in double).
+void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, const int64_t* b_rows, bool accumulate, float* C, int64_t ldc);
+
 }  // namespace grux::cpu::ref
