@@ -1,6 +1,6 @@
 # The precision table: grux's GRU inference in f32, bf16 and int8 against oneDNN's and
-# PyTorch's at the same precisions, in one run, and the error of each precision against
-# PyTorch's f32 output on the same weights and inputs.
+# PyTorch's at the same precisions, in one run, grux's training step (W4) in f32 and bf16,
+# and the error of each precision against PyTorch's f32 output on the same weights and inputs.
 #
 #   /usr/bin/python3 bench/compare_precision.py [--reps R] [--threads 1,2] [--only W3,W2]
 #       [--grux build/grux] [--onednn build/bench/onednn_gru] [--json OUT.jsonl]
@@ -29,12 +29,15 @@ from compare import DISTURBED_CORES, measure, wait_until_quiet  # noqa: E402
 WORKLOADS = [  # id, descriptor (../shared/WORKLOADS.md)
     ("W2", "l1d1t1000n1i128h256"),
     ("W3", "l1d1t100n64i256h512"),
+    ("W4", "l1d1t100n64i256h512"),  # a training step: forward + backward
     ("W5", "l2d2t200n32i128h256"),
 ]
+TRAINING = {"W4"}  # grux only: neither peer trains a GRU in bf16
 PRECISIONS = ["f32", "bf16", "int8"]
+TRAIN_PRECISIONS = ["f32", "bf16"]
 # Targets of the precision issue: (workload, precision) -> minimum speed-up over grux f32.
 TARGETS = {("W3", "bf16"): 1.7, ("W3", "int8"): 2.5, ("W2", "bf16"): 1.7, ("W2", "int8"): 3.0,
-           ("W5", "bf16"): 1.6, ("W5", "int8"): 2.2}
+           ("W4", "bf16"): 1.5, ("W5", "bf16"): 1.6, ("W5", "int8"): 2.2}
 
 
 def write_safetensors(path, tensors):
@@ -111,22 +114,26 @@ def main():
     if not work:
         ap.error(f"--only {a.only} selects no workload")
 
-    def command(tool, desc, p, k):
+    def command(tool, wid, desc, p, k):
         common = [desc, "--threads", str(k), "--reps", str(a.reps), "--precision", p]
         if tool == "grux":
-            return [a.grux, "bench", "gru", *common, "--prepacked"]
+            return [a.grux, "bench", "gru", *common,
+                    "--train" if wid in TRAINING else "--prepacked"]
         if tool == "pytorch":
             return [a.python, os.path.join(HERE, "pytorch_gru.py"), *common]
         return [a.onednn, *common]
 
     res, raw = {}, []  # (wid, tool, precision) -> best Result over threads
+    def precisions(wid):
+        return TRAIN_PRECISIONS if wid in TRAINING else PRECISIONS
+
     for wid, desc in work:
-        for p in PRECISIONS:
-            for tool in ("grux", "onednn", "pytorch"):
+        for p in precisions(wid):
+            for tool in ("grux",) if wid in TRAINING else ("grux", "onednn", "pytorch"):
                 for k in threads:
                     if a.wait_quiet > 0:
                         wait_until_quiet(a.wait_quiet, DISTURBED_CORES)
-                    r = measure(command(tool, desc, p, k), "gru", 1800)
+                    r = measure(command(tool, wid, desc, p, k), "gru", 1800)
                     status = "n/a" if r.unsupported else r.error or f"{r.ms} ms"
                     print(f"[{wid} {tool} {p} {k}t] {status}", file=sys.stderr, flush=True)
                     raw.append({**(r.line or {}), "workload": wid, "tool": tool,
@@ -155,12 +162,12 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for wid, desc in work:
         base = ms(wid, "grux", "f32")
-        for p in PRECISIONS:
+        for p in precisions(wid):
             g, o, t = ms(wid, "grux", p), ms(wid, "onednn", p), ms(wid, "pytorch", p)
             tgt = TARGETS.get((wid, p))
             met = "" if tgt is None or not g or not base else (
                 f">= {tgt}x: {'met' if base / g >= tgt else 'not met'}")
-            print(f"| {wid} {desc} | {p} | {cell(g)} | {cell(o)} | {cell(t)} | "
+            print(f"| {wid} {desc}{' train' if wid in TRAINING else ''} | {p} | {cell(g)} | {cell(o)} | {cell(t)} | "
                   f"{ratio(base, g) if p != 'f32' else '1x'} | {ratio(o, g)} | {ratio(t, g)} | {met} |")
     if a.no_accuracy:
         return 0
@@ -169,6 +176,8 @@ def main():
           "grux int8 / PyTorch int8 (max) |")
     print("|---|---|---|---|---|---|---|")
     for wid, desc in work:
+        if wid in TRAINING:
+            continue
         e = accuracy(desc, a.grux)
         f = lambda key: f"{e[key][0]:.2e}, {e[key][1]:.1e}"  # noqa: E731
         print(f"| {wid} | {f(('grux', 'f32'))} | {f(('grux', 'bf16'))} | {f(('pytorch', 'bf16'))} | "

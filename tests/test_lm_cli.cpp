@@ -108,6 +108,21 @@ TEST(LmCli, TrainThenShowThenGenerate) {
   EXPECT_THAT(r.out, HasSubstr("int8 "));
 }
 
+// Training in bf16 from the command line: the banner and `model show` say so, and the run
+// resumes in bf16.
+TEST(LmCli, TrainInBf16) {
+  Fixture f;
+  const std::string out = f.dir.path + "/run";
+  CliRun r = grux_cli(f.dir.path,
+                      "train " + f.small + " --steps 6 --precision bf16 --checkpoint-every 3 "
+                      "--out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("f32, the GRU's products in bf16"));
+  r = grux_cli(f.dir.path, "model show " + out + "/checkpoint.safetensors");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("trained with the GRU's products in bf16"));
+}
+
 // kill -9 at random moments while checkpoints are being written every step: the checkpoint
 // on disk always loads, and resuming from it ends with the uninterrupted run's loss history.
 TEST(LmCli, KilledRunResumesToTheSameLosses) {
@@ -226,6 +241,11 @@ TEST(LmCli, BadInputIsOneLineExit2) {
   expect_user_error(grux_cli(d, "train " + f.small + " --lr -1 --out " + d + "/o"), {"--lr"});
   expect_user_error(grux_cli(d, "train " + f.small + " --dropout 1.5 --out " + d + "/o"),
                     {"dropout"});
+  expect_user_error(grux_cli(d, "train " + f.small + " --precision int8 --out " + d + "/o"),
+                    {"--precision int8", "inference"});
+  expect_user_error(
+      grux_cli(d, "train " + f.small + " --precision bf16 --dtype f64 --out " + d + "/o"),
+      {"--precision bf16", "f64"});
 
   // A finished run to test resume and generate errors against.
   ASSERT_EQ(grux_cli(d, "train " + f.small + " --steps 3 --out " + d + "/run").code, 0);
@@ -236,6 +256,8 @@ TEST(LmCli, BadInputIsOneLineExit2) {
       {"the run is complete"});
   expect_user_error(grux_cli(d, "train --resume " + ck + " --hidden 32 --data " + f.data),
                     {"--hidden cannot be combined with --resume"});
+  expect_user_error(grux_cli(d, "train --resume " + ck + " --precision bf16 --data " + f.data),
+                    {"--precision cannot be combined with --resume"});
   expect_user_error(grux_cli(d, "train --resume " + ck + " --data " + d + "/latin1.txt"),
                     {"trained on other data"});
   write_file_atomic(d + "/other.txt", std::string(3000, 'x') + "\n" + std::string(3000, 'y'));

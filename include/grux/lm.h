@@ -83,8 +83,9 @@ class CharLm {
   // starting from state h (L, N, H) and leaving the final state in h. With `train`, also
   // computes every parameter's gradient (into parameters()[i].grad) with dropout drawn from
   // `dropout_seed`; the gradient does not flow into the incoming h (truncated BPTT).
+  // `precision`: the GRU's products when training (f32 or bf16; Gru::forward_train).
   double forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
-                          uint64_t dropout_seed = 0);
+                          uint64_t dropout_seed = 0, Precision precision = Precision::f32);
   // Forward only, through `gru` (an inference plan of this model's GRU, in any precision):
   // the mean cross-entropy as forward_backward(..., false) computes it, the final state in h.
   double loss(const Tensor& ids, const Tensor& targets, Tensor& h, const GruInference& gru) const;

@@ -28,6 +28,9 @@ struct TrainOptions {
   double val_fraction = 0.1;                  // last part of the text held out for validation
   int64_t eval_every = 500;                   // validation every K steps (and at the end)
   uint64_t seed = 1;                          // weights and dropout masks
+  // The GRU's products in training: f32, or bf16 (an f32 model: bf16 operands, f32 sums,
+  // master weights and optimizer state; Gru::forward_train). Validation runs in f32.
+  Precision precision = Precision::f32;
   void validate() const;
   std::string to_json() const;  // everything above except model (stored separately)
   static TrainOptions from_json(const std::string& json, const CharLmConfig& model);

@@ -296,7 +296,7 @@ double CharLm::loss(const Tensor& ids, const Tensor& targets, Tensor& h,
 }
 
 double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
-                                uint64_t dropout_seed) {
+                                uint64_t dropout_seed, Precision precision) {
   check_window(config_, ids, targets, h);
   const int64_t T = ids.size(0), N = ids.size(1), H = config_.hidden, V = config_.vocab;
 
@@ -308,7 +308,8 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
   Tensor x = embedding_forward(ids, emb_w);
   // 2. GRU over the window from the carried state.
   GruTape tape;
-  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed) : gru_->forward(x, h);
+  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed, 0, precision)
+                      : gru_->forward(x, h);
   h = y.h_n;
   // 3. Logits and loss over all T * N positions.
   Tensor y2 = y.output.reshape({T * N, H});

@@ -102,6 +102,12 @@ void TrainOptions::validate() const {
     throw Error(fmt::format("--clip is {}, expected >= 0 (0 disables clipping)", clip));
   if (!(val_fraction >= 0 && val_fraction < 1))
     throw Error(fmt::format("--val-fraction is {}, expected 0 <= fraction < 1", val_fraction));
+  if (precision == Precision::int8)
+    throw Error("--precision int8 is for inference (grux generate, grux model eval); train in "
+                "f32 or bf16");
+  if (precision == Precision::bf16 && model.dtype != DType::f32)
+    throw Error(fmt::format("--precision bf16 trains an f32 model, not {}",
+                            dtype_name(model.dtype)));
   model.validate();
 }
 
@@ -118,7 +124,8 @@ std::string TrainOptions::to_json() const {
                    {"clip", clip},
                    {"val_fraction", val_fraction},
                    {"eval_every", eval_every},
-                   {"seed", seed}};
+                   {"seed", seed},
+                   {"precision", precision_name(precision)}};
   return j.dump();
 }
 
@@ -139,6 +146,8 @@ TrainOptions TrainOptions::from_json(const std::string& text, const CharLmConfig
     o.val_fraction = j.at("val_fraction").get<double>();
     o.eval_every = j.at("eval_every").get<int64_t>();
     o.seed = j.at("seed").get<uint64_t>();
+    // Checkpoints from before bf16 training have no precision: they trained in f32.
+    if (j.contains("precision")) o.precision = parse_precision(j.at("precision").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("training options are malformed: {}", e.what()));
   }
@@ -194,7 +203,8 @@ StepStats Trainer::step() {
   StepStats s;
   s.step = step_ + 1;
   s.tokens = ids_.numel();
-  s.loss = model_->forward_backward(ids_, targets_, h_, true, dropout_seed(options_.seed, step_));
+  s.loss = model_->forward_backward(ids_, targets_, h_, true, dropout_seed(options_.seed, step_),
+                                    options_.precision);
   std::vector<Parameter>& params = model_->parameters();
   s.grad_norm = options_.clip > 0 ? clip_grad_norm(params, options_.clip) : 0.0;
   s.lr = schedule_.at(step_);

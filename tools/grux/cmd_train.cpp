@@ -21,7 +21,7 @@ namespace {
 
 struct TrainArgs {
   TrainOptions o;
-  std::string data, out = "out", resume, dtype = "f32";
+  std::string data, out = "out", resume, dtype = "f32", precision = "f32";
   double time_s = 0;
   int threads = 0;
   int64_t checkpoint_every = 500;
@@ -68,7 +68,7 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     for (const char* opt :
          {"--layers", "--hidden", "--embed", "--batch", "--window", "--steps", "--lr", "--min-lr",
           "--warmup", "--dropout", "--seed", "--optimizer", "--weight-decay", "--momentum",
-          "--clip", "--val-fraction", "--eval-every", "--dtype", "--time"})
+          "--clip", "--val-fraction", "--eval-every", "--dtype", "--precision", "--time"})
       if (sub->count(opt) > 0)
         throw Error(
             fmt::format("{} cannot be combined with --resume (the run continues with "
@@ -95,6 +95,7 @@ void run_train(TrainArgs& a, CLI::App* sub) {
     }
   } else {
     a.o.model.dtype = a.dtype == "f64" ? DType::f64 : DType::f32;
+    a.o.precision = parse_precision(a.precision);
     tr = std::make_unique<Trainer>(a.o, text);
   }
   const TrainOptions& o = tr->options();
@@ -105,7 +106,11 @@ void run_train(TrainArgs& a, CLI::App* sub) {
              "{} steps of batch {} x window {}, {} lr {} (warm-up {}, cosine to {}), clip {}, "
              "{} threads{}\n",
              path, text.size(), tr->vocab().size(), tr->train_tokens(), tr->val_tokens(), m.embed,
-             m.layers, m.hidden, m.vocab, tr->model().num_parameters(), dtype_name(m.dtype),
+             m.layers, m.hidden, m.vocab, tr->model().num_parameters(),
+             o.precision == Precision::f32
+                 ? std::string(dtype_name(m.dtype))
+                 : fmt::format("{}, the GRU's products in {}", dtype_name(m.dtype),
+                               precision_name(o.precision)),
              a.time_s > 0 ? fmt::format("up to {:.0f} s:", a.time_s) : fmt::to_string(o.steps),
              o.batch, o.window, o.optimizer, o.lr, o.warmup, o.min_lr, o.clip, threads,
              a.resume.empty() ? "" : fmt::format("; resuming at step {}", tr->steps_done()));
@@ -249,6 +254,10 @@ Action add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--dtype", a->dtype, "f32 or f64")
       ->check(CLI::IsMember({"f32", "f64"}))
+      ->capture_default_str();
+  sub->add_option("--precision", a->precision,
+                  "f32 or bf16: the GRU's products in training (bf16: an f32 model, its "
+                  "weights and optimizer state kept in f32; README, section Precision)")
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)");
   sub->add_option("--seed", o.seed, "seed of the initial weights and dropout")
