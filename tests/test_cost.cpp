@@ -857,6 +857,59 @@ TEST(CostRoofline, ProfileJsonRoundTripAndErrors) {
   EXPECT_THROW(MachineProfile::from_json(neg, "neg.json"), Error);
 }
 
+// bf16 and int8: weight passes at 2 and 1 (+ 8 per column) bytes per weight, GEMM phases at
+// the precision's measured rate (sgemm's when the profile has none), the profile keeps the
+// rates; f64 and the other operators refuse a precision.
+TEST(CostRoofline, PrecisionPricesWeightBytesAndRates) {
+  GruProblem p = GruProblem::parse("l1d1t10n2i8h32");
+  const CostReport f32 = gru_cost(p);
+  p.precision = Precision::bf16;
+  const CostReport bf16 = gru_cost(p);
+  p.precision = Precision::int8;
+  const CostReport int8 = gru_cost(p);
+  EXPECT_THAT(bf16.variant, HasSubstr("bf16 products"));
+  const double H = 32, wi = 3 * H * 8, wh = 3 * H * H, b = 3 * H;
+  ASSERT_EQ(f32.inference_phases.size(), 2u);
+  // The projection reads W_ih and b_ih, the recurrence W_hh and b_hh.
+  EXPECT_DOUBLE_EQ(f32.inference_phases[1].weight_bytes, 4 * (wh + b));
+  EXPECT_DOUBLE_EQ(bf16.inference_phases[1].weight_bytes, 2 * wh + 4 * b);
+  EXPECT_DOUBLE_EQ(int8.inference_phases[1].weight_bytes, wh + 8 * 3 * H + 4 * b);
+  EXPECT_DOUBLE_EQ(bf16.inference_phases[0].weight_bytes, 2 * wi + 4 * b);
+  for (const Phase& ph : bf16.training_phases) EXPECT_EQ(ph.precision, Precision::bf16);
+  // Traffic: the cached model reads each weight once: 2 bytes less per weight in bf16.
+  EXPECT_EQ(f32.inference_traffic.cached.read - bf16.inference_traffic.cached.read,
+            static_cast<int64_t>(2 * (wi + wh)));
+  EXPECT_EQ(f32.inference_traffic.cached.written, bf16.inference_traffic.cached.written);
+  // Training in bf16 also converts the weights every step (read f32, write two bf16 copies).
+  EXPECT_EQ(bf16.training_traffic.cached.written - f32.training_traffic.cached.written,
+            static_cast<int64_t>(4 * (wi + wh)));
+
+  MachineProfile prof = round_profile();
+  Phase ph;
+  ph.gemm_flops = 1e9;  // 10 ms at 100 GFLOP/s
+  ph.split = 4;
+  ph.precision = Precision::bf16;
+  EXPECT_NEAR(predict({ph}, DType::f32, prof, 1).compute_ms, 10, 1e-9);  // no rate: sgemm's
+  prof.threads[1].bf16_gflops = 250, prof.threads[4].bf16_gflops = 1000;
+  prof.threads[1].int8_gflops = 400, prof.threads[4].int8_gflops = 1600;
+  EXPECT_NEAR(predict({ph}, DType::f32, prof, 1).compute_ms, 4, 1e-9);
+  ph.precision = Precision::int8;
+  EXPECT_NEAR(predict({ph}, DType::f32, prof, 1).compute_ms, 2.5, 1e-9);
+  EXPECT_NEAR(predict({ph}, DType::f32, prof, 2).compute_ms, 1e3 / 800, 1e-9);  // interpolated
+  const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");
+  EXPECT_DOUBLE_EQ(back.at(4).bf16_gflops, 1000);
+  EXPECT_DOUBLE_EQ(back.at(1).int8_gflops, 400);
+  EXPECT_DOUBLE_EQ(MachineProfile::from_json(round_profile().to_json(), "old").at(1).bf16_gflops,
+                   0);
+
+  p.dtype = DType::f64;
+  EXPECT_THROW(gru_cost(p), Error);
+  CostOptions o;
+  o.precision = Precision::bf16;
+  EXPECT_THROW(cost_of("linear", "b4i8o16", o), Error);
+  EXPECT_NO_THROW(cost_of("gru_stream", "l1d1t10n1i8h32", o));
+}
+
 TEST(CostRoofline, GruPhasesComputeAtTheMeasuredFractionOfThePeak) {
   MachineProfile prof = round_profile();
   Phase gru, plain;

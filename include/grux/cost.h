@@ -91,6 +91,7 @@ struct Phase {
   double stream_bytes = 0;   // activations read + written once, at memory bandwidth
   double steps = 0;          // sequential steps (each pays the step overhead)
   bool gru_kernel = false;   // the GRU forward's GEMMs: at ThreadProfile::gru_gemm_efficiency
+  Precision precision = Precision::f32;  // the GEMMs' (bf16, int8: at their own rate)
 };
 
 // ---- The report --------------------------------------------------------------------------
@@ -162,6 +163,7 @@ struct CostOptions {
   bool bias = true;
   GruForm form = GruForm::linear_before_reset;
   DType dtype = DType::f32;
+  Precision precision = Precision::f32;  // gru, gru_stream: the products' precision
   std::string lengths;  // GRU only: GruProblem::set_lengths specification, "" for all T
 };
 
@@ -215,6 +217,9 @@ std::vector<CostField> cost_fields(const CostReport& r, const CostView& view);
 // Rates measured on one machine at one thread count.
 struct ThreadProfile {
   double sgemm_gflops = 0, dgemm_gflops = 0;  // best large square GEMM (BLAS or grux's own)
+  // grux's bf16 and int8 packed GEMMs (cpu/gemm_lowp.h) on a large square product, in GFLOP/s
+  // of the same 2 M N K; 0 (profiles from before them) predicts those phases at sgemm's rate.
+  double bf16_gflops = 0, int8_gflops = 0;
   double blas_sgemm_gflops = 0, blas_dgemm_gflops = 0;
   double memcpy_gbps = 0;  // large copy: (bytes read + bytes written) per second
   // Read bandwidth (GB/s, all threads together) with each thread re-reading its own buffer

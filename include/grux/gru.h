@@ -52,6 +52,9 @@ struct GruConfig {
 // Descriptor string: l{L}d{D}t{T}n{N}i{I}h{H}, e.g. "l2d2t200n32i128h256"; l and d may be
 // omitted (default 1), the other four are required, in this order.
 struct GruProblem : GruConfig, SequenceShape {
+  // The products' precision (grux/precision.h) as the cost model prices it: weight bytes and
+  // GEMM rates. bf16 and int8 take dtype f32.
+  Precision precision = Precision::f32;
   // Throws grux::Error naming the descriptor and what was expected.
   static GruProblem parse(const std::string& descriptor);
   std::string descriptor() const;  // always with l and d: "l1d1t100n64i256h512"

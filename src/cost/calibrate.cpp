@@ -17,6 +17,7 @@
 #include "core/thread_team.h"
 #include "cost/cost_util.h"
 #include "cpu/blas.h"
+#include "cpu/gemm_lowp.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_stream.h"
 #include "cpu/read_bandwidth.h"
@@ -74,6 +75,24 @@ GemmRates gemm_rates(int reps, int64_t n) {
     cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
   });
   return {n, flops / blas / 1e9, flops / own / 1e9};
+}
+
+// grux's packed GEMM with B in bf16 or int8 (cpu/gemm_lowp.h), n x n x n, best of `reps`:
+// GFLOP/s of the same 2 n^3.
+double lowp_rate(Precision p, int reps, int64_t n) {
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  for (auto& v : a) v = static_cast<float>(u(rng));
+  for (auto& v : b) v = static_cast<float>(u(rng));
+  const int64_t panel = 3 * cpu::kUnit<float>;
+  Tensor storage = Tensor::empty({cpu::packed_lowp_bytes(p, n, n, panel) / 4}, DType::f32);
+  const cpu::PackedB<float> bp =
+      cpu::pack_b_lowp(p, n, n, panel, b.data(), 1, n, nullptr, nullptr, storage.raw_data());
+  const double s = best_seconds(reps, [&] {
+    cpu::gemm_packed_parallel<float>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
+  });
+  return 2.0 * n * n * n / s / 1e9;
 }
 
 void set_threads(int k) {
@@ -257,6 +276,7 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
     auto up = [](double& a, double b) { a = std::max(a, b); };
     up(acc.sgemm_gflops, t.sgemm_gflops), up(acc.dgemm_gflops, t.dgemm_gflops);
     up(acc.blas_sgemm_gflops, t.blas_sgemm_gflops), up(acc.blas_dgemm_gflops, t.blas_dgemm_gflops);
+    up(acc.bf16_gflops, t.bf16_gflops), up(acc.int8_gflops, t.int8_gflops);
     up(acc.memcpy_gbps, t.memcpy_gbps);
     for (size_t i = 0; i < acc.read_gbps.size(); ++i)
       up(acc.read_gbps[i].second, t.read_gbps[i].second);
@@ -275,6 +295,8 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
         const GemmRates d = measure_gemm_rates(DType::f64, reps, n);
         t.sgemm_gflops = s.best(), t.blas_sgemm_gflops = s.blas;
         t.dgemm_gflops = d.best(), t.blas_dgemm_gflops = d.blas;
+        t.bf16_gflops = lowp_rate(Precision::bf16, reps, n);
+        t.int8_gflops = lowp_rate(Precision::int8, reps, n);
         t.memcpy_gbps = measure_memcpy_bandwidth(quick ? (int64_t(16) << 20) : (int64_t(256) << 20),
                                                  k, quick ? 1 : 3);
         for (double b : sizes) {

@@ -69,6 +69,18 @@ int64_t split_of(int64_t H, DType dtype) {
   return std::max<int64_t>(1, (H + unit - 1) / unit);
 }
 
+// Bytes of one pass over a weight matrix of `elements` with `cols` output columns, as the
+// products read it: es (the dtype's size), 2 (bf16), or 1 plus a scale and a column sum per
+// column (int8).
+cost_detail::wide weight_pass_bytes(Precision precision, cost_detail::wide es,
+                                    cost_detail::wide elements, cost_detail::wide cols) {
+  switch (precision) {
+    case Precision::bf16: return 2 * elements;
+    case Precision::int8: return elements + 8 * cols;
+    default: return es * elements;
+  }
+}
+
 }  // namespace
 
 CostReport gru_cost(const GruProblem& p) {
@@ -80,10 +92,19 @@ CostReport gru_cost(const GruProblem& p) {
   r.variant = variant_of(p.bias, p.form);
   if (!p.lengths.empty()) r.variant += fmt::format(", lengths (sum {})", p.rows());
   r.dtype = p.dtype;
+  if (p.precision != Precision::f32) {
+    if (p.dtype != DType::f32)
+      throw Error(fmt::format("gru {}: precision {} takes f32, not {}", p.descriptor(),
+                              precision_name(p.precision), dtype_name(p.dtype)));
+    r.variant += fmt::format(", {} products", precision_name(p.precision));
+  }
   const wide es = static_cast<wide>(dtype_size(p.dtype));
   const wide R = p.rows(), H = p.hidden_size, N = p.N, TN = wide(p.T) * p.N;
   const int64_t S = p.lengths.empty() ? p.T : *std::max_element(p.lengths.begin(), p.lengths.end());
   const std::string what = "gru " + p.descriptor();
+  const auto weight_pass = [&](wide elements) {
+    return weight_pass_bytes(p.precision, es, elements, 3 * H);
+  };
   {
     // Per row, unit and layer-direction at most 6 in + 6H + 21 forward and twice that backward
     // (ops), or 4 in + 6H values moved: 64 (in + H) bounds both, in + H <= (I + 2H) + H.
@@ -102,6 +123,9 @@ CostReport gru_cost(const GruProblem& p) {
   wide params = 0, tape = 0, infer_peak = 0;
   wide fwd_cached_r = 0, fwd_cached_w = 0, fwd_reread_r = 0;
   wide trn_cached_r = 0, trn_cached_w = 0, trn_reread_r = 0;
+  // Bytes of the weight passes (in the products' precision), apart from the counts above.
+  wide fwd_cached_wb = 0, fwd_reread_wb = 0, trn_cached_wb = 0, trn_reread_wb = 0;
+  wide pack_r = 0, pack_w = 0;  // training in bf16: the weights converted every step
   for (int64_t l = 0; l < p.num_layers; ++l) {
     const wide in = l == 0 ? p.input_size : p.directions() * p.hidden_size;
     // Inference peak while layer l runs: its input, its output, the final states.
@@ -117,16 +141,22 @@ CostReport gru_cost(const GruProblem& p) {
       tape += R * 4 * H + (R + N) * H;
       // Forward: weights, input rows and initial state in; output rows and final state out.
       const wide act_r = R * in + N * H, act_w = R * H + N * H;
-      fwd_cached_r += wi + wh + 2 * b + act_r;
-      fwd_reread_r += wi + b + S * (wh + b) + act_r;
+      fwd_cached_r += 2 * b + act_r;
+      fwd_reread_r += b + S * b + act_r;
+      fwd_cached_wb += weight_pass(wi) + weight_pass(wh);
+      fwd_reread_wb += weight_pass(wi) + S * weight_pass(wh);
       fwd_cached_w += act_w;
       // Training: the forward also writes the tape; the backward reads the output gradient,
       // the tape, the input rows and the weights, and writes the input, state and weight
       // gradients.
       const wide bwd_act_r = R * H + R * 4 * H + (R + N) * H + R * in;
       const wide bwd_w = R * in + N * H + wi + wh + 2 * b;
-      trn_cached_r += wi + wh + 2 * b + act_r + bwd_act_r + wi + wh;
-      trn_reread_r += (wi + b + S * (wh + b) + act_r) + bwd_act_r + wi + S * wh;
+      trn_cached_r += 2 * b + act_r + bwd_act_r;
+      trn_reread_r += (b + S * b + act_r) + bwd_act_r;
+      trn_cached_wb += 2 * (weight_pass(wi) + weight_pass(wh));
+      trn_reread_wb += 2 * weight_pass(wi) + 2 * S * weight_pass(wh);
+      // bf16: W_ih and W_hh read in f32 and written in bf16 twice (as is and transposed).
+      if (p.precision != Precision::f32) pack_r += es * (wi + wh), pack_w += 4 * (wi + wh);
       trn_cached_w += act_w + R * 4 * H + (R + N) * H + bwd_w;
 
       // Roofline phases, in the order grux runs them (src/ops/gru_layer.cpp): the input
@@ -139,20 +169,22 @@ CostReport gru_cost(const GruProblem& p) {
       Phase proj;
       proj.name = fmt::format("layer {} direction {}: input projection", l, d);
       proj.gemm_flops = static_cast<double>(2 * R * 3 * H * in);
-      proj.weight_bytes = static_cast<double>(wi + b) * e;
+      proj.weight_bytes = static_cast<double>(weight_pass(wi) + b * es);
       proj.weight_passes = static_cast<double>((R + 95) / 96);
       proj.split = split;
       proj.stream_bytes = static_cast<double>(R * in + R * 3 * H) * e;
       proj.gru_kernel = true;
+      proj.precision = p.precision;
       Phase rec;
       rec.name = fmt::format("layer {} direction {}: recurrence", l, d);
       rec.gemm_flops = static_cast<double>(2 * R * 3 * H * H);
-      rec.weight_bytes = static_cast<double>(wh + b) * e;
+      rec.weight_bytes = static_cast<double>(weight_pass(wh) + b * es);
       rec.weight_passes = static_cast<double>(S);
       rec.split = split;
       rec.stream_bytes = static_cast<double>(R * 3 * H + R * H + 2 * N * H) * e;
       rec.steps = static_cast<double>(S);
       rec.gru_kernel = true;
+      rec.precision = p.precision;
       r.inference_phases.push_back(proj);
       r.inference_phases.push_back(rec);
       Phase rec_t = rec;  // training: the tape's extra columns (hn) are written too
@@ -162,7 +194,8 @@ CostReport gru_cost(const GruProblem& p) {
       Phase back;
       back.name = fmt::format("layer {} direction {}: backward recurrence", l, d);
       back.gemm_flops = static_cast<double>(2 * R * 3 * H * H);
-      back.weight_bytes = static_cast<double>(wh) * e;
+      back.weight_bytes = static_cast<double>(weight_pass(wh));
+      back.precision = p.precision;
       back.weight_passes = static_cast<double>(S);
       back.split = split;
       // dy, the tape (r z n, hn, states) in; the gate gradients out.
@@ -171,7 +204,8 @@ CostReport gru_cost(const GruProblem& p) {
       Phase grads;
       grads.name = fmt::format("layer {} direction {}: dx, dW_ih, dW_hh", l, d);
       grads.gemm_flops = static_cast<double>(2 * R * 3 * H * in + 2 * 3 * H * (in + H) * R);
-      grads.weight_bytes = static_cast<double>(wi) * e;
+      grads.weight_bytes = static_cast<double>(weight_pass(wi));
+      grads.precision = p.precision;
       grads.weight_passes = 1;
       grads.split = split;
       // Gate gradients (read by three GEMMs), x and the states in; dx and the weight
@@ -193,10 +227,14 @@ CostReport gru_cost(const GruProblem& p) {
   r.memory.training_bytes = narrow(
       (TN * p.input_size + wide(p.num_layers) * TN * p.directions() * H + tape + states) * es,
       what);
-  r.inference_traffic.cached = {narrow(fwd_cached_r * es, what), narrow(fwd_cached_w * es, what)};
-  r.inference_traffic.reread = {narrow(fwd_reread_r * es, what), narrow(fwd_cached_w * es, what)};
-  r.training_traffic.cached = {narrow(trn_cached_r * es, what), narrow(trn_cached_w * es, what)};
-  r.training_traffic.reread = {narrow(trn_reread_r * es, what), narrow(trn_cached_w * es, what)};
+  r.inference_traffic.cached = {narrow(fwd_cached_r * es + fwd_cached_wb, what),
+                                narrow(fwd_cached_w * es, what)};
+  r.inference_traffic.reread = {narrow(fwd_reread_r * es + fwd_reread_wb, what),
+                                narrow(fwd_cached_w * es, what)};
+  r.training_traffic.cached = {narrow(trn_cached_r * es + trn_cached_wb + pack_r, what),
+                               narrow(trn_cached_w * es + pack_w, what)};
+  r.training_traffic.reread = {narrow(trn_reread_r * es + trn_reread_wb + pack_r, what),
+                               narrow(trn_cached_w * es + pack_w, what)};
   return r;
 }
 
@@ -217,19 +255,23 @@ CostReport gru_stream_cost(const GruProblem& p) {
   r.inference_phases.clear();
   for (int64_t l = 0; l < p.num_layers; ++l) {
     const wide in = l == 0 ? p.input_size : H;
-    const wide w = 3 * H * in + 3 * H * H + (p.bias ? 6 * H : 0);
-    reread_r += T * w + T * N * in + N * H;
+    // Weight bytes per frame: W_ih and W_hh in the products' precision, biases in f32.
+    const wide wb = weight_pass_bytes(p.precision, es, 3 * H * in, 3 * H) +
+                    weight_pass_bytes(p.precision, es, 3 * H * H, 3 * H) +
+                    (p.bias ? 6 * H : 0) * es;
+    reread_r += T * wb + (T * N * in + N * H) * es;
     Phase f;
     f.name = fmt::format("layer {} streamed frame by frame", l);
     f.gemm_flops = static_cast<double>(2 * T * N * 3 * H * (in + H));
-    f.weight_bytes = static_cast<double>(w * es);
+    f.precision = p.precision;
+    f.weight_bytes = static_cast<double>(wb);
     f.weight_passes = static_cast<double>(T);
     f.split = split_of(p.hidden_size, p.dtype);
     f.stream_bytes = static_cast<double>((T * N * in + T * N * H + 2 * N * H) * es);
     f.steps = static_cast<double>(T);
     r.inference_phases.push_back(f);
   }
-  r.inference_traffic.reread.read = narrow(reread_r * es, what);
+  r.inference_traffic.reread.read = narrow(reread_r, what);
   return r;
 }
 

@@ -62,11 +62,13 @@ void check_options(const CostOp& op, const CostOptions& o) {
   if (!op.has_bias) no_option(op.name, !o.bias, "--no-bias");
   if (!op.has_form) no_option(op.name, o.form != GruForm::linear_before_reset, "--reset-before");
   if (!op.has_lengths) no_option(op.name, !o.lengths.empty(), "--lengths");
+  if (op.name != "gru" && op.name != "gru_stream")
+    no_option(op.name, o.precision != Precision::f32, "--precision");
 }
 
 CostReport gru_from(const std::string& d, const CostOptions& o, bool stream) {
   GruProblem p = GruProblem::parse(d);
-  p.bias = o.bias, p.form = o.form, p.dtype = o.dtype;
+  p.bias = o.bias, p.form = o.form, p.dtype = o.dtype, p.precision = o.precision;
   p.set_lengths(o.lengths);
   return stream ? gru_stream_cost(p) : gru_cost(p);
 }

@@ -25,6 +25,8 @@ ThreadProfile lerp(const ThreadProfile& a, const ThreadProfile& b, double t) {
   r.dgemm_gflops = mix(a.dgemm_gflops, b.dgemm_gflops);
   r.blas_sgemm_gflops = mix(a.blas_sgemm_gflops, b.blas_sgemm_gflops);
   r.blas_dgemm_gflops = mix(a.blas_dgemm_gflops, b.blas_dgemm_gflops);
+  if (a.bf16_gflops > 0 && b.bf16_gflops > 0) r.bf16_gflops = mix(a.bf16_gflops, b.bf16_gflops);
+  if (a.int8_gflops > 0 && b.int8_gflops > 0) r.int8_gflops = mix(a.int8_gflops, b.int8_gflops);
   r.memcpy_gbps = mix(a.memcpy_gbps, b.memcpy_gbps);
   r.step_us = mix(a.step_us, b.step_us);
   r.stream_step_us = mix(a.stream_step_us, b.stream_step_us);
@@ -74,6 +76,8 @@ std::string MachineProfile::to_json() const {
     e["dgemm_gflops"] = t.dgemm_gflops;
     e["blas_sgemm_gflops"] = t.blas_sgemm_gflops;
     e["blas_dgemm_gflops"] = t.blas_dgemm_gflops;
+    if (t.bf16_gflops > 0) e["bf16_gflops"] = t.bf16_gflops;
+    if (t.int8_gflops > 0) e["int8_gflops"] = t.int8_gflops;
     e["memcpy_gbps"] = t.memcpy_gbps;
     e["step_us"] = t.step_us;
     e["stream_step_us"] = t.stream_step_us;
@@ -117,6 +121,9 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
     t.dgemm_gflops = positive(e, "dgemm_gflops", w);
     t.blas_sgemm_gflops = e.value("blas_sgemm_gflops", 0.0);
     t.blas_dgemm_gflops = e.value("blas_dgemm_gflops", 0.0);
+    // Optional (profiles from before the low-precision kernels have neither).
+    if (e.contains("bf16_gflops")) t.bf16_gflops = positive(e, "bf16_gflops", w);
+    if (e.contains("int8_gflops")) t.int8_gflops = positive(e, "int8_gflops", w);
     t.memcpy_gbps = positive(e, "memcpy_gbps", w);
     t.step_us = positive(e, "step_us", w);
     t.stream_step_us = positive(e, "stream_step_us", w);
@@ -257,6 +264,11 @@ Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineP
     const int team = static_cast<int>(std::clamp<int64_t>(ph.split, 1, threads));
     const ThreadProfile t = team == threads ? all : profile.at(team);
     double peak = dtype == DType::f64 ? t.dgemm_gflops : t.sgemm_gflops;
+    // bf16 and int8 phases at their kernels' measured rate (sgemm's when not measured).
+    const double lowp = ph.precision == Precision::bf16   ? t.bf16_gflops
+                        : ph.precision == Precision::int8 ? t.int8_gflops
+                                                          : 0.0;
+    if (lowp > 0) peak = lowp;
     if (ph.gru_kernel && t.gru_gemm_efficiency > 0) peak *= t.gru_gemm_efficiency;
     double c = 0, m = 0;
     if (ph.gemm_flops > 0 && peak > 0) c = ph.gemm_flops / (peak * 1e9);

@@ -304,6 +304,7 @@ void run_bench_gru(const BenchArgs& a) {
   const double flops = p.gemm_flops() * (a.train ? 3 : 1);
   const double gflops = flops / (t.median_ms * 1e6);
   const GemmRates peak = measure_gemm_rates(p.dtype, 3);
+  p.precision = prec;  // the prediction prices the products in it
   const CostReport cost = a.cell ? gru_stream_cost(p) : gru_cost(p);
   const std::vector<Phase>& phases = a.train ? cost.training_phases : cost.inference_phases;
   const Bound bound = live_bound(phases, p.dtype, threads, peak.best());

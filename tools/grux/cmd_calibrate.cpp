@@ -56,10 +56,11 @@ void run_calibrate(const CalibrateArgs& a) {
   for (const auto& [k, t] : prof.threads) {
     fmt::print(
         "{} thread{}: sgemm {:.1f} GFLOP/s (BLAS {:.1f}), dgemm {:.1f} GFLOP/s (BLAS {:.1f}), "
-        "memcpy {:.1f} GB/s, GRU step {:.2f} us (streaming {:.2f} us), GRU forward at {:.0f}% "
-        "of the GEMM peak\n",
+        "bf16 {:.1f} and int8 {:.1f} GFLOP/s ({}, {}), memcpy {:.1f} GB/s, GRU step {:.2f} us "
+        "(streaming {:.2f} us), GRU forward at {:.0f}% of the GEMM peak\n",
         k, k == 1 ? "" : "s", t.sgemm_gflops, t.blas_sgemm_gflops, t.dgemm_gflops,
-        t.blas_dgemm_gflops, t.memcpy_gbps, t.step_us, t.stream_step_us,
+        t.blas_dgemm_gflops, t.bf16_gflops, t.int8_gflops, precision_kernel(Precision::bf16),
+        precision_kernel(Precision::int8), t.memcpy_gbps, t.step_us, t.stream_step_us,
         100 * t.gru_gemm_efficiency);
     std::string curve;
     for (const auto& [bytes, gbps] : t.read_gbps)

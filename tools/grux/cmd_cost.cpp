@@ -17,7 +17,8 @@ namespace grux::cli {
 namespace {
 
 struct CostArgs {
-  std::string op, descriptor, mode = "seed", dtype = "f32", format = "table", lengths;
+  std::string op, descriptor, mode = "seed", dtype = "f32", format = "table", lengths,
+      precision = "f32";
   bool train = false, no_bias = false, reset_before = false;
   // The roofline prediction.
   std::string profile;
@@ -45,6 +46,7 @@ CostOptions options_of(const CostArgs& a) {
   o.bias = !a.no_bias;
   o.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
   o.dtype = parse_cost_dtype(a.dtype);
+  o.precision = parse_precision(a.precision);
   o.lengths = a.lengths;
   return o;
 }
@@ -78,6 +80,8 @@ void run_cost(const CostArgs& a) {
   view.train = a.train;
   const CostFormat format = parse_cost_format(a.format);
   const CostOptions options = options_of(a);
+  if (options.precision == Precision::int8 && a.train)
+    throw Error("--precision int8 is for inference; --train takes f32 or bf16");
   const CostReport r = cost_of(a.op, a.descriptor, options);
   const Prediction inference = predict_for(r, a, options.dtype, false);
   const Prediction training = predict_for(r, a, options.dtype, true);
@@ -179,6 +183,10 @@ Action add_cost_command(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--train", a->train, "also the backward pass and the training totals");
   c->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  c->add_option("--precision", a->precision,
+                "gru, gru_stream: f32, bf16 or int8, the products' precision (weight bytes "
+                "and GEMM rates; bf16 and int8 take f32)")
+      ->capture_default_str();
   c->add_option("--format", a->format, "table, csv, json or md")->capture_default_str();
   c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear, mingru: without bias");
   c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
