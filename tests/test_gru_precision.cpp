@@ -4,6 +4,7 @@
 // candidate forms, variable lengths, h0); the error against f32 within the precision's scale;
 // the determinism promises (the same bits on 1 or 2 threads, a sequence alone or in a batch,
 // a stream frame by frame); and the errors for what cannot run.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -193,6 +194,48 @@ TEST(GruPrecision, TrainingTakesF32OrBf16) {
     EXPECT_EQ(std::string(e.what()),
               "gru forward_train: precision bf16 takes an f32 GRU; this one is f64");
   }
+}
+
+// With the portable kernels switched off, a precision this CPU (or SIMD target) cannot run
+// on its instructions is refused in one line; where it can, nothing changes.
+TEST(GruPrecision, PortableKernelsCanBeSwitchedOff) {
+  GruConfig c;
+  c.input_size = 3;
+  c.hidden_size = 4;
+  const Gru gru(c, DType::f32, 1);
+  const std::string saved = simd_target();
+  std::string below;
+  for (const std::string& t : simd_targets())
+    if (t.rfind("AVX3", 0) != 0) {
+      below = t;
+      break;
+    }
+  ASSERT_FALSE(below.empty());
+  set_portable_precision(false);
+  for (Precision prec : {Precision::bf16, Precision::int8}) {
+    const std::string p = precision_name(prec);
+    if (precision_kernel(prec) != "portable") {
+      EXPECT_NO_THROW(GruInference(gru, prec)) << p;
+    }
+    set_simd_target(below);
+    try {
+      GruInference inf(gru, prec);
+      ADD_FAILURE() << p << ": no error on " << below;
+    } catch (const Error& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("precision " + p + " needs"));
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("GRUX_LOWP_PORTABLE=0"));
+    }
+    EXPECT_THROW(GruStream(gru, 1, {}, 0, prec), Error) << p;
+    set_simd_target(saved);
+  }
+  GruTape tape;
+  set_simd_target(below);
+  EXPECT_THROW(gru.forward_train(Tensor::zeros({2, 1, 3}, DType::f32), {}, {}, tape, 0, 0,
+                                 Precision::bf16),
+               Error);
+  set_portable_precision(true);
+  EXPECT_NO_THROW(GruInference(gru, Precision::bf16));  // portable, allowed again
+  set_simd_target(saved);
 }
 
 TEST(GruPrecision, AnF64GruIsRefused) {

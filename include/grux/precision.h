@@ -25,4 +25,11 @@ Precision parse_precision(const std::string& name);
 // otherwise "portable" (plain C++: correct everywhere, slower than f32). f32: "f32".
 std::string precision_kernel(Precision p);
 
+// Whether bf16 and int8 may run on the portable kernels (the default). Switched off (or by the
+// environment variable GRUX_LOWP_PORTABLE=0 at start-up), asking for a precision whose
+// instructions this CPU or the SIMD target lacks is an error of one line -- GruInference,
+// GruStream, Gru::forward_train and what is built on them -- instead of a run slower than f32.
+void set_portable_precision(bool allowed);
+bool portable_precision();
+
 }  // namespace grux

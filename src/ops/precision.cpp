@@ -3,8 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "cpu/gemm_lowp.h"
 #include "grux/error.h"
+#include "grux/runtime.h"
 #include "grux/tensor.h"
 
 namespace grux {
@@ -28,11 +33,32 @@ std::string precision_kernel(Precision p) {
   return cpu::lowp_kernel(p);
 }
 
+namespace {
+bool portable_from_env() {
+  const char* v = std::getenv("GRUX_LOWP_PORTABLE");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+std::atomic<bool> g_portable{portable_from_env()};
+}  // namespace
+
+void set_portable_precision(bool allowed) {
+  g_portable = allowed;
+}
+bool portable_precision() {
+  return g_portable;
+}
+
 namespace ops {
 void check_precision(const char* who, DType dtype, Precision p) {
   if (p != Precision::f32 && dtype != DType::f32)
     throw Error(fmt::format("{}: precision {} takes an f32 GRU; this one is {}", who,
                             precision_name(p), dtype_name(dtype)));
+  if (p != Precision::f32 && !portable_precision() && precision_kernel(p) == "portable")
+    throw Error(fmt::format(
+        "{}: precision {} needs {} and an AVX-512 SIMD target (this one: {}); the portable "
+        "kernels that would run it instead are switched off (GRUX_LOWP_PORTABLE=0)",
+        who, precision_name(p), p == Precision::bf16 ? "AVX512_BF16" : "AVX512_VNNI",
+        simd_target()));
 }
 }  // namespace ops
 
