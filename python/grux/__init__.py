@@ -92,25 +92,29 @@ class GRU:
         """The weights as NumPy arrays keyed like nn.GRU's (views of this GRU's weights)."""
         return self._core.state_dict()
 
-    def __call__(self, input, h0=None, lengths=None, threads=0):
+    def __call__(self, input, h0=None, lengths=None, threads=0, precision="f32"):
         """(output, h_n), as nn.GRU: input (T, N, I), (N, T, I) with batch_first, or (T, I)
         unbatched; h0 (layers * directions, N, H) or None for zeros; lengths (N,) integers in
         [1, T] (any order): output rows past a sequence's length are zero and h_n holds its
-        state at its last step. threads: 0 lets grux choose."""
+        state at its last step. threads: 0 lets grux choose. precision: "f32", or "bf16" /
+        "int8" (a float32 GRU: the products with the weights in that precision, the weights
+        converted for the call; README, section Precision)."""
         x, wrap = _to_numpy(input, "input")
         out, h_n = self._core.forward(x, _optional(h0, "h0"), _optional(lengths, "lengths", True),
-                                      int(threads))
+                                      int(threads), str(precision))
         return wrap(out), wrap(h_n)
 
     forward = __call__
 
-    def forward_train(self, input, h0=None, lengths=None, dropout_seed=0, threads=0):
+    def forward_train(self, input, h0=None, lengths=None, dropout_seed=0, threads=0,
+                      precision="f32"):
         """(output, h_n, tape): as __call__, with dropout between layers (mask drawn from
-        dropout_seed), saving in tape what backward needs."""
+        dropout_seed), saving in tape what backward needs. precision "bf16" (a float32 GRU)
+        trains with the products in bf16; backward then runs in bf16 too."""
         x, wrap = _to_numpy(input, "input")
         out, h_n, tape = self._core.forward_train(
             x, _optional(h0, "h0"), _optional(lengths, "lengths", True), int(dropout_seed),
-            int(threads))
+            int(threads), str(precision))
         return wrap(out), wrap(h_n), Tape(self._core, tape, wrap)
 
     def backward(self, tape, grad_output=None, grad_h_n=None, threads=0):
@@ -180,15 +184,18 @@ class GRUStream:
 
     batch: N >= 1 (frames (N, I), blocks (t, N, I)), or 0 for unbatched frames (I,) and blocks
     (t, I). The stream copies and packs the GRU's weights when made (later changes to `gru` are
-    not seen). One sequence in float32 runs grux's real-time kernel."""
+    not seen). One sequence in float32 runs grux's real-time kernel. precision "bf16" or "int8"
+    (a float32 GRU) converts the weights once, here; frames then give GRU(precision=...)'s
+    results bit for bit."""
 
-    def __init__(self, gru, batch=1, h0=None, threads=0):
+    def __init__(self, gru, batch=1, h0=None, threads=0, precision="f32"):
         if not isinstance(gru, GRU):
             raise Error(f"gru: expected a grux.GRU, got {type(gru).__name__}")
         self.batch = int(batch)
         self.input_size = gru.input_size
         self._frame_ndim = 1 if self.batch == 0 else 2
-        self._core = _grux.GruStream(gru._core, self.batch, _optional(h0, "h0"), int(threads))
+        self._core = _grux.GruStream(gru._core, self.batch, _optional(h0, "h0"), int(threads),
+                                     str(precision))
 
     def step(self, frame, out=None):
         """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,).

@@ -207,34 +207,39 @@ void grux_py::bind_gru(py::module_& m) {
       .def(
           "forward",
           [](const grux::Gru& g, const py::object& x, const py::object& h0,
-             const py::object& lengths, int threads) {
+             const py::object& lengths, int threads, const std::string& precision) {
+            const grux::Precision p = grux::parse_precision(precision);
             const Tensor tx = from_array(x, "input"), th = from_optional(h0, "h0"),
                          tl = from_optional(lengths, "lengths", true);
             grux::GruOutput out;
             {
               py::gil_scoped_release nogil;
-              out = g.forward(tx, th, tl, threads);
+              // bf16 / int8: the weights converted for this call (GruInference).
+              out = p == grux::Precision::f32 ? g.forward(tx, th, tl, threads)
+                                              : grux::GruInference(g, p).forward(tx, th, tl, threads);
             }
             return py::make_tuple(to_array(out.output), to_array(out.h_n));
           },
           py::arg("input"), py::arg("h0") = py::none(), py::arg("lengths") = py::none(),
-          py::arg("threads") = 0)
+          py::arg("threads") = 0, py::arg("precision") = "f32")
       .def(
           "forward_train",
           [](const grux::Gru& g, const py::object& x, const py::object& h0,
-             const py::object& lengths, uint64_t dropout_seed, int threads) {
+             const py::object& lengths, uint64_t dropout_seed, int threads,
+             const std::string& precision) {
+            const grux::Precision p = grux::parse_precision(precision);
             const Tensor tx = from_array(x, "input"), th = from_optional(h0, "h0"),
                          tl = from_optional(lengths, "lengths", true);
             auto tape = std::make_unique<Tape>();
             grux::GruOutput out;
             {
               py::gil_scoped_release nogil;
-              out = g.forward_train(tx, th, tl, tape->tape, dropout_seed, threads);
+              out = g.forward_train(tx, th, tl, tape->tape, dropout_seed, threads, p);
             }
             return py::make_tuple(to_array(out.output), to_array(out.h_n), std::move(tape));
           },
           py::arg("input"), py::arg("h0") = py::none(), py::arg("lengths") = py::none(),
-          py::arg("dropout_seed") = 0, py::arg("threads") = 0)
+          py::arg("dropout_seed") = 0, py::arg("threads") = 0, py::arg("precision") = "f32")
       .def(
           "backward",
           [](const grux::Gru& g, const Tape& tape, const py::object& dout,
@@ -308,15 +313,18 @@ void grux_py::bind_gru(py::module_& m) {
           py::arg("input"), py::arg("hx"), py::arg("grad_output"), py::arg("threads") = 0);
 
   py::class_<Stream>(m, "GruStream")
-      .def(py::init([](const grux::Gru& g, int64_t batch, const py::object& h0, int threads) {
+      .def(py::init([](const grux::Gru& g, int64_t batch, const py::object& h0, int threads,
+                       const std::string& precision) {
              auto st = std::make_unique<Stream>();
              st->stream = std::make_unique<grux::GruStream>(g, batch, from_optional(h0, "h0"),
-                                                            threads);
+                                                            threads,
+                                                            grux::parse_precision(precision));
              st->N = batch, st->I = g.config().input_size, st->H = g.config().hidden_size;
              st->batch_first = g.config().batch_first, st->dtype = g.dtype();
              return st;
            }),
-           py::arg("gru"), py::arg("batch"), py::arg("h0") = py::none(), py::arg("threads") = 0)
+           py::arg("gru"), py::arg("batch"), py::arg("h0") = py::none(), py::arg("threads") = 0,
+           py::arg("precision") = "f32")
       .def(
           "step",
           [](Stream& s, const py::object& frames, const py::object& out) -> py::object {

@@ -323,3 +323,41 @@ def test_cuda_and_int_tensors_are_refused():
     meta = torch.zeros(5, 2, 3, device="meta")
     with pytest.raises(grux.Error, match="meta.*grux runs on the CPU"):
         gru(meta)
+
+
+@pytest.mark.parametrize("precision,tol", [("bf16", 2e-2), ("int8", 5e-2)])
+def test_gru_precision_near_f32_and_stream_equal(precision, tol):
+    """bf16 / int8: near the f32 result and not equal to it; a stream of that precision gives
+    the same bits frame by frame; bf16 training's gradients near f32's."""
+    gru = grux.GRU(6, 20, num_layers=2, seed=3)
+    x = np.random.default_rng(4).uniform(-1, 1, (12, 3, 6)).astype(np.float32)
+    f32, _ = gru(x)
+    low, h_n = gru(x, precision=precision)
+    err = np.abs(low - f32).max()
+    assert 1e-6 < err <= tol
+    stream = grux.GRUStream(gru, batch=3, precision=precision)
+    frames = np.stack([stream.step(x[t]) for t in range(12)])
+    np.testing.assert_array_equal(frames, low)
+    if precision == "bf16":
+        dy = np.random.default_rng(5).standard_normal(f32.shape).astype(np.float32)
+        grads = {}
+        for p in ("f32", "bf16"):
+            _, _, tape = gru.forward_train(x, precision=p)
+            grads[p] = gru.backward(tape, dy)
+        for k, g in grads["f32"].items():
+            scale = np.abs(g).max()
+            assert np.abs(grads["bf16"][k] - g).max() <= 3e-2 * scale, k
+    else:
+        with pytest.raises(grux.Error, match="int8 is for inference"):
+            gru.forward_train(x, precision="int8")
+
+
+def test_gru_precision_errors():
+    x = np.zeros((2, 1, 3))
+    gru64 = grux.GRU(3, 4, dtype="float64")
+    with pytest.raises(grux.Error, match="precision bf16 takes an f32 GRU; this one is f64"):
+        gru64(x, precision="bf16")
+    with pytest.raises(grux.Error, match="expected f32, bf16 or int8"):
+        grux.GRU(3, 4)(x.astype(np.float32), precision="fp8")
+    with pytest.raises(grux.Error, match="takes an f32 GRU"):
+        grux.GRUStream(gru64, precision="int8")
