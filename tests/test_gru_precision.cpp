@@ -36,25 +36,39 @@ const Case kCases[] = {
     {20, 130, 5, 7, 1, false, true, true},
 };
 
+// A case's GRU (weights from seed 5) and inputs: x, then h0, drawn from rng; the lengths
+// when the case has them.
+struct CaseData {
+  GruConfig c;
+  Gru gru;
+  Tensor x, h0, lengths;
+};
+CaseData make_case(const Case& k, std::mt19937_64& rng) {
+  GruConfig c;
+  c.input_size = k.I;
+  c.hidden_size = k.H;
+  c.num_layers = k.layers;
+  c.bidirectional = k.bidir;
+  c.form = k.rb ? GruForm::reset_before : GruForm::linear_before_reset;
+  Gru gru(c, DType::f32, 5);
+  Tensor x = test::random_tensor({k.T, k.N, k.I}, DType::f32, rng);
+  Tensor h0 = test::random_tensor({k.layers * c.directions(), k.N, k.H}, DType::f32, rng);
+  std::vector<int64_t> len(k.N);
+  for (int64_t n = 0; n < k.N; ++n) len[n] = k.lengths ? 1 + (n * 5) % k.T : k.T;
+  Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({k.N}, len) : Tensor();
+  return {c, std::move(gru), x, h0, lengths};
+}
+
 // Optimized against the reference twins: the same converted weights, so the two differ by
 // accumulation order only, plus the occasional neighbouring bf16 / int8 value where a state
 // differing in its last bit rounds the other way at the next step.
 TEST(GruPrecision, MatchesTheReferenceTwinsAndStaysNearF32) {
   for (Precision prec : {Precision::bf16, Precision::int8})
     for (const Case& k : kCases) {
-      GruConfig c;
-      c.input_size = k.I;
-      c.hidden_size = k.H;
-      c.num_layers = k.layers;
-      c.bidirectional = k.bidir;
-      c.form = k.rb ? GruForm::reset_before : GruForm::linear_before_reset;
-      const Gru gru(c, DType::f32, 5);
       std::mt19937_64 rng(6);
-      const Tensor x = test::random_tensor({k.T, k.N, k.I}, DType::f32, rng);
-      const Tensor h0 = test::random_tensor({k.layers * c.directions(), k.N, k.H}, DType::f32, rng);
-      std::vector<int64_t> len(k.N);
-      for (int64_t n = 0; n < k.N; ++n) len[n] = k.lengths ? 1 + (n * 5) % k.T : k.T;
-      const Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({k.N}, len) : Tensor();
+      const CaseData d = make_case(k, rng);
+      const Gru& gru = d.gru;
+      const Tensor &x = d.x, &h0 = d.h0, &lengths = d.lengths;
       const std::string what = name_of(k, prec);
 
       const GruInference inf(gru, prec);
@@ -125,20 +139,12 @@ TEST(GruPrecision, StreamEqualsInference) {
 // f32 training, relative to each tensor's largest value; the same bits on 1 and 2 threads.
 TEST(GruPrecision, Bf16TrainingMatchesTheTwinsAndStaysNearF32) {
   for (const Case& k : kCases) {
-    GruConfig c;
-    c.input_size = k.I;
-    c.hidden_size = k.H;
-    c.num_layers = k.layers;
-    c.bidirectional = k.bidir;
-    c.form = k.rb ? GruForm::reset_before : GruForm::linear_before_reset;
-    const Gru gru(c, DType::f32, 5);
     std::mt19937_64 rng(16);
-    const Tensor x = test::random_tensor({k.T, k.N, k.I}, DType::f32, rng);
-    const Tensor h0 = test::random_tensor({k.layers * c.directions(), k.N, k.H}, DType::f32, rng);
+    const CaseData d = make_case(k, rng);
+    const GruConfig& c = d.c;
+    const Gru& gru = d.gru;
+    const Tensor &x = d.x, &h0 = d.h0, &lengths = d.lengths;
     const Tensor dy = test::random_tensor({k.T, k.N, c.directions() * k.H}, DType::f32, rng);
-    std::vector<int64_t> len(k.N);
-    for (int64_t n = 0; n < k.N; ++n) len[n] = k.lengths ? 1 + (n * 5) % k.T : k.T;
-    const Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({k.N}, len) : Tensor();
     const std::string what = name_of(k, Precision::bf16) + " training";
     // Output, h_n, dinput, dh0, then the weight gradients by key.
     auto train = [&](Precision p, int threads) {

@@ -87,6 +87,11 @@ TrainOptions small_options(DType dtype) {
   return o;
 }
 
+// Steps `t` to the end of its run, appending each step's loss to `losses`.
+void run_to_end(Trainer& t, std::vector<double>& losses) {
+  while (!t.done()) losses.push_back(t.step().loss);
+}
+
 // A checkpoint taken mid-run resumes to exactly the losses of an uninterrupted run: model,
 // optimizer state, carried hidden state, data cursor and dropout stream all restored.
 TEST(LmCheckpoint, ResumeGivesTheUninterruptedLosses) {
@@ -97,7 +102,7 @@ TEST(LmCheckpoint, ResumeGivesTheUninterruptedLosses) {
       const std::string text = corpus(2000);  // the pass over the data wraps mid-run
       Trainer a(o, text);
       std::vector<double> full;
-      while (!a.done()) full.push_back(a.step().loss);
+      run_to_end(a, full);
 
       TempDir dir;
       const std::string path = dir.path + "/ck.safetensors";
@@ -112,7 +117,7 @@ TEST(LmCheckpoint, ResumeGivesTheUninterruptedLosses) {
       EXPECT_EQ(c.steps_done(), 6);
       EXPECT_EQ(c.history().train_loss, resumed);
       EXPECT_EQ(c.history().val_step, std::vector<int64_t>{6});
-      while (!c.done()) resumed.push_back(c.step().loss);
+      run_to_end(c, resumed);
       EXPECT_EQ(resumed, full) << dtype_name(dtype) << " " << opt;
     }
   }
@@ -210,6 +215,30 @@ TEST(LmGradient, MatchesFiniteDifferencesInF64) {
   }
 }
 
+// One window of batch 1 from a sequence: ids seq[0, T), targets seq[1, T].
+void window_of(const std::vector<int64_t>& seq, Tensor& ids, Tensor& targets) {
+  const int64_t T = static_cast<int64_t>(seq.size()) - 1;
+  ids = Tensor::empty({T, 1}, DType::i64), targets = Tensor::empty({T, 1}, DType::i64);
+  for (int64_t t = 0; t < T; ++t) {
+    ids.data<int64_t>()[t] = seq[t];
+    targets.data<int64_t>()[t] = seq[t + 1];
+  }
+}
+
+// The mean cross-entropy of predicting seq[t + 1] from the stream's logits after seq[t].
+double stream_loss(CharLm::Stream& s, const std::vector<int64_t>& seq) {
+  const int64_t T = static_cast<int64_t>(seq.size()) - 1;
+  double sum = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<double> z = s.step({seq[t]});
+    double mx = z[0], se = 0;
+    for (double v : z) mx = std::max(mx, v);
+    for (double v : z) se += std::exp(v - mx);
+    sum += mx + std::log(se) - z[seq[t + 1]];
+  }
+  return sum / T;
+}
+
 // Streaming generation computes the same logits as the whole-window forward: the mean
 // cross-entropy of a sequence computed from the stream's logits equals forward_backward's.
 TEST(LmStream, StepByStepEqualsWholeWindow) {
@@ -218,24 +247,12 @@ TEST(LmStream, StepByStepEqualsWholeWindow) {
     c.vocab = 11, c.embed = 5, c.hidden = 19, c.layers = 2, c.dtype = dtype;
     CharLm m(c, 9);
     const std::vector<int64_t> seq{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
-    const int64_t T = static_cast<int64_t>(seq.size()) - 1;
-    Tensor ids = Tensor::empty({T, 1}, DType::i64), targets = Tensor::empty({T, 1}, DType::i64);
-    for (int64_t t = 0; t < T; ++t) {
-      ids.data<int64_t>()[t] = seq[t];
-      targets.data<int64_t>()[t] = seq[t + 1];
-    }
-    Tensor h;
+    Tensor ids, targets, h;
+    window_of(seq, ids, targets);
     const double whole = m.forward_backward(ids, targets, h, false);
     CharLm::Stream s(m, 1);
-    double sum = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const std::vector<double> z = s.step({seq[t]});
-      double mx = z[0], se = 0;
-      for (double v : z) mx = std::max(mx, v);
-      for (double v : z) se += std::exp(v - mx);
-      sum += mx + std::log(se) - z[seq[t + 1]];
-    }
-    EXPECT_NEAR(sum / T, whole, dtype == DType::f64 ? 1e-12 : 1e-5) << dtype_name(dtype);
+    EXPECT_NEAR(stream_loss(s, seq), whole, dtype == DType::f64 ? 1e-12 : 1e-5)
+        << dtype_name(dtype);
   }
 }
 
@@ -251,25 +268,13 @@ TEST(LmPrecision, StreamAndValidationLossInEachPrecision) {
   while (!tr.done()) tr.step();
   const CharLm& m = tr.model();
   const std::vector<int64_t> seq{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4};
-  const int64_t T = static_cast<int64_t>(seq.size()) - 1;
-  Tensor ids = Tensor::empty({T, 1}, DType::i64), targets = Tensor::empty({T, 1}, DType::i64);
-  for (int64_t t = 0; t < T; ++t) {
-    ids.data<int64_t>()[t] = seq[t];
-    targets.data<int64_t>()[t] = seq[t + 1];
-  }
-  auto stream_loss = [&](Precision p) {
+  Tensor ids, targets;
+  window_of(seq, ids, targets);
+  auto streamed_loss = [&](Precision p) {
     CharLm::Stream s(m, 1, p);
-    double sum = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const std::vector<double> z = s.step({seq[t]});
-      double mx = z[0], se = 0;
-      for (double v : z) mx = std::max(mx, v);
-      for (double v : z) se += std::exp(v - mx);
-      sum += mx + std::log(se) - z[seq[t + 1]];
-    }
-    return sum / T;
+    return stream_loss(s, seq);
   };
-  const double f32_stream = stream_loss(Precision::f32);
+  const double f32_stream = streamed_loss(Precision::f32);
   const double f32_val = tr.evaluate();
   EXPECT_EQ(tr.validation_loss(Precision::f32), f32_val);
   const size_t recorded = tr.history().val_loss.size();
@@ -278,7 +283,7 @@ TEST(LmPrecision, StreamAndValidationLossInEachPrecision) {
     Tensor h;
     const double whole = m.loss(ids, targets, h, GruInference(m.gru(), p));
     EXPECT_EQ(h.shape(), (Shape{o.model.layers, 1, o.model.hidden})) << name;
-    const double streamed = stream_loss(p);
+    const double streamed = streamed_loss(p);
     EXPECT_NEAR(streamed, whole, 1e-5) << name;
     EXPECT_NEAR(streamed, f32_stream, 0.05) << name;
     EXPECT_NE(streamed, f32_stream) << name;
@@ -308,11 +313,11 @@ TEST(LmPrecision, Bf16TrainingResumesExactlyAndStaysNearF32) {
   const std::string text = corpus(2000);
   Trainer f32(o, text);
   std::vector<double> f32_losses;
-  while (!f32.done()) f32_losses.push_back(f32.step().loss);
+  run_to_end(f32, f32_losses);
   o.precision = Precision::bf16;
   Trainer a(o, text);
   std::vector<double> full;
-  while (!a.done()) full.push_back(a.step().loss);
+  run_to_end(a, full);
   ASSERT_EQ(full.size(), f32_losses.size());
   for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(full[i], f32_losses[i], 0.02) << i;
   EXPECT_NE(full, f32_losses);
@@ -327,7 +332,7 @@ TEST(LmPrecision, Bf16TrainingResumesExactlyAndStaysNearF32) {
   }
   Trainer c = Trainer::resume(path, text);
   EXPECT_EQ(c.options().precision, Precision::bf16);
-  while (!c.done()) resumed.push_back(c.step().loss);
+  run_to_end(c, resumed);
   EXPECT_EQ(resumed, full);
 
   o.precision = Precision::int8;
@@ -417,13 +422,13 @@ TEST(LmSchedule, PlannedStepsEqualGivenSteps) {
   const std::string text = corpus(2000);
   Trainer a(o, text);
   std::vector<double> la, lb;
-  while (!a.done()) la.push_back(a.step().loss);
+  run_to_end(a, la);
   TrainOptions big = o;
   big.steps = 1000;
   Trainer b(big, text);
   for (int i = 0; i < 2; ++i) lb.push_back(b.step().loss);
   b.plan_steps(o.steps);
-  while (!b.done()) lb.push_back(b.step().loss);
+  run_to_end(b, lb);
   EXPECT_EQ(la, lb);
 }
 

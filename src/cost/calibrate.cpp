@@ -53,13 +53,20 @@ Tensor gru_input(const GruProblem& p, uint64_t seed) {
   return x;
 }
 
+// `count` values uniform in [-1, 1] from rng.
+template <typename T>
+std::vector<T> uniform_values(int64_t count, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> v(count);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
 template <typename T>
 GemmRates gemm_rates(int reps, int64_t n) {
   std::mt19937_64 rng(1);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<T> a(n * n), b(n * n), c(n * n);
-  for (auto& v : a) v = static_cast<T>(u(rng));
-  for (auto& v : b) v = static_cast<T>(u(rng));
+  const std::vector<T> a = uniform_values<T>(n * n, rng), b = uniform_values<T>(n * n, rng);
+  std::vector<T> c(n * n);
   const int64_t panel = 3 * cpu::kUnit<T>;
   std::vector<T> packed(cpu::packed_size<T>(n, n, panel) + 64);
   // 64-byte aligned start inside the vector.
@@ -81,10 +88,9 @@ GemmRates gemm_rates(int reps, int64_t n) {
 // GFLOP/s of the same 2 n^3.
 double lowp_rate(Precision p, int reps, int64_t n) {
   std::mt19937_64 rng(2);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<float> a(n * n), b(n * n), c(n * n);
-  for (auto& v : a) v = static_cast<float>(u(rng));
-  for (auto& v : b) v = static_cast<float>(u(rng));
+  const std::vector<float> a = uniform_values<float>(n * n, rng),
+                           b = uniform_values<float>(n * n, rng);
+  std::vector<float> c(n * n);
   const int64_t panel = 3 * cpu::kUnit<float>;
   Tensor storage = Tensor::empty({cpu::packed_lowp_bytes(p, n, n, panel) / 4}, DType::f32);
   const cpu::PackedB<float> bp =

@@ -39,6 +39,16 @@ constexpr int kMaxMr = 10;
 // int8: |sum over k of (qa - zero) qb| <= 255 * 127 * K must stay below 2^31.
 constexpr int64_t kMaxInt8K = 66000;
 
+// f(std::integral_constant<int, r>{}) for a run-time r in [1, Max]: the register blocks are
+// templates on their row count. Nothing for r = 0.
+template <int Max, class F>
+void with_rows(int64_t r, F&& f) {
+  if constexpr (Max >= 1) {
+    if (r == Max) return f(std::integral_constant<int, Max>{});
+    with_rows<Max - 1>(r, f);
+  }
+}
+
 // Vectors (16 columns each) per panel group and the rows per block that go with them:
 // enough independent accumulator chains to cover the dot-product latency, within 32 registers.
 int group_vectors(int64_t M) {
@@ -308,25 +318,10 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
       constexpr int kMr = NV >= 12 ? 1 : NV >= 6 ? 2 : NV >= 3 ? 5 : kMaxMr;
       int64_t m = 0;
       // One block of r rows at row m (r below kMr, or up to 6 when kMr is 5).
+      constexpr int kMaxBlock = kMr == 5 ? 6 : kMr - 1;
       const auto rows_block = [&](int64_t r) {
-        const auto go = [&](auto mr) {
-          if constexpr (decltype(mr)::value <= (kMr == 5 ? 6 : kMr - 1))
-            block(mr, nv_tag, m, p, b);
-          else
-            GRUX_ASSERT(false);
-        };
-        switch (r) {
-          case 1: go(std::integral_constant<int, 1>{}); break;
-          case 2: go(std::integral_constant<int, 2>{}); break;
-          case 3: go(std::integral_constant<int, 3>{}); break;
-          case 4: go(std::integral_constant<int, 4>{}); break;
-          case 5: go(std::integral_constant<int, 5>{}); break;
-          case 6: go(std::integral_constant<int, 6>{}); break;
-          case 7: go(std::integral_constant<int, 7>{}); break;
-          case 8: go(std::integral_constant<int, 8>{}); break;
-          case 9: go(std::integral_constant<int, 9>{}); break;
-          default: break;  // 0: nothing left
-        }
+        GRUX_ASSERT(r <= kMaxBlock);
+        with_rows<kMaxBlock>(r, [&](auto mr) { block(mr, nv_tag, m, p, b); });
       };
       if constexpr (kMr == 5) {
         // Blocks of 3 to 6 rows rather than 5s and a short tail (6 rows: one block, not
@@ -469,21 +464,10 @@ GRUX_AVX512_BF16 void AtBAvx512(int64_t M, int64_t N, int64_t K, const float* A,
           for (int64_t r = 0; r < kAtTile; r += kAtMr) {
             const int64_t m = tile * kAtTile + r, rows = std::min(kAtMr, M - m);
             float* c = C + m * ldc + n0;
-            const auto block = [&](auto mr) {
+            with_rows<kAtMr>(rows, [&](auto mr) {
               Bf16Block<decltype(mr)::value, 3>(gn, at + r, 1, kAtTile, bp, kAtPanel, cols,
                                                 nullptr, acc, c, ldc);
-            };
-            switch (rows) {
-              case 8: block(std::integral_constant<int, 8>{}); break;
-              case 7: block(std::integral_constant<int, 7>{}); break;
-              case 6: block(std::integral_constant<int, 6>{}); break;
-              case 5: block(std::integral_constant<int, 5>{}); break;
-              case 4: block(std::integral_constant<int, 4>{}); break;
-              case 3: block(std::integral_constant<int, 3>{}); break;
-              case 2: block(std::integral_constant<int, 2>{}); break;
-              case 1: block(std::integral_constant<int, 1>{}); break;
-              default: break;
-            }
+            });
           }
         }
       }
