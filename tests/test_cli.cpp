@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "grux/gru.h"
+#include "grux/runtime.h"
 #include "test_util.h"
 
 namespace grux {
@@ -159,6 +161,32 @@ TEST(Cli, PrecisionRunsGruInferenceAtThatPrecision) {
   expect_user_error(
       grux_cli(tmp64.path, write_inputs(g64, tmp64.path, false, false) + " --precision bf16"),
       {"float32", "f64"});
+}
+
+// GRUX_LOWP_PORTABLE=0 in the environment at start-up switches the portable low-precision
+// kernels off: on a SIMD target below AVX-512 a bf16 request is one line, exit 2.
+TEST(Cli, LowpPortableZeroRefusesThePortableKernels) {
+  std::string below;
+  for (const std::string& t : simd_targets())
+    if (t.rfind("AVX3", 0) != 0) {
+      below = t;
+      break;
+    }
+  ASSERT_FALSE(below.empty());
+  const SafeTensors g = golden("gru_lengths_h0_f32");
+  test::TempDir tmp;
+  const std::string args = write_inputs(g, tmp.path, false, false) + " --precision bf16";
+  const char* saved = std::getenv("GRUX_SIMD_TARGET");
+  const std::string saved_target = saved ? saved : "";
+  setenv("GRUX_SIMD_TARGET", below.c_str(), 1);
+  ASSERT_EQ(grux_cli(tmp.path, args).code, 0);  // portable kernels allowed by default
+  setenv("GRUX_LOWP_PORTABLE", "0", 1);
+  expect_user_error(grux_cli(tmp.path, args), {"precision bf16 needs", "GRUX_LOWP_PORTABLE=0"});
+  unsetenv("GRUX_LOWP_PORTABLE");
+  if (saved)
+    setenv("GRUX_SIMD_TARGET", saved_target.c_str(), 1);
+  else
+    unsetenv("GRUX_SIMD_TARGET");
 }
 
 TEST(Cli, InfoNamesThePrecisionKernels) {
