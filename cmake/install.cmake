@@ -21,7 +21,7 @@ set(GRUX_INSTALLED_TARGETS grux)
 if(GRUX_BUILD_TOOLS)
   list(APPEND GRUX_INSTALLED_TARGETS grux_tools)
   install(FILES include/grux/lm.h include/grux/sweep.h
-                include/grux/train.h
+                include/grux/train.h include/grux/dist.h
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/grux COMPONENT dev)
   install(TARGETS grux_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
   # The CLI's data (the example model, the training text): PREFIX/share/grux.
@@ -38,6 +38,11 @@ if(BUILD_SHARED_LIBS)
   set(GRUX_STATIC_LIBS OFF)
 else()
   set(GRUX_STATIC_LIBS ON)
+endif()
+if(GRUX_BUILD_TOOLS AND GRUX_WITH_MPI AND MPI_CXX_FOUND)
+  set(GRUX_TOOLS_MPI ON)
+else()
+  set(GRUX_TOOLS_MPI OFF)
 endif()
 configure_package_config_file(cmake/gruxConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/gruxConfig.cmake INSTALL_DESTINATION ${GRUX_CMAKE_DIR})

@@ -87,6 +87,13 @@ struct GruLayerWeights {
 // `what` is one of "weight_ih", "weight_hh", "bias_ih", "bias_hh".
 std::string gru_key(const char* what, int64_t layer, int64_t direction);
 
+// A batch that is streams [first, first + N) of a batch of `of` streams (of = 0: the batch
+// is all of it). Gru::forward_train draws its dropout masks for those streams of the whole.
+struct BatchShare {
+  int64_t first = 0;
+  int64_t of = 0;
+};
+
 // Activations saved by Gru::forward_train for Gru::backward. Opaque: only Gru reads it.
 struct GruTapeData;
 class GruTape {
@@ -164,9 +171,12 @@ class Gru {
   // weights, here and in backward, and the weight gradients' products take their operands
   // rounded to bf16 and sum in f32; the weights themselves (the master copy the optimizer
   // updates), the gates, states and gradients stay f32 (README, "Precision").
+  // `share`: when this batch is part of a larger one (data parallelism: each process runs
+  // some of the streams), which part; the masks are then the ones the whole batch would draw
+  // for these streams, so K processes drop what one process would.
   GruOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
                           GruTape& tape, uint64_t dropout_seed = 0, int threads = 0,
-                          Precision precision = Precision::f32) const;
+                          Precision precision = Precision::f32, BatchShare share = {}) const;
 
   // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
   // both), with the shapes forward_train returned, from the tape that forward_train filled.

@@ -84,8 +84,11 @@ class CharLm {
   // computes every parameter's gradient (into parameters()[i].grad) with dropout drawn from
   // `dropout_seed`; the gradient does not flow into the incoming h (truncated BPTT).
   // `precision`: the GRU's products when training (f32 or bf16; Gru::forward_train).
+  // `share`: which streams of a larger batch these are (data parallelism; the dropout masks
+  // are then that batch's, Gru::forward_train).
   double forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
-                          uint64_t dropout_seed = 0, Precision precision = Precision::f32);
+                          uint64_t dropout_seed = 0, Precision precision = Precision::f32,
+                          BatchShare share = {});
   // Forward only, through `gru` (an inference plan of this model's GRU, in any precision):
   // the mean cross-entropy as forward_backward(..., false) computes it, the final state in h.
   double loss(const Tensor& ids, const Tensor& targets, Tensor& h, const GruInference& gru) const;
@@ -126,6 +129,8 @@ class TextBatches {
   int64_t windows() const { return windows_; }  // per pass over the part
   // ids and targets (T, N) i64 of window w (0 <= w < windows()).
   void window(int64_t w, Tensor& ids, Tensor& targets) const;
+  // The same for streams [first, first + count) only: (T, count).
+  void window(int64_t w, Tensor& ids, Tensor& targets, int64_t first, int64_t count) const;
   int64_t tokens() const { return static_cast<int64_t>(ids_.size()); }
   int64_t batch() const { return N_; }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "grux/dist.h"
 #include "grux/export.h"
 #include "grux/lm.h"
 #include "grux/optim.h"
@@ -42,16 +43,31 @@ struct StepStats {
   int64_t tokens = 0;  // tokens in this step's batch
 };
 
-// One training run. Deterministic given the options, the text and the thread count.
+// One training run. Deterministic given the options and the text (and the number of
+// processes: any thread count gives the same bits).
+//
+// Data parallelism: given a Communicator of K processes (grux/dist.h), each process (rank)
+// takes an equal share of the batch's streams (K must divide options.batch), computes its
+// share's loss and gradients, and the gradients are summed across the ranks in rank order
+// before clipping and the optimizer step, so every rank holds the same model, bit for bit,
+// and a K-process run repeats exactly. The losses equal the one-process run's to rounding
+// (the sums are split differently). Every rank makes the same calls in the same order (the
+// constructor, step, plan_steps, evaluate, save_checkpoint are collective); an error in one
+// rank's input (a file it cannot read, settings or data that differ from rank 0's) is thrown
+// on every rank as the same CollectiveError.
 class Trainer {
  public:
   // A new run on `text` (UTF-8; the vocabulary is built from it). The initial weights are
   // drawn from options.seed, or taken from `initial` (parameter names as CharLm's) if given.
+  // `comm`: the processes of a data-parallel run (null: this process alone); it must
+  // outlive the Trainer.
   Trainer(const TrainOptions& options, const std::string& text,
-          const std::map<std::string, Tensor>* initial = nullptr);
+          const std::map<std::string, Tensor>* initial = nullptr, Communicator* comm = nullptr);
   // Continues the run saved in a checkpoint; `text` must be the same text it was trained on
-  // (checked by a hash). Throws grux::Error on a corrupt or mismatching checkpoint.
-  static Trainer resume(const std::string& checkpoint_path, const std::string& text);
+  // (checked by a hash). Throws grux::Error on a corrupt or mismatching checkpoint. A
+  // checkpoint holds the whole run's state: any number of processes may continue it.
+  static Trainer resume(const std::string& checkpoint_path, const std::string& text,
+                        Communicator* comm = nullptr);
 
   // One optimizer step on the next window. Precondition: !done().
   StepStats step();
@@ -67,8 +83,10 @@ class Trainer {
   // recorded in the history. bf16 and int8 take an f32 model.
   double validation_loss(Precision precision);
   // Writes model, optimizer state, vocabulary, options, step, carried state and history to
-  // `path` atomically.
+  // `path` atomically (rank 0 writes; the other ranks send it their streams' state).
   void save_checkpoint(const std::string& path) const;
+  // The processes of this run (a one-process group when none was given).
+  Communicator& communicator() const;
 
   int64_t steps_done() const { return step_; }
   const TrainOptions& options() const { return options_; }
@@ -89,6 +107,12 @@ class Trainer {
  private:
   Trainer() = default;
   void setup(const std::string& text);  // vocab-independent parts: data split, batches
+  void check_same_run() const;          // every rank has rank 0's settings, text and step
+  void load_checkpoint(const std::string& path, const std::string& text);
+  void write_checkpoint(const std::string& path, const Tensor& h) const;  // rank 0
+  void sum_gradients(double& loss);     // across the ranks: the whole batch's mean
+  Communicator* comm_ = nullptr;
+  int64_t first_ = 0, local_ = 0;  // this rank's streams of the batch: [first_, first_ + local_)
   TrainOptions options_;
   Vocab vocab_;
   uint64_t text_hash_ = 0;
@@ -96,10 +120,12 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule schedule_;
   std::unique_ptr<TextBatches> train_, val_;
-  Tensor h_;  // state carried across windows (L, N, H)
+  Tensor h_;  // state carried across windows (L, local_, H): this rank's streams
   int64_t step_ = 0;
   History history_;
   Tensor ids_, targets_;  // reused window buffers
+  std::vector<float> flat_f32_;  // the gradients in one buffer, to sum across ranks
+  std::vector<double> flat_f64_;
 };
 
 // A trained model read from a checkpoint, for generation and inspection.

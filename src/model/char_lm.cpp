@@ -296,7 +296,7 @@ double CharLm::loss(const Tensor& ids, const Tensor& targets, Tensor& h,
 }
 
 double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
-                                uint64_t dropout_seed, Precision precision) {
+                                uint64_t dropout_seed, Precision precision, BatchShare share) {
   check_window(config_, ids, targets, h);
   const int64_t T = ids.size(0), N = ids.size(1), H = config_.hidden, V = config_.vocab;
 
@@ -308,7 +308,7 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
   Tensor x = embedding_forward(ids, emb_w);
   // 2. GRU over the window from the carried state.
   GruTape tape;
-  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed, 0, precision)
+  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed, 0, precision, share)
                       : gru_->forward(x, h);
   h = y.h_n;
   // 3. Logits and loss over all T * N positions.
@@ -388,17 +388,23 @@ TextBatches::TextBatches(std::vector<int64_t> ids, int64_t N, int64_t T)
 }
 
 void TextBatches::window(int64_t w, Tensor& ids, Tensor& targets) const {
+  window(w, ids, targets, 0, N_);
+}
+
+void TextBatches::window(int64_t w, Tensor& ids, Tensor& targets, int64_t first,
+                         int64_t count) const {
   GRUX_ASSERT(w >= 0 && w < windows_);
-  if (!ids.defined() || ids.shape() != Shape{T_, N_}) ids = Tensor::empty({T_, N_}, DType::i64);
-  if (!targets.defined() || targets.shape() != Shape{T_, N_})
-    targets = Tensor::empty({T_, N_}, DType::i64);
+  GRUX_ASSERT(first >= 0 && count >= 0 && first + count <= N_);
+  if (!ids.defined() || ids.shape() != Shape{T_, count}) ids = Tensor::empty({T_, count}, DType::i64);
+  if (!targets.defined() || targets.shape() != Shape{T_, count})
+    targets = Tensor::empty({T_, count}, DType::i64);
   int64_t* x = ids.data<int64_t>();
   int64_t* y = targets.data<int64_t>();
-  for (int64_t n = 0; n < N_; ++n) {
-    const int64_t base = n * stream_len_ + w * T_;
+  for (int64_t n = 0; n < count; ++n) {
+    const int64_t base = (first + n) * stream_len_ + w * T_;
     for (int64_t t = 0; t < T_; ++t) {
-      x[t * N_ + n] = ids_[base + t];
-      y[t * N_ + n] = ids_[base + t + 1];
+      x[t * count + n] = ids_[base + t];
+      y[t * count + n] = ids_[base + t + 1];
     }
   }
 }

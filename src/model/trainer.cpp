@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -65,6 +67,31 @@ std::string xml_escape(const std::string& s) {
     }
   }
   return r;
+}
+
+// Streams [first, first + count) of a state (L, N, H), as (L, count, H).
+Tensor streams_of(const Tensor& h, int64_t first, int64_t count) {
+  const int64_t L = h.size(0), N = h.size(1), row = h.size(2) * dtype_size(h.dtype());
+  Tensor r = Tensor::empty({L, count, h.size(2)}, h.dtype());
+  const char* src = static_cast<const char*>(h.raw_data());
+  char* dst = static_cast<char*>(r.raw_data());
+  for (int64_t l = 0; l < L; ++l)
+    std::memcpy(dst + l * count * row, src + (l * N + first) * row, count * row);
+  return r;
+}
+
+// FNV-1a of the parameters' bytes: the same model on every rank, or not.
+std::string weights_hash(const std::vector<Parameter>& params) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const Parameter& p : params) {
+    const Tensor v = p.value.contiguous();
+    const auto* b = static_cast<const unsigned char*>(v.raw_data());
+    for (size_t i = 0, n = v.numel() * dtype_size(v.dtype()); i < n; ++i) {
+      h ^= b[i];
+      h *= 0x100000001b3ull;
+    }
+  }
+  return fmt::format("{:016x}", h);
 }
 
 }  // namespace
@@ -158,7 +185,19 @@ TrainOptions TrainOptions::from_json(const std::string& text, const CharLmConfig
 
 // ---- Trainer -------------------------------------------------------------------------
 
+Communicator& Trainer::communicator() const {
+  static SingleProcess one;
+  return comm_ ? *comm_ : one;
+}
+
 void Trainer::setup(const std::string& text) {
+  const Communicator& comm = communicator();
+  if (options_.batch % comm.size() != 0)
+    throw Error(fmt::format(
+        "--batch {} is not divisible by the {} processes (each takes as many streams)",
+        options_.batch, comm.size()));
+  local_ = options_.batch / comm.size();
+  first_ = comm.rank() * local_;
   std::vector<int64_t> ids = vocab_.encode(text, "training text");
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t n_val = static_cast<int64_t>(std::floor(n * options_.val_fraction));
@@ -180,18 +219,65 @@ void Trainer::setup(const std::string& text) {
 }
 
 Trainer::Trainer(const TrainOptions& options, const std::string& text,
-                 const std::map<std::string, Tensor>* initial)
-    : options_(options) {
-  vocab_ = Vocab::from_text(text);
-  options_.model.vocab = vocab_.size();
-  options_.validate();
-  text_hash_ = text_hash(text);
-  setup(text);
-  model_ = initial ? std::make_unique<CharLm>(options_.model, *initial)
-                   : std::make_unique<CharLm>(options_.model, options_.seed);
+                 const std::map<std::string, Tensor>* initial, Communicator* comm)
+    : comm_(comm), options_(options) {
+  std::string error;
+  try {
+    vocab_ = Vocab::from_text(text);
+    options_.model.vocab = vocab_.size();
+    options_.validate();
+    text_hash_ = text_hash(text);
+    setup(text);
+    model_ = initial ? std::make_unique<CharLm>(options_.model, *initial)
+                     : std::make_unique<CharLm>(options_.model, options_.seed);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_no_error(communicator(), error);
+  check_same_run();
   optimizer_ = make_optimizer(options_);
-  h_ = Tensor::zeros({options_.model.layers, options_.batch, options_.model.hidden},
-                     options_.model.dtype);
+  h_ = Tensor::zeros({options_.model.layers, local_, options_.model.hidden}, options_.model.dtype);
+}
+
+void Trainer::check_same_run() const {
+  Communicator& comm = communicator();
+  if (comm.size() == 1) return;
+  agree_same(comm, "training text (hash)", fmt::format("{:016x}", text_hash_));
+  agree_same(comm, "settings", options_.to_json() + " " + options_.model.to_json());
+  agree_same(comm, "step", std::to_string(step_));
+  agree_same(comm, "model weights (hash)", weights_hash(model_->parameters()));
+}
+
+void Trainer::sum_gradients(double& loss) {
+  Communicator& comm = communicator();
+  const int K = comm.size();
+  if (K == 1) return;
+  std::vector<Parameter>& params = model_->parameters();
+  auto run = [&](auto* tag, auto& flat) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    size_t n = 0;
+    for (const Parameter& p : params) n += p.grad.numel();
+    flat.resize(n);
+    size_t at = 0;
+    for (const Parameter& p : params) {
+      GRUX_ASSERT(p.grad.is_contiguous() && p.grad.dtype() == dtype_of<T>());
+      std::memcpy(flat.data() + at, p.grad.data<T>(), p.grad.numel() * sizeof(T));
+      at += p.grad.numel();
+    }
+    comm.sum(flat.data(), static_cast<int64_t>(n));
+    at = 0;
+    for (Parameter& p : params) {
+      T* g = p.grad.data<T>();
+      for (int64_t i = 0; i < p.grad.numel(); ++i) g[i] = flat[at + i] / static_cast<T>(K);
+      at += p.grad.numel();
+    }
+  };
+  if (options_.model.dtype == DType::f32)
+    run(static_cast<float*>(nullptr), flat_f32_);
+  else
+    run(static_cast<double*>(nullptr), flat_f64_);
+  comm.sum(&loss, 1);
+  loss /= K;
 }
 
 StepStats Trainer::step() {
@@ -199,12 +285,13 @@ StepStats Trainer::step() {
   // The window cursor wraps around the training part; each pass starts from a zero state.
   const int64_t w = step_ % train_->windows();
   if (w == 0) h_.fill(0.0);
-  train_->window(w, ids_, targets_);
+  train_->window(w, ids_, targets_, first_, local_);
   StepStats s;
   s.step = step_ + 1;
-  s.tokens = ids_.numel();
+  s.tokens = options_.batch * options_.window;
   s.loss = model_->forward_backward(ids_, targets_, h_, true, dropout_seed(options_.seed, step_),
-                                    options_.precision);
+                                    options_.precision, BatchShare{first_, options_.batch});
+  sum_gradients(s.loss);
   std::vector<Parameter>& params = model_->parameters();
   s.grad_norm = options_.clip > 0 ? clip_grad_norm(params, options_.clip) : 0.0;
   s.lr = schedule_.at(step_);
@@ -230,15 +317,23 @@ double Trainer::validation_loss(Precision precision) {
   // precisions an inference plan with the weights converted once.
   std::optional<GruInference> plan;
   if (precision != Precision::f32) plan.emplace(model_->gru(), precision);
-  Tensor h = Tensor::zeros({c.layers, val_->batch(), c.hidden}, c.dtype);
+  // With K ranks, rank r takes streams [S r / K, S (r + 1) / K) of the S validation streams
+  // (some may take none), and the ranks add up their tokens' losses.
+  Communicator& comm = communicator();
+  const int64_t S = val_->batch(), K = comm.size(), r = comm.rank();
+  const int64_t first = S * r / K, count = S * (r + 1) / K - first;
+  Tensor h = Tensor::zeros({c.layers, count, c.hidden}, c.dtype);
   Tensor ids, targets;
   double sum = 0;
-  for (int64_t w = 0; w < val_->windows(); ++w) {
-    val_->window(w, ids, targets);
-    sum += plan ? model_->loss(ids, targets, h, *plan)
-                : model_->forward_backward(ids, targets, h, false);
+  for (int64_t w = 0; w < val_->windows() && count > 0; ++w) {
+    val_->window(w, ids, targets, first, count);
+    const double loss = plan ? model_->loss(ids, targets, h, *plan)
+                             : model_->forward_backward(ids, targets, h, false);
+    sum += K == 1 ? loss : loss * static_cast<double>(count);
   }
-  return sum / static_cast<double>(val_->windows());
+  if (K == 1) return sum / static_cast<double>(val_->windows());
+  comm.sum(&sum, 1);
+  return sum / static_cast<double>(S * val_->windows());
 }
 
 double Trainer::evaluate() {
@@ -251,10 +346,40 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
+  Communicator& comm = communicator();
+  // The carried state of every rank's streams, in stream order: the whole run's.
+  Tensor h = h_;
+  if (comm.size() > 1) {
+    const size_t bytes = h_.numel() * dtype_size(h_.dtype());
+    const std::vector<std::string> parts =
+        comm.all_gather(std::string(static_cast<const char*>(h_.raw_data()), bytes));
+    const int64_t L = h_.size(0), H = h_.size(2), N = options_.batch;
+    const size_t row = H * dtype_size(h_.dtype());
+    h = Tensor::empty({L, N, H}, h_.dtype());
+    char* dst = static_cast<char*>(h.raw_data());
+    for (size_t r = 0; r < parts.size(); ++r) {
+      GRUX_ASSERT(parts[r].size() == bytes);
+      for (int64_t l = 0; l < L; ++l)
+        std::memcpy(dst + (l * N + static_cast<int64_t>(r) * local_) * row,
+                    parts[r].data() + l * local_ * row, local_ * row);
+    }
+  }
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      write_checkpoint(path, h);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree_no_error(comm, error);
+}
+
+void Trainer::write_checkpoint(const std::string& path, const Tensor& h) const {
   std::map<std::string, Tensor> t;
   for (const auto& [name, v] : model_->state_dict()) t["model." + name] = v;
   for (const auto& [name, v] : optimizer_->state_dict()) t["optim." + name] = v;
-  t["state.h"] = h_;
+  t["state.h"] = h;
   t["history.train_loss"] = Tensor::from_vector<double>(
       {static_cast<int64_t>(history_.train_loss.size())}, history_.train_loss);
   t["history.val_step"] = Tensor::from_vector<int64_t>(
@@ -332,10 +457,24 @@ TrainedModel load_trained_model(const std::string& path) {
   return m;
 }
 
-Trainer Trainer::resume(const std::string& path, const std::string& text) {
+Trainer Trainer::resume(const std::string& path, const std::string& text, Communicator* comm) {
+  Trainer tr;
+  tr.comm_ = comm;
+  std::string error;
+  try {
+    tr.load_checkpoint(path, text);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_no_error(tr.communicator(), error);
+  tr.check_same_run();
+  return tr;
+}
+
+void Trainer::load_checkpoint(const std::string& path, const std::string& text) {
   SafeTensors ck = read_checkpoint(path);
   auto meta = [&](const char* key) -> const std::string& { return checkpoint_meta(ck, path, key); };
-  Trainer tr;
+  Trainer& tr = *this;
   try {
     const CharLmConfig model = CharLmConfig::from_json(meta("model"));
     tr.options_ = TrainOptions::from_json(meta("train"), model);
@@ -373,7 +512,7 @@ Trainer Trainer::resume(const std::string& path, const std::string& text) {
       return it->second;
     };
     const Shape h_shape{model.layers, tr.options_.batch, model.hidden};
-    tr.h_ = get("state.h", model.dtype, &h_shape).clone();
+    tr.h_ = streams_of(get("state.h", model.dtype, &h_shape), tr.first_, tr.local_);
     const Shape loss_shape{tr.step_};
     const Tensor& tl = get("history.train_loss", DType::f64, &loss_shape);
     tr.history_.train_loss.assign(tl.data<double>(), tl.data<double>() + tl.numel());
@@ -385,7 +524,6 @@ Trainer Trainer::resume(const std::string& path, const std::string& text) {
   } catch (const Error& e) {
     throw Error(fmt::format("checkpoint {}: {}", path, e.what()));
   }
-  return tr;
 }
 
 // ---- Loss curve ----------------------------------------------------------------------

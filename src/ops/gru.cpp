@@ -250,7 +250,7 @@ template <typename T>
 GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
                        const Problem& p, bool training, uint64_t seed, GruTapeData* tape,
                        const std::vector<ops::PackedLayer<T>>* prepacked = nullptr,
-                       Precision precision = Precision::f32) {
+                       Precision precision = Precision::f32, BatchShare share = {}) {
   const auto k = ops::gru_kernels<T>();
   const SeqLayout& lay = p.lay;
   const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
@@ -295,15 +295,26 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
     if (tape) tape->layer_inputs[l] = layer_in;
     if (training && c.dropout > 0 && l + 1 < L) {
       // Inverted dropout: keep with probability 1 - p, scale kept values by 1 / (1 - p).
+      // The draws run over the whole batch (T, of, D*H) in order; this batch keeps its share.
       Tensor mask = Tensor::empty({T_, N, D * H}, dt);
       std::bernoulli_distribution keep(1.0 - c.dropout);
       const T scale = static_cast<T>(1.0 / (1.0 - c.dropout));
+      const int64_t all = share.of > 0 ? share.of : N, row = D * H;
       T* m = mask.data<T>();
       T* o = out.data<T>();
-      for (int64_t i = 0; i < mask.numel(); ++i) {
-        m[i] = keep(rng) ? scale : T(0);
-        o[i] *= m[i];
-      }
+      for (int64_t t = 0; t < T_; ++t)
+        for (int64_t n = 0; n < all; ++n) {
+          const int64_t j = n - share.first;
+          if (j < 0 || j >= N) {
+            for (int64_t e = 0; e < row; ++e) keep(rng);
+            continue;
+          }
+          const int64_t i0 = (t * N + j) * row;
+          for (int64_t e = 0; e < row; ++e) {
+            m[i0 + e] = keep(rng) ? scale : T(0);
+            o[i0 + e] *= m[i0 + e];
+          }
+        }
       if (tape) tape->masks[l] = mask;
     }
     layer_in = out;
@@ -559,12 +570,17 @@ GruOutput GruInference::forward(const Tensor& input, const Tensor& h0, const Ten
 
 GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
                              GruTape& tape, uint64_t dropout_seed, int threads,
-                             Precision precision) const {
+                             Precision precision, BatchShare share) const {
   ops::ThreadsScope scope("gru", threads);
   if (precision == Precision::int8)
     throw Error("gru forward_train: precision int8 is for inference; train in f32 or bf16");
   ops::check_precision("gru forward_train", dtype_, precision);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
+  if (share.of != 0 && !(share.first >= 0 && share.of > 0 && share.first + p.lay.N <= share.of))
+    throw Error(fmt::format(
+        "gru forward_train: the batch's {} streams as streams {}.. of {} (expected 0 <= first "
+        "and first + {} <= of)",
+        p.lay.N, share.first, share.of, p.lay.N));
   auto data = std::make_unique<GruTapeData>();
   const int64_t LD = config_.num_layers * config_.directions();
   data->lay = p.lay;
@@ -580,7 +596,7 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
   GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
     return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(),
-                                     nullptr, precision);
+                                     nullptr, precision, share);
   });
   data->h0_shape = r.h_n.shape();
   if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);

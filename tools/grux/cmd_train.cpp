@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "grux/dist.h"
 #include "grux/io.h"
 #include "grux/train.h"
 
@@ -48,19 +49,47 @@ std::string duration_str(double s) {
 // goes last: a kill in between leaves the curve a step ahead of it, and --resume (which
 // rewrites the curve from the checkpoint's history) repeats that step. The other order could
 // leave a finished checkpoint, which --resume refuses, beside a curve that lacks its end.
+// With several processes rank 0 writes the curve, and every rank learns whether it could.
 void save_all(const Trainer& tr, const std::string& dir) {
-  write_file_atomic(dir + "/loss.csv", loss_curve_csv(tr.history()));
-  write_file_atomic(
-      dir + "/loss.svg",
-      loss_curve_svg(tr.history(), fmt::format("grux train: {} steps", tr.steps_done())));
+  Communicator& comm = tr.communicator();
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      write_file_atomic(dir + "/loss.csv", loss_curve_csv(tr.history()));
+      write_file_atomic(
+          dir + "/loss.svg",
+          loss_curve_svg(tr.history(), fmt::format("grux train: {} steps", tr.steps_done())));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree_no_error(comm, error);
   tr.save_checkpoint(dir + "/checkpoint.safetensors");
 }
 
-void run_train(TrainArgs& a, CLI::App* sub) {
-  const int threads = set_threads(a.threads);
+// Threads per process: all the cores this process may run on, divided among the processes
+// mpirun started on this host (mpirun may bind each to a core or leave them all free).
+int default_threads(const Communicator& comm) {
+  const int procs = omp_get_num_procs();
+  const int local = launched_local_ranks();
+  if (comm.size() == 1 || local <= 1) return procs;
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return std::max(1, std::min(procs, cores / local));
+}
+
+void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
+  const bool root = comm.rank() == 0;
+  const int threads = set_threads(a.threads > 0 ? a.threads : default_threads(comm));
   const std::string path = a.data.empty() ? default_data_path("tinyshakespeare.txt") : a.data;
-  const std::string text = read_text_file(path, "--data");
-  std::filesystem::create_directories(a.out);
+  std::string text, error;
+  try {
+    text = read_text_file(path, "--data");
+    if (root) std::filesystem::create_directories(a.out);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_no_error(comm, error);
+  Communicator* group = comm.size() > 1 ? &comm : nullptr;
 
   std::unique_ptr<Trainer> tr;
   if (!a.resume.empty()) {
@@ -74,19 +103,20 @@ void run_train(TrainArgs& a, CLI::App* sub) {
             fmt::format("{} cannot be combined with --resume (the run continues with "
                         "the settings saved in the checkpoint)",
                         opt));
-    tr = std::make_unique<Trainer>(Trainer::resume(a.resume, text));
+    tr = std::make_unique<Trainer>(Trainer::resume(a.resume, text, group));
     if (tr->done()) {
       const Trainer::History& h = tr->history();
       const bool evaluated =
           tr->val_tokens() == 0 || (!h.val_step.empty() && h.val_step.back() == tr->steps_done());
       if (evaluated)
-        throw Error(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
+        throw CollectiveError(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
                                 tr->steps_done(), tr->options().steps));
       // grux before 2026-11-23 checkpointed the last step before evaluating it: a kill in
       // between left a finished run without its final validation loss. Finish it.
       const double v = tr->evaluate();
       save_all(*tr, a.out);
-      fmt::print(stderr,
+      if (root)
+        fmt::print(stderr,
                  "the run was complete ({} steps) but its final evaluation was missing: "
                  "validation loss {:.4f} nats/char\nwrote {}/checkpoint.safetensors, "
                  "{}/loss.csv, {}/loss.svg\n",
@@ -96,15 +126,16 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   } else {
     a.o.model.dtype = a.dtype == "f64" ? DType::f64 : DType::f32;
     a.o.precision = parse_precision(a.precision);
-    tr = std::make_unique<Trainer>(a.o, text);
+    tr = std::make_unique<Trainer>(a.o, text, nullptr, group);
   }
   const TrainOptions& o = tr->options();
   const CharLmConfig& m = o.model;
-  fmt::print(stderr,
+  if (root)
+    fmt::print(stderr,
              "grux train: {} ({} characters, vocabulary {}; {} for training, {} for "
              "validation)\nmodel: embedding {} -> GRU {} x {} -> linear {}; {} parameters ({})\n"
              "{} steps of batch {} x window {}, {} lr {} (warm-up {}, cosine to {}), clip {}, "
-             "{} threads{}\n",
+             "{}{} threads{}\n",
              path, text.size(), tr->vocab().size(), tr->train_tokens(), tr->val_tokens(), m.embed,
              m.layers, m.hidden, m.vocab, tr->model().num_parameters(),
              o.precision == Precision::f32
@@ -112,12 +143,13 @@ void run_train(TrainArgs& a, CLI::App* sub) {
                  : fmt::format("{}, the GRU's products in {}", dtype_name(m.dtype),
                                precision_name(o.precision)),
              a.time_s > 0 ? fmt::format("up to {:.0f} s:", a.time_s) : fmt::to_string(o.steps),
-             o.batch, o.window, o.optimizer, o.lr, o.warmup, o.min_lr, o.clip, threads,
+             o.batch, o.window, o.optimizer, o.lr, o.warmup, o.min_lr, o.clip,
+             comm.size() > 1 ? fmt::format("{} processes x ", comm.size()) : "", threads,
              a.resume.empty() ? "" : fmt::format("; resuming at step {}", tr->steps_done()));
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  const bool tty = isatty(fileno(stderr));
+  const bool tty = root && isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
   auto last_print = t0;
   const int64_t first = tr->steps_done();
@@ -125,27 +157,34 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   double eval_s = 0;  // time spent evaluating, excluded from the training rate
   bool planned = a.time_s <= 0;
   double last_loss = 0;
+  bool stop = false;  // agreed by every rank: a Ctrl-C on any of them stops all after this step
   auto evaluate = [&] {
     const auto e0 = std::chrono::steady_clock::now();
     const double v = tr->evaluate();
     eval_s += seconds_since(e0);
-    fmt::print(stderr, "{}step {:>6}: validation loss {:.4f} nats/char (perplexity {:.2f})\n",
-               tty ? "\r\033[K" : "", tr->steps_done(), v, std::exp(v));
+    if (root)
+      fmt::print(stderr, "{}step {:>6}: validation loss {:.4f} nats/char (perplexity {:.2f})\n",
+                 tty ? "\r\033[K" : "", tr->steps_done(), v, std::exp(v));
     return v;
   };
-  while (!tr->done() && !g_stop) {
+  while (!tr->done() && !stop) {
     const StepStats s = tr->step();
     tokens += s.tokens;
     last_loss = s.loss;
+    // Every decision below is taken from the same numbers on every rank: whether any rank was
+    // interrupted, and rank 0's clock (the loss is the same everywhere already).
+    double control[3] = {g_stop ? 1.0 : 0.0, root ? seconds_since(t0) : 0.0, root ? eval_s : 0.0};
+    comm.sum(control, 3);
+    stop = control[0] > 0;
+    const double elapsed = control[1], evaluating = control[2];
     if (!std::isfinite(s.loss))
-      throw Error(
+      throw CollectiveError(
           fmt::format("training diverged at step {} (loss {}); try a lower --lr", s.step, s.loss));
-    const double elapsed = seconds_since(t0);
-    const double rate = tokens / std::max(1e-9, elapsed - eval_s);
+    const double rate = tokens / std::max(1e-9, elapsed - evaluating);
     if (!planned && tr->steps_done() >= std::min<int64_t>(o.warmup + 1, 10) + first) {
       // Time budget: fix the number of steps now (the warm-up's learning rates do not depend
       // on it), leaving room for the evaluations.
-      const double per_step = (elapsed - eval_s) / static_cast<double>(s.step - first);
+      const double per_step = (elapsed - evaluating) / static_cast<double>(s.step - first);
       const double per_eval =
           tr->val_tokens() > 0 ? per_step * 0.4 * tr->val_tokens() / static_cast<double>(s.tokens)
                                : 0;
@@ -154,13 +193,14 @@ void run_train(TrainArgs& a, CLI::App* sub) {
       more = static_cast<int64_t>((left - per_eval * (1 + more / o.eval_every)) / per_step);
       tr->plan_steps(std::max<int64_t>(tr->steps_done() + std::max<int64_t>(more, 0), 1));
       planned = true;
-      fmt::print(stderr,
-                 "{}planned {} steps for the {:.0f} s budget ({:.1f} ms per step); "
-                 "--steps {} reproduces this run\n",
-                 tty ? "\r\033[K" : "", o.steps, a.time_s, per_step * 1e3, o.steps);
+      if (root)
+        fmt::print(stderr,
+                   "{}planned {} steps for the {:.0f} s budget ({:.1f} ms per step); "
+                   "--steps {} reproduces this run\n",
+                   tty ? "\r\033[K" : "", o.steps, a.time_s, per_step * 1e3, o.steps);
     }
-    if (!a.quiet && (tty || seconds_since(last_print) >= 5 || tr->done())) {
-      const double eta = (o.steps - tr->steps_done()) * (elapsed - eval_s) /
+    if (root && !a.quiet && (tty || seconds_since(last_print) >= 5 || tr->done())) {
+      const double eta = (o.steps - tr->steps_done()) * (elapsed - evaluating) /
                          static_cast<double>(tr->steps_done() - first);
       const int width = 24;
       const int fill = static_cast<int>(width * tr->steps_done() / std::max<int64_t>(1, o.steps));
@@ -178,9 +218,11 @@ void run_train(TrainArgs& a, CLI::App* sub) {
         !tr->done()) {
       save_all(*tr, a.out);
     }
-    if (a.time_s > 0 && seconds_since(t0) > a.time_s * 1.05 && !tr->done()) {
-      fmt::print(stderr, "{}time budget reached before the planned steps; stopping at step {}\n",
-                 tty ? "\r\033[K" : "", tr->steps_done());
+    if (a.time_s > 0 && elapsed > a.time_s * 1.05 && !tr->done()) {
+      if (root)
+        fmt::print(stderr,
+                   "{}time budget reached before the planned steps; stopping at step {}\n",
+                   tty ? "\r\033[K" : "", tr->steps_done());
       break;
     }
   }
@@ -195,19 +237,51 @@ void run_train(TrainArgs& a, CLI::App* sub) {
   // An interrupted run is evaluated where the uninterrupted run would be, not here: its loss
   // history then stays identical to the uninterrupted run's after --resume. A run interrupted
   // during its last step is finished, and --resume would refuse it: evaluate it now.
-  if (tr->val_tokens() > 0 && (!g_stop || tr->done())) val = evaluate();
+  if (tr->val_tokens() > 0 && (!stop || tr->done())) val = evaluate();
   save_all(*tr, a.out);
   const double train_s = seconds_since(t0) - eval_s;
-  fmt::print(stderr,
-             "{} after {} steps ({} this run, {:.1f} s, {:.0f} tokens/s): training loss {:.4f}"
-             "{}\nwrote {}/checkpoint.safetensors, {}/loss.csv, {}/loss.svg\n",
-             g_stop ? "interrupted" : "done", tr->steps_done(), tr->steps_done() - first, train_s,
-             tokens / std::max(1e-9, train_s), last_loss,
-             std::isfinite(val) ? fmt::format(", validation loss {:.4f}", val) : "", a.out, a.out,
-             a.out);
+  if (root)
+    fmt::print(stderr,
+               "{} after {} steps ({} this run, {:.1f} s, {:.0f} tokens/s): training loss {:.4f}"
+               "{}\nwrote {}/checkpoint.safetensors, {}/loss.csv, {}/loss.svg\n",
+               stop ? "interrupted" : "done", tr->steps_done(), tr->steps_done() - first, train_s,
+               tokens / std::max(1e-9, train_s), last_loss,
+               std::isfinite(val) ? fmt::format(", validation loss {:.4f}", val) : "", a.out,
+               a.out, a.out);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  if (g_stop) throw Interrupted("interrupted; the checkpoint is saved (continue with --resume)");
+  if (stop) throw Interrupted("interrupted; the checkpoint is saved (continue with --resume)");
+}
+
+// One process, or one rank of the processes mpirun started (README, section Many machines).
+// An error every rank throws alike ends each with its line; an error one rank alone meets
+// ends the whole job (the others would wait for it forever).
+void run_train_launched(TrainArgs& a, CLI::App* sub) {
+  const int launched = launched_ranks();
+  if (launched <= 1) {
+    SingleProcess one;
+    run_train(a, sub, one);
+    return;
+  }
+  if (!mpi_available())
+    throw Error(fmt::format(
+        "the MPI launcher started {} processes, but this grux was built without MPI: each "
+        "would train alone and overwrite the others' files (install libopenmpi-dev and "
+        "rebuild, or run one process)",
+        launched));
+  MpiSession mpi;
+  Communicator& comm = mpi.world();
+  try {
+    run_train(a, sub, comm);
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "grux: error: rank %d: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    mpi.abort(2);
+  }
 }
 
 }  // namespace
@@ -272,7 +346,7 @@ Action add_train_command(CLI::App& app) {
     if (a->checkpoint_every < 0)
       throw Error(fmt::format("--checkpoint-every {} (expected >= 0)", a->checkpoint_every));
     if (a->time_s > 0) a->o.steps = int64_t(1) << 40;  // planned after the first steps
-    run_train(*a, sub);
+    run_train_launched(*a, sub);
   };
 }
 

@@ -1,0 +1,58 @@
+// What every Communicator shares: agreement checks across ranks, and what the MPI launcher's
+// environment says about the job (grux/dist.h).
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "grux/dist.h"
+#include "grux/error.h"
+
+namespace grux {
+
+namespace {
+
+std::string cut(const std::string& s) {
+  return s.size() <= 80 ? s : s.substr(0, 77) + "...";
+}
+
+// The first of these variables that holds a positive number; 0 if none does.
+int env_count(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long k = std::strtol(v, &end, 10);
+    if (*end == '\0' && k > 0 && k < (1 << 24)) return static_cast<int>(k);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void agree_no_error(Communicator& comm, const std::string& error) {
+  const std::vector<std::string> all = comm.all_gather(error);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty())
+      throw CollectiveError(comm.size() == 1 ? all[r] : fmt::format("rank {}: {}", r, all[r]));
+}
+
+void agree_same(Communicator& comm, const std::string& what, const std::string& value) {
+  const std::vector<std::string> all = comm.all_gather(value);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw CollectiveError(fmt::format("rank {} has a different {} than rank 0: {} vs {}", r, what,
+                              cut(all[r]), cut(all[0])));
+}
+
+// Open MPI's mpirun, MPICH's and Intel MPI's mpiexec (Hydra) and Slurm's srun.
+int launched_ranks() {
+  return env_count({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"});
+}
+
+int launched_local_ranks() {
+  if (launched_ranks() == 0) return 0;
+  return env_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
+}
+
+}  // namespace grux
