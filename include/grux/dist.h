@@ -48,8 +48,9 @@ class CollectiveError : public Error {
   using Error::Error;
 };
 
-// Throws the same CollectiveError on every rank when any rank's `error` is not empty ("rank R:
-// error" of the lowest such rank); returns on every rank otherwise. How one rank's bad input
+// Throws the same CollectiveError on every rank when any rank's `error` is not empty: the
+// error, when every rank has it, else "rank R: error" of the lowest rank with one; returns on
+// every rank otherwise. How one rank's bad input
 // (a file it cannot read) stops all of them with one line each, none left waiting.
 void agree_no_error(Communicator& comm, const std::string& error);
 // Throws a CollectiveError on every rank when some rank's `value` differs from rank 0's ("rank R has a

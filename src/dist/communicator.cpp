@@ -2,6 +2,7 @@
 // environment says about the job (grux/dist.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -32,9 +33,13 @@ int env_count(std::initializer_list<const char*> names) {
 
 void agree_no_error(Communicator& comm, const std::string& error) {
   const std::vector<std::string> all = comm.all_gather(error);
+  // The same error everywhere (the same bad setting) needs no rank named.
+  if (std::all_of(all.begin(), all.end(), [&](const std::string& e) { return e == all[0]; })) {
+    if (!all[0].empty()) throw CollectiveError(all[0]);
+    return;
+  }
   for (size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty())
-      throw CollectiveError(comm.size() == 1 ? all[r] : fmt::format("rank {}: {}", r, all[r]));
+    if (!all[r].empty()) throw CollectiveError(fmt::format("rank {}: {}", r, all[r]));
 }
 
 void agree_same(Communicator& comm, const std::string& what, const std::string& value) {

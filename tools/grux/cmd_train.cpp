@@ -84,13 +84,22 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
   std::string text, error;
   try {
     text = read_text_file(path, "--data");
-    if (root) std::filesystem::create_directories(a.out);
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree_no_error(comm, error);
   Communicator* group = comm.size() > 1 ? &comm : nullptr;
 
+  // The output folder, once the settings are known to be good: a refused run writes nothing.
+  auto make_out_dir = [&] {
+    std::string error;
+    if (root) {
+      std::error_code ec;
+      std::filesystem::create_directories(a.out, ec);
+      if (ec) error = fmt::format("--out {}: cannot create the folder ({})", a.out, ec.message());
+    }
+    agree_no_error(comm, error);
+  };
   std::unique_ptr<Trainer> tr;
   if (!a.resume.empty()) {
     // The run's settings come from the checkpoint; giving a different one is a mistake.
@@ -114,6 +123,7 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
       // grux before 2026-11-23 checkpointed the last step before evaluating it: a kill in
       // between left a finished run without its final validation loss. Finish it.
       const double v = tr->evaluate();
+      make_out_dir();
       save_all(*tr, a.out);
       if (root)
         fmt::print(stderr,
@@ -128,6 +138,7 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
     a.o.precision = parse_precision(a.precision);
     tr = std::make_unique<Trainer>(a.o, text, nullptr, group);
   }
+  make_out_dir();
   const TrainOptions& o = tr->options();
   const CharLmConfig& m = o.model;
   if (root)
@@ -269,19 +280,28 @@ void run_train_launched(TrainArgs& a, CLI::App* sub) {
         "would train alone and overwrite the others' files (install libopenmpi-dev and "
         "rebuild, or run one process)",
         launched));
-  MpiSession mpi;
-  Communicator& comm = mpi.world();
-  try {
-    run_train(a, sub, comm);
-  } catch (const CollectiveError&) {
-    throw;
-  } catch (const Interrupted&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "grux: error: rank %d: %s\n", comm.rank(), e.what());
+  int code = 0;
+  {
+    MpiSession mpi;
+    Communicator& comm = mpi.world();
+    // Each rank prints its line before MPI_Finalize: once one rank has exited non-zero,
+    // mpirun may end the others.
+    try {
+      run_train(a, sub, comm);
+    } catch (const CollectiveError& e) {
+      std::fprintf(stderr, "grux: error: %s\n", e.what());
+      code = 2;
+    } catch (const Interrupted& e) {
+      std::fprintf(stderr, "grux: %s\n", e.what());
+      code = 130;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grux: error: rank %d: %s\n", comm.rank(), e.what());
+      std::fflush(stderr);
+      mpi.abort(2);
+    }
     std::fflush(stderr);
-    mpi.abort(2);
   }
+  if (code != 0) throw Exit{code};
 }
 
 }  // namespace

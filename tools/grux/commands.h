@@ -24,6 +24,12 @@ class Interrupted : public Error {
   using Error::Error;
 };
 
+// Ends grux with this exit code, the message already printed (each rank of an MPI job prints
+// its line before the job ends, README, section Many machines).
+struct Exit {
+  int code;
+};
+
 // Sets OpenMP's (grux's kernels) and OpenBLAS's (the measured peer) thread counts; 0 means all
 // cores. Returns the count.
 int set_threads(int k);

@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) action();
+  } catch (const grux::cli::Exit& e) {
+    return e.code;
   } catch (const grux::cli::Interrupted& e) {
     std::fprintf(stderr, "grux: %s\n", e.what());
     return 130;
