@@ -29,12 +29,12 @@ echo "== Packaging: install, find_package, pkg-config, dlopen'ed plugin, Debian 
 bash scripts/test_package.sh build
 
 # The kernels again on each other SIMD target (GRUX_SIMD_TARGET; the best one ran above),
-# with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats and the slow
-# Toeplitz gradient checks (no SIMD of their own) run once above.
+# with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats, the slow
+# Toeplitz gradient checks and the MPI runs (no SIMD of their own) run once above.
 for target in $(./build/grux info --simd-targets | tail -n +2); do
   echo "== Release tests on SIMD target $target (OPENBLAS_CORETYPE=Prescott)"
   GRUX_SIMD_TARGET=$target OPENBLAS_CORETYPE=Prescott \
-    ctest_all --test-dir build -E 'report_chromium|^Cost|toeplitz'
+    ctest_all --test-dir build -E 'report_chromium|^Cost|toeplitz|^dist\.'
 done
 
 echo "== The main job (as scripts/demo.sh): train the default language model, then generate"

@@ -15,6 +15,8 @@
 
 #include "grux/error.h"
 #include "grux/export.h"
+#include "grux/scan.h"
+#include "grux/tensor.h"
 
 namespace grux GRUX_API {
 
@@ -56,6 +58,33 @@ void agree_no_error(Communicator& comm, const std::string& error);
 // Throws a CollectiveError on every rank when some rank's `value` differs from rank 0's ("rank R has a
 // different WHAT than rank 0: VALUE_R vs VALUE_0", values cut to 80 characters).
 void agree_same(Communicator& comm, const std::string& what, const std::string& value);
+
+// ---- Distributed scans -----------------------------------------------------------------
+// A sequence split along `dim` across the ranks in rank order: rank r holds the r-th
+// contiguous chunk (the chunks may differ in length, or be empty; their other dimensions and
+// dtypes must agree, checked). Each call returns this rank's part of the scan of the whole
+// sequence, equal to the one-process scan within the scans' tolerances (the order of the
+// combines differs). Every rank scans its chunk, the ranks exchange their chunks' totals (one
+// slice each), and each combines the totals before it in rank order (after it, with reverse)
+// into its chunk's scan. Collective: every rank calls with the same op, dim and options.
+Tensor dist_prefix_scan(Communicator& comm, const Tensor& chunk, int64_t dim, ScanOp op,
+                        const ScanOptions& opt = {});
+// With a callable combine (associative; exclusive needs opt.identity, as prefix_scan).
+Tensor dist_prefix_scan(Communicator& comm, const Tensor& chunk, int64_t dim, const ScanFn& op,
+                        const ScanOptions& opt = {});
+// h_t = a_t h_{t-1} + b_t over the whole sequence (affine_scan's forms: diagonal or matrix,
+// linear or log space, forward or reverse). h0 is the state before the sequence's start: read
+// on the rank that holds the start (rank 0; the last rank with reverse), ignored elsewhere.
+// The ranks exchange their chunks' maps (the product of a, and the state from zero).
+Tensor dist_affine_scan(Communicator& comm, const Tensor& a, const Tensor& b, int64_t dim,
+                        const Tensor& h0 = {}, const AffineScanOptions& opt = {});
+
+// Writes the parts of one array that the ranks hold, split along `dim` in rank order (each
+// rank's `part`; the parts agree on the other dimensions and the dtype), as one .npy at
+// `path`, atomically: rank 0 creates a temporary file beside it, every rank writes its part
+// there, and rank 0 renames it into place once all have. The folder must be one every rank
+// sees (one host, or a file system the hosts share). Collective.
+void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& part, int64_t dim);
 
 // How many processes the MPI launcher (mpirun, mpiexec, srun) started for this job, read
 // from its environment; 0 when this process was not started by one.

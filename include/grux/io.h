@@ -18,6 +18,13 @@ namespace grux GRUX_API {
 Tensor read_npy(const std::string& path);
 // Parses .npy bytes held in memory; `what` names the source in error messages.
 Tensor parse_npy(const std::string& bytes, const std::string& what);
+// The same array without reading it: the tensor views the file's pages as the program
+// touches them (memory-mapped, copy on write: writing to the tensor never changes the file),
+// with read_npy's checks. Falls back to read_npy's copy for what cannot be mapped.
+Tensor map_npy(const std::string& path);
+// The .npy header (preamble and dict, padded so that the data starts on a 64-byte boundary)
+// that write_npy writes before the data of an array of this shape and dtype.
+std::string npy_header(const Shape& shape, DType dtype);
 // Writes `t` (any strides; written in C order) as .npy version 1.0, atomically.
 void write_npy(const std::string& path, const Tensor& t);
 std::string serialize_npy(const Tensor& t);

@@ -2,7 +2,15 @@
 // C order only. The Python-literal header dict is parsed by hand and every size is checked.
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <memory>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -242,8 +250,16 @@ uint32_t read_le(std::string_view b, size_t pos, size_t n) {
 
 }  // namespace
 
-Tensor parse_npy(const std::string& bytes, const std::string& what) {
-  const std::string_view b = bytes;
+namespace {
+
+// A checked .npy: dtype, shape and where the data starts in `b` (whose size is checked too).
+struct NpyLayout {
+  DType dtype;
+  Shape shape;
+  size_t data_start = 0, nbytes = 0;
+};
+
+NpyLayout parse_layout(std::string_view b, const std::string& what) {
 
   // 1. Preamble: magic, version, header length.
   if (b.empty()) {
@@ -388,24 +404,48 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
         what, found - static_cast<uint64_t>(nbytes), nbytes, shape_str(shape), descr->str, found));
   }
 
-  // 4. Copy out.
-  Tensor t = Tensor::empty(shape, dtype);
-  if (nbytes > 0) std::memcpy(t.raw_data(), b.data() + data_start, static_cast<size_t>(nbytes));
+  return {dtype, shape, data_start, static_cast<size_t>(nbytes)};
+}
+
+}  // namespace
+
+Tensor parse_npy(const std::string& bytes, const std::string& what) {
+  const NpyLayout l = parse_layout(bytes, what);
+  Tensor t = Tensor::empty(l.shape, l.dtype);
+  if (l.nbytes > 0) std::memcpy(t.raw_data(), bytes.data() + l.data_start, l.nbytes);
   return t;
 }
 
-Tensor read_npy(const std::string& path) {
-  return parse_npy(read_file(path), path);
+Tensor map_npy(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return read_npy(path);  // not a regular file: read it (read_npy names the problem)
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = size > 0 ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0)
+                     : MAP_FAILED;
+  ::close(fd);
+  if (p == MAP_FAILED) return read_npy(path);
+  std::shared_ptr<void> owner(p, [size](void* q) { ::munmap(q, size); });
+  const NpyLayout l = parse_layout(std::string_view(static_cast<const char*>(p), size), path);
+  // Data that does not start on an element boundary (numpy aligns it to 64 bytes) is copied.
+  if (l.data_start % dtype_size(l.dtype) != 0) return read_npy(path);
+  Shape strides(l.shape.size());
+  int64_t stride = 1;
+  for (size_t i = l.shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= std::max<int64_t>(l.shape[i], 1);
+  }
+  return Tensor::from_blob(static_cast<char*>(p) + l.data_start, l.shape, strides, l.dtype,
+                           std::move(owner));
 }
 
-std::string serialize_npy(const Tensor& t) {
-  GRUX_CHECK(t.defined(), "serialize_npy: tensor is undefined (expected a defined tensor)");
-  GRUX_CHECK(t.device() == Device::cpu(),
-             fmt::format("serialize_npy: tensor is on {} (expected cpu)", t.device().str()));
-  const Tensor c = t.contiguous();
-
+std::string npy_header(const Shape& shape, DType dtype) {
   std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
-                                 descr_of(c.dtype()), shape_str(c.shape()));
+                                 descr_of(dtype), shape_str(shape));
   // numpy pads with spaces so that the data starts on a 64-byte boundary (for mmap and SIMD)
   // and falls back to version 2.0 only when the header outgrows the u16 length.
   size_t prefix = 10;
@@ -419,15 +459,27 @@ std::string serialize_npy(const Tensor& t) {
   const size_t header_len = total - prefix;
   dict.append(header_len - dict.size() - 1, ' ');
   dict += '\n';
-
-  const size_t nbytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
   std::string out;
-  out.reserve(total + nbytes);
   out += kMagic;
   out += static_cast<char>(major);
   out += '\0';
   for (size_t i = 0; i < prefix - 8; ++i) out += static_cast<char>((header_len >> (8 * i)) & 0xff);
   out += dict;
+  return out;
+}
+
+Tensor read_npy(const std::string& path) {
+  return parse_npy(read_file(path), path);
+}
+
+std::string serialize_npy(const Tensor& t) {
+  GRUX_CHECK(t.defined(), "serialize_npy: tensor is undefined (expected a defined tensor)");
+  GRUX_CHECK(t.device() == Device::cpu(),
+             fmt::format("serialize_npy: tensor is on {} (expected cpu)", t.device().str()));
+  const Tensor c = t.contiguous();
+  const size_t nbytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
+  std::string out = npy_header(c.shape(), c.dtype());
+  out.reserve(out.size() + nbytes);
   if (nbytes > 0) out.append(static_cast<const char*>(c.raw_data()), nbytes);
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "grux/dist.h"
 #include "grux/io.h"
 #include "grux/scan.h"
 
@@ -23,7 +24,7 @@ struct ScanArgs {
 };
 
 Tensor read_float(const std::string& path, const char* flag) {
-  Tensor t = read_npy(path);
+  Tensor t = map_npy(path);
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
     throw Error(fmt::format("{} {}: dtype {}; expected float32 or float64", flag, path,
                             dtype_name(t.dtype())));
@@ -37,32 +38,64 @@ void same_dtype(const Tensor& t, const char* flag, const std::string& path, cons
                             flag, path, dtype_name(t.dtype()), ref_flag, dtype_name(ref.dtype())));
 }
 
-void run_scan(const ScanArgs& s) {
+// With K ranks, rank r scans positions [T r / K, T (r + 1) / K) along the scanned dimension
+// of the memory-mapped inputs (it reads only those pages), and the ranks write one --out.
+void run_scan(const ScanArgs& s, Communicator& comm) {
   const int threads = set_threads(s.threads);
+  const int K = comm.size(), r = comm.rank();
+  Tensor x, a, b, h0;
+  int64_t d = 0;
+  std::string error, files;
+  try {
+    if (s.op == "affine") {
+      a = read_float(s.a, "--a");
+      b = read_float(s.b, "--b");
+      same_dtype(b, "--b", s.b, a, "--a");
+      if (!s.h0.empty()) {
+        h0 = read_float(s.h0, "--h0");
+        same_dtype(h0, "--h0", s.h0, a, "--a");
+      }
+      files = fmt::format("--a {} --b {} --h0 {}", shape_str(a.shape()), shape_str(b.shape()),
+                          h0.defined() ? shape_str(h0.shape()) : "none");
+    } else {
+      x = read_float(s.input, "--input");
+      files = fmt::format("--input {} {}", shape_str(x.shape()), dtype_name(x.dtype()));
+    }
+    const Tensor& ref = s.op == "affine" ? b : x;
+    const int64_t rank = ref.dim();
+    if (rank == 0) throw Error("the input is a scalar; expected at least 1 dimension");
+    if (s.dim < -rank || s.dim >= rank)
+      throw Error(fmt::format("--dim {} out of range for an array of rank {} (expected {}..{})",
+                              s.dim, rank, -rank, rank - 1));
+    d = s.dim < 0 ? s.dim + ref.dim() : s.dim;
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_no_error(comm, error);
+  if (K > 1) agree_same(comm, "input files (shapes and dtypes)", files);
+  auto mine = [&](const Tensor& t) {
+    const int64_t T = t.size(d);
+    return K == 1 ? t : t.slice(d, T * r / K, T * (r + 1) / K);
+  };
   Tensor y;
   if (s.op == "affine") {
-    const Tensor a = read_float(s.a, "--a");
-    const Tensor b = read_float(s.b, "--b");
-    same_dtype(b, "--b", s.b, a, "--a");
-    Tensor h0;
-    if (!s.h0.empty()) {
-      h0 = read_float(s.h0, "--h0");
-      same_dtype(h0, "--h0", s.h0, a, "--a");
-    }
     AffineScanOptions o;
     o.reverse = s.reverse;
     o.log_space = s.log_space;
     o.threads = threads;
-    y = affine_scan(a, b, s.dim, h0, o);
+    y = K == 1 ? affine_scan(a, b, d, h0, o) : dist_affine_scan(comm, mine(a), mine(b), d, h0, o);
   } else {
-    const Tensor x = read_float(s.input, "--input");
     ScanOptions o;
     o.exclusive = s.exclusive;
     o.reverse = s.reverse;
     o.threads = threads;
-    y = prefix_scan(x, s.dim, parse_scan_op(s.op), o);
+    y = K == 1 ? prefix_scan(x, d, parse_scan_op(s.op), o)
+               : dist_prefix_scan(comm, mine(x), d, parse_scan_op(s.op), o);
   }
-  write_npy(s.out, y);
+  if (K == 1)
+    write_npy(s.out, y);
+  else
+    dist_write_npy(comm, s.out, y, d);
 }
 
 }  // namespace
@@ -128,7 +161,7 @@ Action add_scan_command(CLI::App& app) {
     if (!extra.empty())
       throw Error(fmt::format("unexpected arguments: {} (see grux scan {} --help)",
                               fmt::join(extra, " "), s->op));
-    run_scan(*s);
+    run_launched("grux scan", [&](Communicator& comm) { run_scan(*s, comm); });
   };
 }
 

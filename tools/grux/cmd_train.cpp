@@ -264,46 +264,6 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
   if (stop) throw Interrupted("interrupted; the checkpoint is saved (continue with --resume)");
 }
 
-// One process, or one rank of the processes mpirun started (README, section Many machines).
-// An error every rank throws alike ends each with its line; an error one rank alone meets
-// ends the whole job (the others would wait for it forever).
-void run_train_launched(TrainArgs& a, CLI::App* sub) {
-  const int launched = launched_ranks();
-  if (launched <= 1) {
-    SingleProcess one;
-    run_train(a, sub, one);
-    return;
-  }
-  if (!mpi_available())
-    throw Error(fmt::format(
-        "the MPI launcher started {} processes, but this grux was built without MPI: each "
-        "would train alone and overwrite the others' files (install libopenmpi-dev and "
-        "rebuild, or run one process)",
-        launched));
-  int code = 0;
-  {
-    MpiSession mpi;
-    Communicator& comm = mpi.world();
-    // Each rank prints its line before MPI_Finalize: once one rank has exited non-zero,
-    // mpirun may end the others.
-    try {
-      run_train(a, sub, comm);
-    } catch (const CollectiveError& e) {
-      std::fprintf(stderr, "grux: error: %s\n", e.what());
-      code = 2;
-    } catch (const Interrupted& e) {
-      std::fprintf(stderr, "grux: %s\n", e.what());
-      code = 130;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "grux: error: rank %d: %s\n", comm.rank(), e.what());
-      std::fflush(stderr);
-      mpi.abort(2);
-    }
-    std::fflush(stderr);
-  }
-  if (code != 0) throw Exit{code};
-}
-
 }  // namespace
 
 Action add_train_command(CLI::App& app) {
@@ -366,7 +326,7 @@ Action add_train_command(CLI::App& app) {
     if (a->checkpoint_every < 0)
       throw Error(fmt::format("--checkpoint-every {} (expected >= 0)", a->checkpoint_every));
     if (a->time_s > 0) a->o.steps = int64_t(1) << 40;  // planned after the first steps
-    run_train_launched(*a, sub);
+    run_launched("grux train", [&](Communicator& comm) { run_train(*a, sub, comm); });
   };
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "grux/dist.h"
 #include "grux/error.h"
 
 namespace grux::cli {
@@ -29,6 +30,13 @@ class Interrupted : public Error {
 struct Exit {
   int code;
 };
+
+// Runs `body` in this process alone, or, when an MPI launcher (mpirun) started several
+// copies of grux, as one rank of them (README, section Many machines). An error every rank
+// throws alike (CollectiveError) or an interruption ends each rank with its line; an error
+// one rank alone meets ends the whole job (the others would wait for it forever). `what`
+// names the command in the error for a grux built without MPI.
+void run_launched(const char* what, const std::function<void(Communicator&)>& body);
 
 // Sets OpenMP's (grux's kernels) and OpenBLAS's (the measured peer) thread counts; 0 means all
 // cores. Returns the count.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -49,6 +50,47 @@ std::string read_text_file(const std::string& path, const std::string& option) {
   }
   if (text.empty()) throw Error(fmt::format("{} {}: the file is empty", option, path));
   return text;
+}
+
+}  // namespace grux::cli
+
+namespace grux::cli {
+
+void run_launched(const char* what, const std::function<void(Communicator&)>& body) {
+  const int launched = launched_ranks();
+  if (launched <= 1) {
+    SingleProcess one;
+    body(one);
+    return;
+  }
+  if (!mpi_available())
+    throw Error(fmt::format(
+        "the MPI launcher started {} processes, but this grux was built without MPI: each {} "
+        "would run alone and overwrite the others' files (install libopenmpi-dev and rebuild, "
+        "or run one process)",
+        launched, what));
+  int code = 0;
+  {
+    MpiSession mpi;
+    Communicator& comm = mpi.world();
+    // Each rank prints its line before MPI_Finalize: once one rank has exited non-zero,
+    // mpirun may end the others.
+    try {
+      body(comm);
+    } catch (const CollectiveError& e) {
+      std::fprintf(stderr, "grux: error: %s\n", e.what());
+      code = 2;
+    } catch (const Interrupted& e) {
+      std::fprintf(stderr, "grux: %s\n", e.what());
+      code = 130;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grux: error: rank %d: %s\n", comm.rank(), e.what());
+      std::fflush(stderr);
+      mpi.abort(2);
+    }
+    std::fflush(stderr);
+  }
+  if (code != 0) throw Exit{code};
 }
 
 }  // namespace grux::cli
