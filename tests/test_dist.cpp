@@ -10,7 +10,10 @@
 #include <filesystem>
 
 #include "grux/dist.h"
+#include <fmt/format.h>
+
 #include "grux/io.h"
+#include "grux/tensor_ops.h"
 #include "grux/train.h"
 #include "test_util.h"
 
@@ -252,6 +255,151 @@ TEST(DistTrain, DifferentSettingsOrDataOnOneRankAreRefusedEverywhere) {
   } catch (const CollectiveError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1: "), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("missing.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+// ---- Distributed scans ---------------------------------------------------------------
+
+// This rank's positions of a sequence of length T split unevenly (rank 0 takes more, rank 1 of
+// three takes none: the empty chunk must pass the totals on).
+std::pair<int64_t, int64_t> uneven(int64_t T, int r, int K) {
+  std::vector<int64_t> cut{0};
+  for (int k = 0; k < K; ++k) {
+    const int64_t n = k == 0 ? T / 2 : (k == 1 && K > 2 ? 0 : (T - T / 2) / (K - 1));
+    cut.push_back(std::min(T, cut.back() + n));
+  }
+  cut.back() = T;
+  return {cut[r], cut[r + 1]};
+}
+
+::testing::AssertionResult close_part(const std::string& what, const Tensor& got,
+                                      const Tensor& whole, int64_t dim, int64_t t0, int64_t t1) {
+  return test::all_close(what + " on rank " + std::to_string(world().rank()), "y", got,
+                         whole.slice(dim, t0, t1), test::tol_for(whole.dtype()));
+}
+
+TEST(DistScan, EveryBuiltInOpForwardReverseExclusiveEqualsOneProcess) {
+  Communicator& c = world();
+  std::mt19937_64 rng(21);
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor x = test::random_tensor({3, 101, 2}, dt, rng, 0.3);
+    const auto [t0, t1] = uneven(101, c.rank(), c.size());
+    for (ScanOp op : {ScanOp::sum, ScanOp::prod, ScanOp::max, ScanOp::min, ScanOp::logaddexp})
+      for (bool rev : {false, true})
+        for (bool excl : {false, true}) {
+          ScanOptions o;
+          o.reverse = rev;
+          o.exclusive = excl;
+          const std::string what = fmt::format("{} {}{}{}", scan_op_name(op), dtype_name(dt),
+                                               rev ? " reverse" : "", excl ? " exclusive" : "");
+          const Tensor y = dist_prefix_scan(c, x.slice(1, t0, t1), 1, op, o);
+          EXPECT_TRUE(close_part(what, y, prefix_scan(x, 1, op, o), 1, t0, t1));
+        }
+    // Cumulative matrix products keep their order across the ranks.
+    const Tensor m = test::random_tensor({37, 2, 3, 3}, dt, rng, 0.6);
+    const auto [m0, m1] = uneven(37, c.rank(), c.size());
+    for (bool rev : {false, true}) {
+      ScanOptions o;
+      o.reverse = rev;
+      EXPECT_TRUE(close_part(rev ? "matmul reverse" : "matmul",
+                             dist_prefix_scan(c, m.slice(0, m0, m1), 0, ScanOp::matmul, o),
+                             prefix_scan(m, 0, ScanOp::matmul, o), 0, m0, m1));
+    }
+  }
+}
+
+TEST(DistScan, ACallableCombineWithItsIdentity) {
+  Communicator& c = world();
+  std::mt19937_64 rng(22);
+  const Tensor x = test::random_tensor({64, 4}, DType::f64, rng);
+  const auto [t0, t1] = uneven(64, c.rank(), c.size());
+  // Addition as a callable: its totals and identity travel as tensors like the built-ins'.
+  ScanFn add_fn = [](const Tensor& e, const Tensor& l) { return add(e, l); };
+  ScanOptions o, builtin;
+  o.exclusive = builtin.exclusive = true;
+  o.identity = Tensor::zeros({4}, DType::f64);
+  o.threads = 1;
+  EXPECT_TRUE(close_part("callable sum exclusive",
+                         dist_prefix_scan(c, x.slice(0, t0, t1), 0, add_fn, o),
+                         prefix_scan(x, 0, ScanOp::sum, builtin), 0, t0, t1));
+}
+
+TEST(DistScan, AffineRecurrencesEqualOneProcess) {
+  Communicator& c = world();
+  std::mt19937_64 rng(23);
+  const int64_t T = 83;
+  const auto [t0, t1] = uneven(T, c.rank(), c.size());
+  for (DType dt : {DType::f32, DType::f64}) {
+    // Diagonal, linear and log space, forward and reverse, with an initial state.
+    Tensor a = add(mul(test::random_tensor({4, T}, dt, rng), 0.05), 0.9);
+    Tensor b = test::random_tensor({4, T}, dt, rng);
+    Tensor h0 = test::random_tensor({4}, dt, rng);
+    for (bool rev : {false, true}) {
+      AffineScanOptions o;
+      o.reverse = rev;
+      const std::string what = std::string("diagonal ") + dtype_name(dt) + (rev ? " reverse" : "");
+      EXPECT_TRUE(close_part(what, dist_affine_scan(c, a.slice(1, t0, t1), b.slice(1, t0, t1), 1, h0, o),
+                             affine_scan(a, b, 1, h0, o), 1, t0, t1));
+      o.log_space = true;
+      const Tensor bp = abs(b), hp = abs(h0);
+      EXPECT_TRUE(close_part(what + " log space",
+                             dist_affine_scan(c, a.slice(1, t0, t1), bp.slice(1, t0, t1), 1, hp, o),
+                             affine_scan(a, bp, 1, hp, o), 1, t0, t1));
+    }
+    // Matrix: a_t is 3 x 3 applied to b's last dimension.
+    Tensor am = mul(test::random_tensor({2, T, 3, 3}, dt, rng), 0.4);
+    Tensor bm = test::random_tensor({2, T, 3}, dt, rng);
+    Tensor hm = test::random_tensor({2, 3}, dt, rng);
+    for (bool rev : {false, true}) {
+      AffineScanOptions o;
+      o.reverse = rev;
+      EXPECT_TRUE(close_part(std::string("matrix ") + dtype_name(dt) + (rev ? " reverse" : ""),
+                             dist_affine_scan(c, am.slice(1, t0, t1), bm.slice(1, t0, t1), 1, hm, o),
+                             affine_scan(am, bm, 1, hm, o), 1, t0, t1));
+    }
+  }
+}
+
+TEST(DistScan, OneNpyWrittenByEveryRank) {
+  Communicator& c = world();
+  std::mt19937_64 rng(24);
+  const Tensor y = test::random_tensor({3, 50, 4}, DType::f32, rng);
+  const auto [t0, t1] = uneven(50, c.rank(), c.size());
+  SharedDir dir;
+  dist_write_npy(c, dir.path + "/y.npy", y.slice(1, t0, t1), 1);
+  EXPECT_TRUE(test::all_close("dist_write_npy", "y", read_npy(dir.path + "/y.npy"), y, {0, 0}));
+  EXPECT_TRUE(map_npy(dir.path + "/y.npy").dtype() == DType::f32);
+  // Nothing but the file: the temporary file is gone.
+  agree_no_error(c, "");
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  agree_no_error(c, "");  // every rank has looked before rank 0 removes the folder
+}
+
+TEST(DistScan, ChunksThatDoNotFitTogetherAreRefusedEverywhere) {
+  Communicator& c = world();
+  const Tensor x = Tensor::zeros({5, c.rank() == 1 ? 3 : 2}, DType::f32);
+  try {
+    dist_prefix_scan(c, x, 0, ScanOp::sum);
+    FAIL() << "no error on rank " << c.rank();
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 has a different chunk shape"), std::string::npos)
+        << e.what();
+  }
+  try {
+    dist_prefix_scan(c, Tensor::zeros({5}, c.rank() == 1 ? DType::f64 : DType::f32), 0, ScanOp::sum);
+    FAIL() << "no error on rank " << c.rank();
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();
+  }
+  try {
+    dist_prefix_scan(c, x, c.rank() == 1 ? 5 : 0, ScanOp::sum);
+    FAIL() << "no error on rank " << c.rank();
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1: dist_prefix_scan: dim 5 is out of range"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "grux/io.h"
 #include "test_util.h"
 
 namespace grux {
@@ -21,6 +22,7 @@ const bool kMpiEnv = [] {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
   return true;
 }();
 
@@ -173,6 +175,32 @@ TEST(DistCli, ABatchTheRanksCannotShareIsOneLineOnEachWithNothingWritten) {
   EXPECT_EQ(count(r.err, "grux: error: --batch 15 is not divisible by the 2 processes"), 2u)
       << r.err;
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/no"));
+}
+
+// `mpiexec -n 2 grux scan`: each rank scans its half of the memory-mapped input and the two
+// write one .npy, equal to one process's within the scans' tolerance.
+TEST(DistCli, ScansSplitAcrossRanksWriteOneFile) {
+  TempDir tmp;
+  std::mt19937_64 rng(5);
+  write_npy(tmp.path + "/x.npy", test::random_tensor({3, 301, 2}, DType::f64, rng));
+  write_npy(tmp.path + "/a.npy", test::random_tensor({3, 301, 2, 2}, DType::f64, rng, 0.5));
+  for (const std::string args :
+       {"sum --input " + tmp.path + "/x.npy --dim 1",
+        "logaddexp --input " + tmp.path + "/x.npy --dim -2 --reverse --exclusive",
+        "affine --a " + tmp.path + "/a.npy --b " + tmp.path + "/x.npy --dim 1"}) {
+    const CliRun one = test::grux_cli(tmp.path, "scan " + args + " --out " + tmp.path + "/one.npy");
+    ASSERT_EQ(one.code, 0) << one.err;
+    const CliRun two = grux_mpi(tmp.path, "scan " + args + " --out " + tmp.path + "/two.npy");
+    ASSERT_EQ(two.code, 0) << two.err;
+    EXPECT_TRUE(test::all_close(args, "y", read_npy(tmp.path + "/two.npy"),
+                                read_npy(tmp.path + "/one.npy"), test::tol_for(DType::f64)));
+  }
+  // Bad input stops both ranks with one line each and writes nothing.
+  const CliRun bad = grux_mpi(tmp.path, "scan sum --input " + tmp.path + "/x.npy --dim 3 --out " +
+                                            tmp.path + "/bad.npy");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_EQ(count(bad.err, "grux: error: --dim 3 out of range"), 2u) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad.npy"));
 }
 
 }  // namespace

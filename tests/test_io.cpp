@@ -429,6 +429,32 @@ TEST_F(IoDir, NpyFileErrorsNameThePath) {
                {"cannot open '" + path("missing.npy") + "': No such file or directory"});
 }
 
+// map_npy: the same tensors and the same errors as read_npy, and the file never changes.
+TEST_F(IoDir, NpyMappedEqualsReadAndLeavesTheFileAlone) {
+  for (DType dt : kDTypes) {
+    for (const Shape& shape : kShapes) {
+      const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) + " mapped";
+      const Tensor t = sample(shape, dt);
+      write_npy(path("t.npy"), t);
+      expect_same(t, map_npy(path("t.npy")), what);
+    }
+  }
+  const Tensor t = sample({4, 5}, DType::f64);
+  write_npy(path("m.npy"), t);
+  const std::string before = read_file(path("m.npy"));
+  Tensor m = map_npy(path("m.npy"));
+  m.fill(7.0);
+  EXPECT_EQ(m.at_flat(3), 7.0);
+  EXPECT_EQ(read_file(path("m.npy")), before) << "writing to a mapped tensor changed the file";
+  write_raw("bad.npy", npy_bytes(kGoodDict, zeros(10)));
+  EXPECT_EQ(error_of([&] { map_npy(path("bad.npy")); }),
+            error_of([&] { read_npy(path("bad.npy")); }));
+  EXPECT_EQ(error_of([&] { map_npy(path("missing.npy")); }),
+            error_of([&] { read_npy(path("missing.npy")); }));
+  write_raw("empty.npy", "");
+  expect_error([&] { map_npy(path("empty.npy")); }, {"empty"});
+}
+
 // ---- safetensors: round trips ------------------------------------------------------------
 
 TEST_F(IoDir, SafetensorsRoundTrip) {

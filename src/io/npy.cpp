@@ -418,7 +418,7 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
 
 Tensor map_npy(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  if (fd < 0) return read_npy(path);  // which names the path and the reason
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
