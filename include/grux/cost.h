@@ -156,6 +156,30 @@ struct ActivationProblem {
 };
 CostReport activation_cost(const ActivationProblem& p);
 
+// The character-level language model of `grux train` (embedding -> GRU stack -> Linear ->
+// cross-entropy), one window: descriptor l{L}t{T}n{N}e{E}h{H}v{V} (layers, window, batch,
+// embedding width, hidden size, vocabulary), e.g. the default l1t64n16e64h512v65. The GRU's
+// and the Linear's counts and phases, the embedding's parameters, and the optimizer step
+// (Adam: value, gradient and two moments read and written once) as a streaming phase.
+CostReport charlm_cost(const std::string& descriptor, DType dtype);
+
+// ---- Many processes ----------------------------------------------------------------------
+// A network link between ranks as the collectives see it: a fixed cost per message and the
+// bandwidth of one rank's port (each direction).
+struct LinkModel {
+  std::string name;        // "10 Gbit/s", "local (grux calibrate)", ...
+  double latency_us = 0;   // per message
+  double gbit_s = 0;       // per rank and direction
+};
+// The two networks of the scaling tables: 10 Gbit/s Ethernet (TCP, 25 us per message) and
+// 100 Gbit/s (RDMA, 3 us per message); docs/cost_model.md, "Many processes".
+const std::vector<LinkModel>& network_presets();
+// Summing `bytes` across K ranks as grux does (Communicator::sum: every rank sends and
+// receives 2 (K - 1) / K of the bytes, in 2 (K - 1) messages; a ring allreduce moves the same).
+double allreduce_ms(double bytes, int ranks, const LinkModel& link);
+// Every rank's `bytes` on every rank (all_gather: K - 1 messages in, K - 1 out).
+double allgather_ms(double bytes, int ranks, const LinkModel& link);
+
 // ---- Operators by name (the CLI and the sweep) -------------------------------------------
 
 // Options that are not part of a descriptor string.
@@ -249,6 +273,8 @@ struct MachineProfile {
   std::string machine;  // CPU model name
   std::string created;  // ISO date of the calibration
   std::map<int, ThreadProfile> threads;
+  // The link between ranks that `mpirun -np K grux calibrate` measured (gbit_s 0: none).
+  LinkModel link;
 
   // The rates at `threads`: the measured entry, or interpolated linearly in the thread count
   // between the nearest measured ones (clamped at the ends). Throws if there is none.
@@ -295,5 +321,24 @@ struct Prediction {
 // the streaming API.
 Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineProfile& profile,
                    int threads, bool stream = false);
+
+
+// One problem on K ranks: a training step (data parallelism: each rank runs 1/K of the batch,
+// then the gradients are summed) or a forward; for the scans, each rank scans 1/K of the
+// sequence, the ranks exchange their chunks' totals, and each rescans its chunk with them.
+struct RankPrediction {
+  int ranks = 1;
+  std::string per_rank;     // the problem each rank runs ("l1d1t64n8i64h512")
+  double compute_ms = 0;    // that problem at the profile's rates, with the rank's threads
+  double comm_ms = 0;       // the collectives on `link`
+  double ms = 0;            // compute_ms + comm_ms
+  double speedup = 1;       // over the same problem on one rank
+};
+// Which operators split across ranks, and along which letter: the batch (n) of gru, mingru
+// and charlm, the time (t) of the scans. K must divide it; throws otherwise, and for other
+// operators.
+RankPrediction predict_ranks(const std::string& op, const std::string& descriptor,
+                             const CostOptions& options, bool train, int ranks,
+                             const LinkModel& link, const MachineProfile& profile, int threads);
 
 }  // namespace grux

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "grux/cost.h"
 #include "grux/error.h"
 #include "grux/export.h"
 #include "grux/scan.h"
@@ -85,6 +86,12 @@ Tensor dist_affine_scan(Communicator& comm, const Tensor& a, const Tensor& b, in
 // there, and rank 0 renames it into place once all have. The folder must be one every rank
 // sees (one host, or a file system the hosts share). Collective.
 void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& part, int64_t dim);
+
+// The link between the ranks as Communicator::sum sees it: sums of 8 bytes to 64 MiB timed
+// (the best of several), latency from the smallest (2 (K - 1) messages), bandwidth from the
+// largest, for the cost model (LinkModel, grux cost --ranks). Collective; every rank gets
+// rank 0's figures. `quick`: fewer repetitions.
+LinkModel measure_link(Communicator& comm, bool quick);
 
 // How many processes the MPI launcher (mpirun, mpiexec, srun) started for this job, read
 // from its environment; 0 when this process was not started by one.

@@ -132,6 +132,11 @@ const std::vector<CostOp>& cost_ops() {
          p.set_lengths(o.lengths);
          return mingru_cost(p);
        }},
+      {"charlm",
+       "the language model of grux train, one window: embedding, GRU, linear, cross-entropy, "
+       "Adam",
+       "l{L}t{T}n{N}e{E}h{H}v{V}", "l1t64n16e64h512v65", "ltnehv", "", false, false, false,
+       [](const std::string& d, const CostOptions& o) { return charlm_cost(d, o.dtype); }},
       {"scan_sum", "cumulative sum (grux scan sum)", "[n{N}]t{T}[c{C}]", "t16777216", "ntc", "nc",
        false, false, false,
        [](const std::string& d, const CostOptions& o) { return scan_from(ScanCostOp::sum, d, o); }},

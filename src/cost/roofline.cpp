@@ -88,6 +88,8 @@ std::string MachineProfile::to_json() const {
     for (const auto& [bytes, gbps] : t.stream_gbps) e["stream_gbps"].push_back({bytes, gbps});
     j["threads"][std::to_string(k)] = e;
   }
+  if (link.gbit_s > 0)
+    j["link"] = {{"name", link.name}, {"latency_us", link.latency_us}, {"gbit_s", link.gbit_s}};
   return j.dump(1) + "\n";
 }
 
@@ -156,6 +158,16 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
     if (!(t.sgemm_gflops > 0 && t.dgemm_gflops > 0 && t.memcpy_gbps > 0))
       throw Error(fmt::format("{}: GEMM peaks and memcpy bandwidth must be > 0", w));
     p.threads[static_cast<int>(k)] = t;
+  }
+  // Optional: the link between ranks (mpirun -np K grux calibrate).
+  if (j.contains("link")) {
+    const auto& l = j["link"];
+    const std::string w = what + " (link)";
+    if (!l.is_object()) throw Error(fmt::format("{}: expected an object", w));
+    p.link.name = l.value("name", "measured");
+    p.link.latency_us = positive(l, "latency_us", w);
+    p.link.gbit_s = positive(l, "gbit_s", w);
+    if (!(p.link.gbit_s > 0)) throw Error(fmt::format("{}: 'gbit_s' must be > 0", w));
   }
   return p;
 }

@@ -20,7 +20,7 @@ constexpr size_t kMaxAxes = 3;
 std::string axis_syntax(const std::string& text) {
   return fmt::format(
       "--vary '{}' is malformed (expected LETTER=LO..HI, LETTER=LO..HI:xF, LETTER=LO..HI:+S "
-      "or LETTER=V1,V2,..., e.g. n=1..256:x2)",
+      "or LETTER=V1,V2,..., e.g. n=1..256:x2; LETTER may be ranks: processes)",
       text);
 }
 
@@ -49,7 +49,7 @@ std::map<char, int64_t> tokens(const std::string& descriptor) {
 }  // namespace
 
 SweepAxis SweepAxis::parse(const std::string& text) {
-  static const std::regex re(R"(([a-z])=(.+))");
+  static const std::regex re(R"((ranks|[a-z])=(.+))");
   std::smatch m;
   if (!std::regex_match(text, m, re)) throw Error(axis_syntax(text));
   SweepAxis a;
@@ -109,7 +109,16 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
                               r.fixed, op.name, op.letters, letter, value));
   std::set<std::string> seen;
   size_t points = 1;
+  int ranks_axis = -1;  // the axis of process counts, if any (not a descriptor letter)
   for (const SweepAxis& a : spec.axes) {
+    if (a.letter == "ranks") {
+      if (!seen.insert(a.letter).second) throw Error("--vary ranks is given twice");
+      for (int64_t k : a.values)
+        if (k < 1 || k > 65536) throw Error(fmt::format("--vary ranks: {} (expected 1..65536)", k));
+      ranks_axis = static_cast<int>(&a - spec.axes.data());
+      points *= a.values.size();
+      continue;
+    }
     if (a.letter.size() != 1 || op.letters.find(a.letter) == std::string::npos)
       throw Error(fmt::format("--vary {}: {} descriptors ({}) have no letter '{}'", a.letter,
                               op.name, op.syntax, a.letter));
@@ -133,9 +142,13 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
     }
     std::map<char, int64_t> at = fixed;
     std::vector<int64_t> values;
+    int ranks = 1;
     for (size_t k = 0; k < spec.axes.size(); ++k) {
-      at[spec.axes[k].letter[0]] = spec.axes[k].values[idx[k]];
       values.push_back(spec.axes[k].values[idx[k]]);
+      if (static_cast<int>(k) == ranks_axis)
+        ranks = static_cast<int>(spec.axes[k].values[idx[k]]);
+      else
+        at[spec.axes[k].letter[0]] = spec.axes[k].values[idx[k]];
     }
     std::string d;
     for (char c : op.letters)
@@ -152,7 +165,27 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
     }
     view.inference = &inf;
     view.training = &trn;
-    const std::vector<CostField> f = cost_fields(rep, view);
+    std::vector<CostField> f = cost_fields(rep, view);
+    // With a ranks axis: the problem on that many ranks, on each preset network.
+    if (ranks_axis >= 0) {
+      for (const LinkModel& l : network_presets()) {
+        const std::string tag = l.gbit_s >= 100 ? "100gbit" : "10gbit";
+        RankPrediction rp;
+        try {
+          rp = predict_ranks(op.name, d, spec.options, spec.train, ranks, l, profile, threads);
+        } catch (const Error& e) {
+          throw Error(fmt::format("sweep point {} on {} ranks: {}", d, ranks, e.what()));
+        }
+        f.push_back({"step_" + tag + "_ms",
+                     fmt::format("{} over the ranks on {}", spec.train ? "training step" : "forward",
+                                 l.name),
+                     "ms", rp.ms});
+        f.push_back({"exchange_" + tag + "_ms", "exchange between ranks on " + l.name, "ms",
+                     rp.comm_ms});
+        f.push_back({"speedup_" + tag + "_x", "speedup over one rank on " + l.name, "x",
+                     rp.speedup});
+      }
+    }
     if (r.metrics.empty())
       for (const CostField& x : f) r.metrics.push_back({x.key, x.label, x.unit});
     std::vector<double> row;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -58,6 +59,42 @@ int launched_ranks() {
 int launched_local_ranks() {
   if (launched_ranks() == 0) return 0;
   return env_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
+}
+
+}  // namespace grux
+
+namespace grux {
+
+LinkModel measure_link(Communicator& comm, bool quick) {
+  const int K = comm.size();
+  if (K < 2) throw Error("measuring the link needs 2 or more ranks (mpirun -np 2 grux calibrate)");
+  std::vector<float> buf;
+  // The best time (ms, rank 0's clock) of summing `bytes` across the ranks.
+  auto best_ms = [&](size_t bytes) {
+    const int64_t n = static_cast<int64_t>(std::max<size_t>(1, bytes / sizeof(float)));
+    buf.assign(static_cast<size_t>(n), 1.0f);
+    double best = 1e300;
+    const int reps = quick ? 5 : 20;
+    for (int i = 0; i < reps; ++i) {
+      comm.sum(buf.data(), 1);  // start together
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.sum(buf.data(), n);
+      best = std::min(best, std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - t0)
+                                .count());
+    }
+    double shared = comm.rank() == 0 ? best : 0;
+    comm.sum(&shared, 1);
+    return shared;
+  };
+  const size_t big = quick ? (size_t(16) << 20) : (size_t(64) << 20);
+  const double small_ms = best_ms(8), big_ms = best_ms(big);
+  LinkModel l;
+  l.name = fmt::format("local, {} ranks (grux calibrate)", K);
+  l.latency_us = small_ms * 1e3 / (2.0 * (K - 1));
+  const double moved = 2.0 * (K - 1) / K * static_cast<double>(big);  // bytes per rank
+  l.gbit_s = moved * 8 / (std::max(1e-6, big_ms - small_ms) * 1e-3) / 1e9;
+  return l;
 }
 
 }  // namespace grux

@@ -44,6 +44,38 @@ std::string size_label(double b) {
   return fmt::format("{:g} kB", b / 1e3);
 }
 
+// Under mpirun: the link between the ranks, added to the machine's profile (which a plain
+// `grux calibrate` wrote first); rank 0 reads and writes it.
+void calibrate_link(const CalibrateArgs& a, Communicator& comm) {
+  const std::string out = a.out.empty() ? default_profile_path() : a.out;
+  std::string error;
+  MachineProfile prof;
+  if (comm.rank() == 0) {
+    try {
+      prof = MachineProfile::from_json(read_file(out), out);
+    } catch (const Error& e) {
+      error = fmt::format("{} (calibrate this machine first with grux calibrate; under mpirun it "
+                          "adds the link between the ranks to that profile)",
+                          e.what());
+    }
+  }
+  agree_no_error(comm, error);
+  if (comm.rank() == 0)
+    fmt::print(stderr, "grux calibrate: the link between {} ranks ({})\n", comm.size(),
+               a.quick ? "quick" : "full");
+  prof.link = measure_link(comm, a.quick);
+  if (comm.rank() == 0) {
+    try {
+      write_file_atomic(out, prof.to_json());
+      fmt::print("link between {} ranks: {:.2f} us per message, {:.1f} Gbit/s per rank\nwrote {}\n",
+                 comm.size(), prof.link.latency_us, prof.link.gbit_s, out);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree_no_error(comm, error);
+}
+
 void run_calibrate(const CalibrateArgs& a) {
   const std::vector<int> ks = parse_thread_list(a.threads);
   const std::string out = a.out.empty() ? default_profile_path() : a.out;
@@ -93,7 +125,9 @@ Action add_calibrate_command(CLI::App& app) {
       "and grux's own GEMM), memcpy bandwidth, read bandwidth by buffer size (which cache level "
       "holds what) and the per-step cost of a GRU; saved as a JSON profile that grux cost and "
       "grux bench --predict read. Default location: $GRUX_PROFILE, else "
-      "$XDG_CONFIG_HOME/grux/profile.json, else ~/.config/grux/profile.json.");
+      "$XDG_CONFIG_HOME/grux/profile.json, else ~/.config/grux/profile.json. Under mpirun "
+      "(mpirun -np 2 grux calibrate), measures the link between the ranks instead and adds it "
+      "to that profile, for grux cost --ranks.");
   c->add_option("--out", a->out, "where to write the profile (default: the location above)");
   c->add_option("--threads", a->threads,
                 "thread counts to measure, comma-separated (default: 1 and all cores)");
@@ -102,7 +136,14 @@ Action add_calibrate_command(CLI::App& app) {
                 "only ever makes a rate look lower)")
       ->capture_default_str();
   c->add_flag("--quick", a->quick, "short measurements in one round (seconds; noisier)");
-  return [a] { run_calibrate(*a); };
+  return [a] {
+    run_launched("grux calibrate", [&](Communicator& comm) {
+      if (comm.size() == 1)
+        run_calibrate(*a);
+      else
+        calibrate_link(*a, comm);
+    });
+  };
 }
 
 }  // namespace grux::cli

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "grux/cost.h"
@@ -24,6 +25,9 @@ struct CostArgs {
   std::string profile;
   int threads = 0;
   ProfileOverrides overrides;
+  // Many processes: the problem split over K ranks, on the measured link or one given.
+  int ranks = 0;
+  double link_gbit_s = 0, link_latency_us = 25;
 };
 
 DType parse_cost_dtype(const std::string& s) {
@@ -72,6 +76,110 @@ Prediction predict_for(const CostReport& r, const CostArgs& a, DType dtype, bool
                  threads, r.op == "gru_stream" && !train);
 }
 
+// `--ranks K`: the problem on K ranks over the links that matter (the measured local one, a
+// given one, the 10 and 100 Gbit/s presets), and the scaling of the same global problem to 64
+// machines on the presets. Table text or a JSON object.
+std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOptions& options,
+                          CostFormat format) {
+  if (a.ranks < 1) throw Error(fmt::format("--ranks {} (expected >= 1)", a.ranks));
+  if (a.threads < 0) throw Error(fmt::format("--threads {} (expected >= 1)", a.threads));
+  const MachineProfile prof = profile_of(a, options.dtype);
+  const int cores = omp_get_num_procs();
+  const int threads = a.threads > 0 ? a.threads : cores;
+  struct Row {
+    LinkModel link;
+    int threads;
+  };
+  std::vector<Row> links;
+  if (a.link_gbit_s > 0) {
+    if (!(a.link_latency_us >= 0))
+      throw Error(fmt::format("--link-latency-us {} (expected >= 0)", a.link_latency_us));
+    links.push_back({{"given", a.link_latency_us, a.link_gbit_s}, threads});
+  } else if (a.link_gbit_s < 0) {
+    throw Error(fmt::format("--link-gbit-s {} (expected > 0)", a.link_gbit_s));
+  }
+  // The measured link joins ranks on this machine: they share its cores.
+  if (prof.link.gbit_s > 0)
+    links.push_back({prof.link, a.threads > 0 ? a.threads : std::max(1, cores / a.ranks)});
+  for (const LinkModel& l : network_presets()) links.push_back({l, threads});
+  std::vector<std::pair<Row, RankPrediction>> at_k;
+  for (const Row& row : links)
+    at_k.push_back({row, predict_ranks(r.op, r.problem, options, a.train, a.ranks, row.link, prof,
+                                       row.threads)});
+  // The scaling table: every power of two up to 64 that divides the split dimension.
+  std::vector<int> ks;
+  for (int k = 1; k <= 64; k *= 2) {
+    try {
+      (void)predict_ranks(r.op, r.problem, options, a.train, k, network_presets()[0], prof,
+                          threads);
+      ks.push_back(k);
+    } catch (const Error&) {
+      break;
+    }
+  }
+  const double grad_bytes = static_cast<double>(r.memory.gradient_bytes);
+  if (format == CostFormat::json) {
+    nlohmann::ordered_json j;
+    j["ranks"] = a.ranks;
+    j["per_rank"] = at_k.front().second.per_rank;
+    j["gradient_bytes"] = a.train ? grad_bytes : 0.0;
+    for (const auto& [row, p] : at_k)
+      j["links"].push_back({{"link", row.link.name},
+                            {"latency_us", row.link.latency_us},
+                            {"gbit_s", row.link.gbit_s},
+                            {"threads_per_rank", row.threads},
+                            {"compute_ms", p.compute_ms},
+                            {"comm_ms", p.comm_ms},
+                            {"ms", p.ms},
+                            {"speedup", p.speedup}});
+    for (int k : ks) {
+      nlohmann::ordered_json e{{"ranks", k}};
+      for (const LinkModel& l : network_presets()) {
+        const RankPrediction p =
+            predict_ranks(r.op, r.problem, options, a.train, k, l, prof, threads);
+        e[l.name] = {{"ms", p.ms}, {"comm_ms", p.comm_ms}, {"speedup", p.speedup},
+                     {"efficiency", p.speedup / k}};
+      }
+      j["scaling"].push_back(e);
+    }
+    return j.dump();
+  }
+  std::string t = fmt::format(
+      "on {} ranks: each runs {}{}\n", a.ranks, at_k.front().second.per_rank,
+      a.train && r.op.rfind("scan_", 0) != 0
+          ? fmt::format(", then the {:.3g} MB of gradients are summed across the ranks",
+                        grad_bytes / 1e6)
+          : "");
+  t += fmt::format("  {:<46} {:>8} {:>13} {:>14} {:>10} {:>8}\n", "link", "threads",
+                   "compute (ms)", "exchange (ms)", "step (ms)", "speedup");
+  for (const auto& [row, p] : at_k)
+    t += fmt::format("  {:<46} {:>8} {:>13.4g} {:>14.4g} {:>10.4g} {:>7.2f}x\n",
+                     fmt::format("{} ({:.3g} Gbit/s, {:.3g} us)", row.link.name, row.link.gbit_s,
+                                 row.link.latency_us),
+                     row.threads, p.compute_ms, p.comm_ms, p.ms, p.speedup);
+  t += fmt::format("\nscaling of {} {} to 64 machines ({} threads each):\n", r.op, r.problem,
+                   threads);
+  t += fmt::format("  {:>5}  {:<22}", "ranks", "per rank");
+  for (const LinkModel& l : network_presets())
+    t += fmt::format(" {:>22} {:>8} {:>6}", l.name + " (ms)", "speedup", "eff.");
+  t += "\n";
+  for (int k : ks) {
+    t += fmt::format("  {:>5}  {:<22}", k,
+                     predict_ranks(r.op, r.problem, options, a.train, k, network_presets()[0], prof,
+                                   threads)
+                         .per_rank);
+    for (const LinkModel& l : network_presets()) {
+      const RankPrediction p = predict_ranks(r.op, r.problem, options, a.train, k, l, prof, threads);
+      t += fmt::format(" {:>22.4g} {:>7.2f}x {:>5.0f}%", p.ms, p.speedup, 100 * p.speedup / k);
+    }
+    t += "\n";
+  }
+  if (ks.empty() || ks.back() < 64)
+    t += fmt::format("  (beyond {} ranks the split dimension does not divide evenly)\n",
+                     ks.empty() ? 1 : ks.back());
+  return t;
+}
+
 void run_cost(const CostArgs& a) {
   if (a.op.empty() || a.descriptor.empty())
     throw Error("grux cost: expected OP DESCRIPTOR (e.g. grux cost gru l1d1t100n64i256h512)");
@@ -88,7 +196,20 @@ void run_cost(const CostArgs& a) {
   view.inference = &inference;
   view.training = &training;
   view.profile = profile_label(a);
-  fmt::print("{}", format_cost(r, view, format));
+  if (a.ranks == 0) {
+    fmt::print("{}", format_cost(r, view, format));
+    return;
+  }
+  if (format != CostFormat::table && format != CostFormat::json)
+    throw Error("--ranks prints a table or JSON (--format table or json)");
+  const std::string ranks = ranks_section(a, r, options, format);
+  if (format == CostFormat::table) {
+    fmt::print("{}\n{}", format_cost(r, view, format), ranks);
+  } else {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(format_cost(r, view, format));
+    j["ranks"] = nlohmann::ordered_json::parse(ranks);
+    fmt::print("{}\n", j.dump());
+  }
 }
 
 void add_profile_options(CLI::App* c, std::string& profile, int& threads, ProfileOverrides& o) {
@@ -190,6 +311,14 @@ Action add_cost_command(CLI::App& app) {
   c->add_option("--format", a->format, "table, csv, json or md")->capture_default_str();
   c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear, mingru: without bias");
   c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
+  c->add_option("--ranks", a->ranks,
+                 "gru, mingru, charlm, scans: the problem split over K processes (the batch, or "
+                 "the scanned time), with the scaling table to 64 machines");
+  c->add_option("--link-gbit-s", a->link_gbit_s,
+                "with --ranks: a link of this bandwidth per rank (Gbit/s), besides the measured "
+                "one (mpirun -np 2 grux calibrate) and the 10 and 100 Gbit/s presets");
+  c->add_option("--link-latency-us", a->link_latency_us, "with --link-gbit-s: per message (us)")
+      ->capture_default_str();
   c->add_option("--lengths", a->lengths,
                 "gru, mingru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
   add_profile_options(c, a->profile, a->threads, a->overrides);
