@@ -1003,3 +1003,89 @@ TEST(CostRoofline, GruPhasesFollowTheWorkloads) {
 
 }  // namespace
 }  // namespace grux
+
+namespace grux {
+namespace {
+
+// ---- Many processes -----------------------------------------------------------------------
+
+// The collectives' times, written out: 2 (K - 1) messages and 2 (K - 1) / K of the bytes for
+// a sum; K - 1 messages and K - 1 slices for a gather.
+TEST(CostNetwork, CollectiveTimesFromLatencyAndBandwidth) {
+  const LinkModel link{"test", 10.0, 8.0};  // 10 us, 8 Gbit/s = 1 GB/s
+  EXPECT_EQ(allreduce_ms(1e6, 1, link), 0.0);
+  EXPECT_NEAR(allreduce_ms(1e6, 2, link), 2 * 0.010 + 1e6 / 1e9 * 1e3, 1e-12);
+  EXPECT_NEAR(allreduce_ms(1e6, 4, link), 6 * 0.010 + 1.5 * 1e6 / 1e9 * 1e3, 1e-12);
+  EXPECT_NEAR(allgather_ms(1000, 4, link), 3 * 0.010 + 3 * 1000 / 1e9 * 1e3, 1e-12);
+  ASSERT_EQ(network_presets().size(), 2u);
+  EXPECT_EQ(network_presets()[0].gbit_s, 10.0);
+  EXPECT_EQ(network_presets()[1].gbit_s, 100.0);
+  EXPECT_THROW(allreduce_ms(1, 2, LinkModel{"none", 1, 0}), Error);
+}
+
+// charlm = the GRU over the embeddings + the Linear over every position, plus the embedding's
+// parameters and the optimizer's pass over all of them.
+TEST(CostNetwork, TheLanguageModelIsItsGruAndLinearTogether) {
+  const CostReport lm = cost_of("charlm", "l2t8n4e6h10v7", {});
+  const CostReport g = cost_of("gru", "l2d1t8n4i6h10", {});
+  const CostReport fc = cost_of("linear", "b32i10o7", {});
+  for (CountMode m : {CountMode::seed, CountMode::gemm, CountMode::mac}) {
+    EXPECT_EQ(lm.fwd(m).total(), g.fwd(m).total() + fc.fwd(m).total());
+    EXPECT_EQ(lm.bwd(m).total(), g.bwd(m).total() + fc.bwd(m).total());
+  }
+  EXPECT_EQ(lm.memory.parameters, g.memory.parameters + fc.memory.parameters + 7 * 6);
+  EXPECT_EQ(lm.memory.gradient_bytes, lm.memory.parameters * 4);
+  ASSERT_FALSE(lm.training_phases.empty());
+  EXPECT_EQ(lm.training_phases.back().name, "optimizer");
+  EXPECT_EQ(lm.training_phases.back().stream_bytes, 7.0 * lm.memory.parameter_bytes);
+  EXPECT_THROW(cost_of("charlm", "l1t8n4h10v7", {}), Error);
+  EXPECT_THROW(cost_of("charlm", "l0t8n4e6h10v7", {}), Error);
+}
+
+TEST(CostNetwork, ProblemsSplitAcrossRanks) {
+  const MachineProfile prof = round_profile();
+  const LinkModel link{"test", 10.0, 8.0};
+  const CostOptions o;
+  // Training: each rank runs its share of the batch, then the gradients are summed.
+  const RankPrediction one = predict_ranks("gru", "l1d1t10n8i16h32", o, true, 1, link, prof, 1);
+  EXPECT_EQ(one.per_rank, "l1d1t10n8i16h32");
+  EXPECT_EQ(one.comm_ms, 0.0);
+  EXPECT_DOUBLE_EQ(one.speedup, 1.0);
+  const RankPrediction two = predict_ranks("gru", "l1d1t10n8i16h32", o, true, 2, link, prof, 1);
+  EXPECT_EQ(two.per_rank, "l1d1t10n4i16h32");
+  const CostReport whole = cost_of("gru", "l1d1t10n8i16h32", o);
+  const CostReport half = cost_of("gru", "l1d1t10n4i16h32", o);
+  EXPECT_DOUBLE_EQ(two.compute_ms, predict(half.training_phases, DType::f32, prof, 1).ms);
+  EXPECT_DOUBLE_EQ(two.comm_ms, allreduce_ms(whole.memory.gradient_bytes + 8.0, 2, link) +
+                                    allreduce_ms(24, 2, link));
+  EXPECT_DOUBLE_EQ(two.ms, two.compute_ms + two.comm_ms);
+  EXPECT_DOUBLE_EQ(two.speedup, one.ms / two.ms);
+  // Scans split time; the exchange is one slice per rank.
+  const RankPrediction s = predict_ranks("scan_sum", "n2t1000c3", o, false, 4, link, prof, 1);
+  EXPECT_EQ(s.per_rank, "n2t250c3");
+  EXPECT_DOUBLE_EQ(s.comm_ms, allgather_ms(2 * 3 * 4.0, 4, link));
+  EXPECT_GT(s.compute_ms,
+            predict(cost_of("scan_sum", "n2t250c3", o).inference_phases, DType::f32, prof, 1).ms);
+  // What cannot be split is refused, naming why.
+  for (auto [op, d, train, k] : {std::tuple{"gru", "l1d1t10n8i16h32", true, 3},
+                                 std::tuple{"linear", "b8i4o4", true, 2},
+                                 std::tuple{"scan_sum", "t1000", true, 2},
+                                 std::tuple{"gru", "l1d1t10n8i16h32", true, 0}})
+    EXPECT_THROW(predict_ranks(op, d, o, train, k, link, prof, 1), Error) << op << " " << k;
+}
+
+TEST(CostNetwork, ProfilesKeepTheMeasuredLink) {
+  MachineProfile prof = round_profile();
+  prof.link = {"local, 2 ranks (grux calibrate)", 1.5, 40};
+  const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");
+  EXPECT_EQ(back.link.name, prof.link.name);
+  EXPECT_EQ(back.link.latency_us, 1.5);
+  EXPECT_EQ(back.link.gbit_s, 40);
+  EXPECT_EQ(MachineProfile::from_json(round_profile().to_json(), "mem").link.gbit_s, 0);
+  std::string bad = prof.to_json();
+  bad.replace(bad.find("\"gbit_s\": 40"), 12, "\"gbit_s\": 0 ");
+  EXPECT_THROW(MachineProfile::from_json(bad, "bad.json"), Error);
+}
+
+}  // namespace
+}  // namespace grux

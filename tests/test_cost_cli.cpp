@@ -401,3 +401,64 @@ TEST(CostCli, SweepHtmlInlinesTheLibraryAndTheData) {
 
 }  // namespace
 }  // namespace grux
+
+namespace grux {
+namespace {
+
+// --ranks: the problem on K ranks on each link, and the scaling table to 64 machines (as far
+// as the split dimension divides).
+TEST(CostCli, RanksPredictTheStepOnEachLinkAndTheScaling) {
+  test::TempDir tmp;
+  test::CliRun r = test::grux_cli(
+      tmp.path, "cost charlm l1t64n16e64h512v65 --train --ranks 2 --threads 1 --format json "
+                "--link-gbit-s 1 --link-latency-us 100");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& k = j["ranks"];
+  EXPECT_EQ(k["ranks"], 2);
+  EXPECT_EQ(k["per_rank"], "l1t64n8e64h512v65");
+  ASSERT_EQ(k["links"].size(), 3u);  // the given link, then the two presets
+  EXPECT_EQ(k["links"][0]["link"], "given");
+  // 1 Gbit/s: the gradients (3.7 MB, 2 (K - 1) / K of them each way) take 30 ms, 10x 10 Gbit/s.
+  EXPECT_NEAR(k["links"][0]["comm_ms"].get<double>(), 30.0, 0.1);
+  EXPECT_GT(k["links"][0]["comm_ms"].get<double>(), 9 * k["links"][1]["comm_ms"].get<double>());
+  for (const auto& l : k["links"])
+    EXPECT_NEAR(l["ms"].get<double>(), l["compute_ms"].get<double>() + l["comm_ms"].get<double>(),
+                1e-9);
+  ASSERT_EQ(k["scaling"].size(), 5u);  // 1, 2, 4, 8, 16: the batch of 16 divides no further
+  EXPECT_EQ(k["scaling"][4]["ranks"], 16);
+  EXPECT_NEAR(k["scaling"][0]["10 Gbit/s Ethernet"]["speedup"].get<double>(), 1.0, 1e-12);
+  const CliRun t = test::grux_cli(tmp.path, "cost scan_sum t16777216 --ranks 4");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_THAT(t.out, HasSubstr("on 4 ranks: each runs t4194304"));
+  EXPECT_THAT(t.out, HasSubstr("scaling of scan_sum t16777216 to 64 machines"));
+  for (const char* bad : {"cost charlm l1t64n16e64h512v65 --train --ranks 3",
+                          "cost charlm l1t64n16e64h512v65 --ranks 2 --format csv",
+                          "cost linear b8i4o4 --ranks 2", "cost scan_sum t64 --train --ranks 2",
+                          "cost gru l1d1t4n4i4h4 --ranks 2 --link-gbit-s -1"}) {
+    const CliRun e = test::grux_cli(tmp.path, bad);
+    EXPECT_EQ(e.code, 2) << bad;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << bad << ": " << e.err;
+  }
+}
+
+TEST(CostCli, SweepsOverTheNumberOfRanks) {
+  test::TempDir tmp;
+  const CliRun r = test::grux_cli(
+      tmp.path, "cost sweep charlm --fixed l1t64n64e64h256v65 --vary ranks=1..64:x2 --train "
+                "--format csv --out " + tmp.path + "/s.csv");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string csv = test::slurp(tmp.path + "/s.csv");
+  EXPECT_THAT(csv, HasSubstr("ranks,descriptor"));
+  EXPECT_THAT(csv, HasSubstr("step_10gbit_ms"));
+  EXPECT_THAT(csv, HasSubstr("speedup_100gbit_x"));
+  EXPECT_THAT(csv, HasSubstr("\n64,l1t64n64e64h256v65,"));
+  const CliRun bad = test::grux_cli(
+      tmp.path, "cost sweep charlm --fixed l1t64n64e64h256v65 --vary ranks=3 --train --format "
+                "csv --out " + tmp.path + "/b.csv");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("on 3 ranks"));
+}
+
+}  // namespace
+}  // namespace grux

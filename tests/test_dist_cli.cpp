@@ -203,5 +203,24 @@ TEST(DistCli, ScansSplitAcrossRanksWriteOneFile) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad.npy"));
 }
 
+// mpiexec -n 2 grux calibrate: the link between the ranks joins the machine's profile, and
+// grux cost --ranks predicts with it.
+TEST(DistCli, CalibrateMeasuresTheLinkForTheCostModel) {
+  TempDir tmp;
+  const std::string prof = tmp.path + "/profile.json";
+  const CliRun none = grux_mpi(tmp.path, "calibrate --quick --out " + prof);
+  EXPECT_NE(none.code, 0);
+  EXPECT_EQ(count(none.err, "calibrate this machine first"), 2u) << none.err;
+  const CliRun base = test::grux_cli(tmp.path, "calibrate --quick --threads 1 --out " + prof);
+  ASSERT_EQ(base.code, 0) << base.err;
+  const CliRun link = grux_mpi(tmp.path, "calibrate --quick --out " + prof);
+  ASSERT_EQ(link.code, 0) << link.err;
+  EXPECT_THAT(link.out, HasSubstr("link between 2 ranks: "));
+  const CliRun cost = test::grux_cli(
+      tmp.path, "cost charlm l1t64n16e64h512v65 --train --ranks 2 --profile " + prof);
+  ASSERT_EQ(cost.code, 0) << cost.err;
+  EXPECT_THAT(cost.out, HasSubstr("local, 2 ranks (grux calibrate)"));
+}
+
 }  // namespace
 }  // namespace grux
