@@ -1066,6 +1066,16 @@ TEST(CostNetwork, ProblemsSplitAcrossRanks) {
   EXPECT_DOUBLE_EQ(s.comm_ms, allgather_ms(2 * 3 * 4.0, 4, link));
   EXPECT_GT(s.compute_ms,
             predict(cost_of("scan_sum", "n2t250c3", o).inference_phases, DType::f32, prof, 1).ms);
+  // Two ranks on one machine share its threads and memory: their work is priced together on
+  // the machine's threads, and compared with one rank using all of them.
+  const RankPrediction shared =
+      predict_ranks("gru", "l1d1t10n8i16h32", o, true, 2, link, prof, 2, 2);
+  std::vector<Phase> both = half.training_phases;
+  both.insert(both.end(), half.training_phases.begin(), half.training_phases.end());
+  EXPECT_DOUBLE_EQ(shared.compute_ms, predict(both, DType::f32, prof, 4).ms);
+  EXPECT_DOUBLE_EQ(shared.speedup,
+                   predict(whole.training_phases, DType::f32, prof, 4).ms / shared.ms);
+  EXPECT_THROW(predict_ranks("gru", "l1d1t10n8i16h32", o, true, 2, link, prof, 1, 3), Error);
   // What cannot be split is refused, naming why.
   for (auto [op, d, train, k] : {std::tuple{"gru", "l1d1t10n8i16h32", true, 3},
                                  std::tuple{"linear", "b8i4o4", true, 2},

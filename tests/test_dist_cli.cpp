@@ -203,6 +203,18 @@ TEST(DistCli, ScansSplitAcrossRanksWriteOneFile) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad.npy"));
 }
 
+// mpiexec -n 2 grux bench scan: the distributed scan checked against one process's, timed.
+TEST(DistCli, BenchScanRunsSplitAcrossRanks) {
+  TempDir tmp;
+  for (const char* args : {"sum t100000 --reps 2", "affine n2t5000d3 --reps 2",
+                           "logaddexp n3t20000c5 --reps 2 --dtype f64"}) {
+    const CliRun r = grux_mpi(tmp.path, std::string("bench scan ") + args + " --threads 1");
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_EQ(count(r.out, "\"ranks\":2"), 1u) << r.out;  // rank 0 prints
+    EXPECT_THAT(r.out, HasSubstr("\"median_ms\":"));
+  }
+}
+
 // mpiexec -n 2 grux calibrate: the link between the ranks joins the machine's profile, and
 // grux cost --ranks predicts with it.
 TEST(DistCli, CalibrateMeasuresTheLinkForTheCostModel) {

@@ -332,13 +332,16 @@ struct RankPrediction {
   double compute_ms = 0;    // that problem at the profile's rates, with the rank's threads
   double comm_ms = 0;       // the collectives on `link`
   double ms = 0;            // compute_ms + comm_ms
-  double speedup = 1;       // over the same problem on one rank
+  double speedup = 1;       // over the same problem on one rank (of the machine's threads)
 };
 // Which operators split across ranks, and along which letter: the batch (n) of gru, mingru
 // and charlm, the time (t) of the scans. K must divide it; throws otherwise, and for other
-// operators.
+// operators. `threads`: each rank's. `per_machine`: ranks sharing one machine (its cores and
+// memory bandwidth: their work is priced as all of theirs on that machine's threads
+// together); 1 for one rank per machine.
 RankPrediction predict_ranks(const std::string& op, const std::string& descriptor,
                              const CostOptions& options, bool train, int ranks,
-                             const LinkModel& link, const MachineProfile& profile, int threads);
+                             const LinkModel& link, const MachineProfile& profile, int threads,
+                             int per_machine = 1);
 
 }  // namespace grux

@@ -85,14 +85,28 @@ class BlockCache {
     }
     return std::aligned_alloc(64, bytes);
   }
+  // The block just freed is the likeliest to be asked for again (a loop allocating the same
+  // shapes): when the cache is full, larger blocks cached earlier make room for it.
   void give(void* p, size_t bytes) {
-    if (bytes >= kMinBytes) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cached_ + bytes <= kMaxCached) {
-        free_.emplace(bytes, p);
-        cached_ += bytes;
-        return;
+    if (bytes >= kMinBytes && bytes <= kMaxCached) {
+      std::vector<void*> evicted;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        while (cached_ + bytes > kMaxCached && !free_.empty()) {
+          auto largest = std::prev(free_.end());
+          if (largest->first < bytes) break;  // only larger ones give way
+          evicted.push_back(largest->second);
+          cached_ -= largest->first;
+          free_.erase(largest);
+        }
+        if (cached_ + bytes <= kMaxCached) {
+          free_.emplace(bytes, p);
+          cached_ += bytes;
+          p = nullptr;
+        }
       }
+      for (void* q : evicted) std::free(q);
+      if (!p) return;
     }
     std::free(p);
   }

@@ -113,7 +113,11 @@ double allgather_ms(double bytes, int ranks, const LinkModel& link) {
 
 RankPrediction predict_ranks(const std::string& op, const std::string& descriptor,
                              const CostOptions& options, bool train, int ranks,
-                             const LinkModel& link, const MachineProfile& profile, int threads) {
+                             const LinkModel& link, const MachineProfile& profile, int threads,
+                             int per_machine) {
+  if (per_machine < 1 || per_machine > ranks)
+    throw Error(fmt::format("{} ranks per machine of {} (expected 1..{})", per_machine, ranks,
+                            ranks));
   if (ranks < 1 || ranks > 65536)
     throw Error(fmt::format("--ranks {} (expected 1..65536)", ranks));
   const bool scan = op.rfind("scan_", 0) == 0;
@@ -148,7 +152,10 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
   RankPrediction r;
   r.ranks = ranks;
   r.per_rank = part;
-  const double one = time(train ? whole.training_phases : whole.inference_phases);
+  // The baseline: one rank with the same threads, or with the machine's (shared machines).
+  const double one = predict(train ? whole.training_phases : whole.inference_phases,
+                             options.dtype, profile, threads * per_machine)
+                         .ms;
   std::vector<Phase> phases = train ? mine.training_phases : mine.inference_phases;
   if (scan && ranks > 1) {
     const ScanProblem s = ScanProblem::parse(descriptor);
@@ -175,7 +182,14 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
     r.comm_ms = allreduce_ms(static_cast<double>(whole.memory.gradient_bytes) + 8, ranks, link) +
                 allreduce_ms(24, ranks, link);
   }
-  r.compute_ms = time(phases);
+  // Ranks on one machine run side by side on its threads: together, the work of all of them.
+  if (per_machine > 1) {
+    std::vector<Phase> together;
+    for (int k = 0; k < per_machine; ++k) together.insert(together.end(), phases.begin(), phases.end());
+    r.compute_ms = predict(together, options.dtype, profile, threads * per_machine).ms;
+  } else {
+    r.compute_ms = time(phases);
+  }
   r.ms = r.compute_ms + r.comm_ms;
   r.speedup = r.ms > 0 ? one / r.ms : 1;
   return r;

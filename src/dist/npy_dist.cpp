@@ -1,6 +1,6 @@
 // One .npy written by every rank (grux/dist.h): rank 0 creates a temporary file beside the
 // target with the header and the full size, each rank writes its part at its offsets
-// (pwrite) and syncs it, and rank 0 renames the file into place once every rank has
+// (pwrite), and rank 0 syncs the file and renames it into place once every rank has
 // succeeded; on any rank's error every rank throws it and the temporary file is removed.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -119,8 +119,6 @@ void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& p
         pwrite_all(fd, src + o * slab,
                    slab, static_cast<off_t>(header.size() + ((o * total + first) * inner) * item),
                    tmp);
-      if (::fsync(fd) != 0)
-        throw Error(fmt::format("cannot write '{}': fsync: {}", tmp, std::strerror(errno)));
     } catch (...) {
       ::close(fd);
       throw;
@@ -132,7 +130,16 @@ void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& p
   }
   cleanup_and_agree(error);
 
-  // 3. Rank 0 renames it into place and syncs the folder.
+  // 3. Rank 0 syncs the file (every rank's pages of it: their close() has handed them to the
+  // file system, which a network file system does on close), renames it into place and syncs
+  // the folder. One fsync, not one per rank: each would flush the others' pages too.
+  if (comm.rank() == 0) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0)
+      error = fmt::format("cannot write '{}': fsync: {}", tmp, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+  }
+  cleanup_and_agree(error);
   if (comm.rank() == 0) {
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       error = fmt::format("cannot write '{}': rename from '{}': {}", path, tmp,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "grux/dist.h"
 #include "cpu/gemm.h"
 #include "grux/runtime.h"
 #include "grux/scan.h"
@@ -107,7 +108,77 @@ void check(const std::string& what, const Tensor& got, const Tensor& want, doubl
   }
 }
 
-void run_bench_scan(const ScanBenchArgs& a) {
+// Under mpirun: the scan split along time across the ranks (dist_prefix_scan,
+// dist_affine_scan), each rank holding its chunk of the same generated input. Checked against
+// the one-process scan of the whole input on every rank's part; timed as the slowest rank's
+// time per run (the ranks start each run together). Rank 0 prints.
+void run_bench_scan_ranks(const ScanBenchArgs& a, const ScanProblem& p, Communicator& comm) {
+  const bool affine = a.op == "affine";
+  const ScanOp op = affine ? ScanOp::sum : parse_scan_op(a.op);
+  const int threads = set_threads(a.threads);
+  const int K = comm.size(), r = comm.rank();
+  const DType dt = p.dtype;
+  const int64_t t0 = p.T * r / K, t1 = p.T * (r + 1) / K;
+  std::mt19937_64 rng(5);
+  Tensor x, A, b;
+  std::function<Tensor()> run;
+  Tensor want;
+  if (affine) {
+    const bool matrix = p.d > 0;
+    b = uniform(matrix ? Shape{p.N, p.T, p.d} : Shape{p.N, p.T, p.C}, dt, -1, 1, rng);
+    A = matrix ? div(uniform({p.N, p.T, p.d, p.d}, dt, -1, 1, rng), std::sqrt(double(p.d)))
+               : uniform(b.shape(), dt, a.log_space ? 0.5 : -1, 1, rng);
+    if (a.log_space) b = uniform(b.shape(), dt, 0.1, 1, rng);
+    AffineScanOptions o;
+    o.log_space = a.log_space;
+    o.threads = threads;
+    const Tensor Ac = A.slice(1, t0, t1).contiguous(), bc = b.slice(1, t0, t1).contiguous();
+    run = [&, o, Ac, bc] { return dist_affine_scan(comm, Ac, bc, 1, {}, o); };
+    want = affine_scan(A, b, 1, {}, o).slice(1, t0, t1);
+  } else {
+    const Shape shape = p.d > 0 ? Shape{p.N, p.T, p.d, p.d} : Shape{p.N, p.T, p.C};
+    x = op == ScanOp::prod ? uniform(shape, dt, 0.99, 1.01, rng) : uniform(shape, dt, -1, 1, rng);
+    if (p.d > 0) x = mul(x, std::sqrt(3.0 / double(p.d)));
+    ScanOptions o;
+    o.threads = threads;
+    const Tensor xc = x.slice(1, t0, t1).contiguous();
+    run = [&, o, xc] { return dist_prefix_scan(comm, xc, 1, op, o); };
+    want = prefix_scan(x, 1, op, o).slice(1, t0, t1);
+  }
+  std::string error;
+  try {
+    check(fmt::format("{} {} on {} ranks (rank {})", a.op, p.descriptor(), K, r), run(), want,
+          (dt == DType::f32 ? 1e-6 : 1e-14) * std::sqrt(double(p.T)));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::vector<std::string> errors = comm.all_gather(error);
+  for (const std::string& e : errors)
+    if (!e.empty()) throw ResultMismatch(e);
+  // Each run starts together (a tiny sum); its time is the slowest rank's.
+  std::vector<double> ms;
+  for (int i = 0; i < a.reps + 1; ++i) {
+    double sync = 0;
+    comm.sum(&sync, 1);
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    const double mine =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    double slowest = 0;
+    for (const std::string& v : comm.all_gather(fmt::format("{:.9g}", mine)))
+      slowest = std::max(slowest, std::stod(v));
+    if (i > 0) ms.push_back(slowest);  // the first is the warm-up
+  }
+  std::sort(ms.begin(), ms.end());
+  if (r == 0)
+    fmt::print(
+        "{{\"op\":\"scan\",\"scan\":\"{}{}\",\"problem\":\"{}\",\"ranks\":{},\"threads\":{},"
+        "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f}}}\n",
+        a.op, a.log_space ? "-log" : "", p.descriptor(), K, threads, dtype_name(dt), a.reps,
+        ms[ms.size() / 2], ms.front());
+}
+
+void run_bench_scan(const ScanBenchArgs& a, Communicator& comm) {
   ScanProblem p = ScanProblem::parse(a.descriptor);
   if (a.dtype != "f32" && a.dtype != "f64")
     throw Error(fmt::format("--dtype {} (expected f32 or f64)", a.dtype));
@@ -131,6 +202,13 @@ void run_bench_scan(const ScanBenchArgs& a) {
   if (elems * esize * (matrix && affine ? p.d + 2 : 3) > 16e9)
     throw Error(fmt::format("descriptor '{}' needs more than 16 GB; expected a smaller problem",
                             a.descriptor));
+  if (comm.size() > 1) {
+    if (p.T < comm.size())
+      throw CollectiveError(fmt::format("{} has {} steps for {} ranks (expected at least one "
+                                        "each)", p.descriptor(), p.T, comm.size()));
+    run_bench_scan_ranks(a, p, comm);
+    return;
+  }
   const int threads = set_threads(a.threads);
   std::mt19937_64 rng(5);
   const DType dt = p.dtype;
@@ -244,7 +322,8 @@ std::function<bool()> add_bench_scan_command(CLI::App* bench) {
       "kernels (exit code 3 if wrong). Prints median_ms, the rate (gbps = bytes read + written "
       "per second; gflops for matmul) and pct_of_limit: the fraction of this machine's memcpy "
       "bandwidth (or of its d x d x d sgemm throughput for matmul) measured in the same process "
-      "with the same threads. matmul also times the same scan through a C++ callable.");
+      "with the same threads. matmul also times the same scan through a C++ callable. Under "
+      "mpirun, the scan split along time across the ranks (the slowest rank's time).");
   s->add_option("OP", a->op, "sum, prod, max, min, logaddexp, matmul or affine")->required();
   s->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. t16777216")->required();
   s->add_flag("--log-space", a->log_space, "affine: the log-space kernel (positive terms)");
@@ -254,7 +333,7 @@ std::function<bool()> add_bench_scan_command(CLI::App* bench) {
   s->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
   return [a, s] {
     if (!s->parsed()) return false;
-    run_bench_scan(*a);
+    run_launched("grux bench scan", [&](Communicator& comm) { run_bench_scan(*a, comm); });
     return true;
   };
 }

@@ -89,6 +89,7 @@ std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOpti
   struct Row {
     LinkModel link;
     int threads;
+    int per_machine = 1;  // ranks sharing one machine
   };
   std::vector<Row> links;
   if (a.link_gbit_s > 0) {
@@ -100,12 +101,13 @@ std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOpti
   }
   // The measured link joins ranks on this machine: they share its cores.
   if (prof.link.gbit_s > 0)
-    links.push_back({prof.link, a.threads > 0 ? a.threads : std::max(1, cores / a.ranks)});
+    links.push_back({prof.link, a.threads > 0 ? a.threads : std::max(1, cores / a.ranks),
+                     a.ranks});
   for (const LinkModel& l : network_presets()) links.push_back({l, threads});
   std::vector<std::pair<Row, RankPrediction>> at_k;
   for (const Row& row : links)
     at_k.push_back({row, predict_ranks(r.op, r.problem, options, a.train, a.ranks, row.link, prof,
-                                       row.threads)});
+                                       row.threads, row.per_machine)});
   // The scaling table: every power of two up to 64 that divides the split dimension.
   std::vector<int> ks;
   for (int k = 1; k <= 64; k *= 2) {
@@ -150,13 +152,15 @@ std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOpti
           ? fmt::format(", then the {:.3g} MB of gradients are summed across the ranks",
                         grad_bytes / 1e6)
           : "");
-  t += fmt::format("  {:<46} {:>8} {:>13} {:>14} {:>10} {:>8}\n", "link", "threads",
-                   "compute (ms)", "exchange (ms)", "step (ms)", "speedup");
+  t += fmt::format("  {:<34} {:>7} {:>9} {:>8} {:>13} {:>14} {:>10} {:>8}\n", "link", "Gbit/s",
+                   "latency", "threads", "compute (ms)", "exchange (ms)", "step (ms)", "speedup");
   for (const auto& [row, p] : at_k)
-    t += fmt::format("  {:<46} {:>8} {:>13.4g} {:>14.4g} {:>10.4g} {:>7.2f}x\n",
-                     fmt::format("{} ({:.3g} Gbit/s, {:.3g} us)", row.link.name, row.link.gbit_s,
-                                 row.link.latency_us),
-                     row.threads, p.compute_ms, p.comm_ms, p.ms, p.speedup);
+    t += fmt::format("  {:<34} {:>7.3g} {:>6.3g} us {:>8} {:>13.4g} {:>14.4g} {:>10.4g} {:>7.2f}x\n",
+                     row.link.name, row.link.gbit_s, row.link.latency_us, row.threads,
+                     p.compute_ms, p.comm_ms, p.ms, p.speedup);
+  t += "  (speedup: over one rank on one machine; the measured link joins ranks on this "
+       "machine, which share its cores and memory: its row compares with one rank using all of "
+       "them)\n";
   t += fmt::format("\nscaling of {} {} to 64 machines ({} threads each):\n", r.op, r.problem,
                    threads);
   t += fmt::format("  {:>5}  {:<22}", "ranks", "per rank");
