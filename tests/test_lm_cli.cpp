@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "grux/dist.h"
 #include "grux/io.h"
 #include "test_util.h"
 
@@ -52,6 +53,25 @@ struct Fixture {
     small = "--data " + data + " --hidden 16 --embed 8 --batch 4 --window 16 --threads 1";
   }
 };
+
+// A grux built without MPI that an MPI launcher starts several times (its environment says
+// so) refuses at once instead of letting every copy train over the same files. Runs in the
+// builds without MPI (scripts/test.sh's sanitizer build); an MPI build would start MPI here.
+TEST(LmCli, ABuildWithoutMpiRefusesToRunAsManyRanks) {
+  if (mpi_available()) GTEST_SKIP() << "this grux has MPI: tests/test_dist_cli.cpp covers it";
+  TempDir tmp;
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);  // what mpirun -np 2 sets in each process
+  for (const char* cmd : {"train --steps 2 --out ", "scan sum --input x.npy --dim 0 --out ",
+                          "calibrate --quick --out "}) {
+    const test::CliRun r = test::grux_cli(tmp.path, cmd + tmp.path + "/o");
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_THAT(r.err, HasSubstr("the MPI launcher started 2 processes, but this grux was built "
+                                 "without MPI"))
+        << cmd;
+    EXPECT_FALSE(std::filesystem::exists(tmp.path + "/o")) << cmd;
+  }
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+}
 
 TEST(LmCli, TrainThenShowThenGenerate) {
   Fixture f;

@@ -20,7 +20,8 @@ Tensor read_npy(const std::string& path);
 Tensor parse_npy(const std::string& bytes, const std::string& what);
 // The same array without reading it: the tensor views the file's pages as the program
 // touches them (memory-mapped, copy on write: writing to the tensor never changes the file),
-// with read_npy's checks. Falls back to read_npy's copy for what cannot be mapped.
+// with read_npy's checks. Falls back to read_npy's copy for what cannot be mapped. The file
+// must not shrink while the tensor lives (reading a page cut off the file ends the process).
 Tensor map_npy(const std::string& path);
 // The .npy header (preamble and dict, padded so that the data starts on a 64-byte boundary)
 // that write_npy writes before the data of an array of this shape and dtype.
