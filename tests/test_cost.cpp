@@ -1077,10 +1077,9 @@ TEST(CostNetwork, ProblemsSplitAcrossRanks) {
                    predict(whole.training_phases, DType::f32, prof, 4).ms / shared.ms);
   EXPECT_THROW(predict_ranks("gru", "l1d1t10n8i16h32", o, true, 2, link, prof, 1, 3), Error);
   // What cannot be split is refused, naming why.
-  for (auto [op, d, train, k] : {std::tuple{"gru", "l1d1t10n8i16h32", true, 3},
-                                 std::tuple{"linear", "b8i4o4", true, 2},
-                                 std::tuple{"scan_sum", "t1000", true, 2},
-                                 std::tuple{"gru", "l1d1t10n8i16h32", true, 0}})
+  for (auto [op, d, train, k] :
+       {std::tuple{"gru", "l1d1t10n8i16h32", true, 3}, std::tuple{"linear", "b8i4o4", true, 2},
+        std::tuple{"scan_sum", "t1000", true, 2}, std::tuple{"gru", "l1d1t10n8i16h32", true, 0}})
     EXPECT_THROW(predict_ranks(op, d, o, train, k, link, prof, 1), Error) << op << " " << k;
 }
 

@@ -235,9 +235,8 @@ TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
   stated["threads"]["1"]["stream_step_us"] = 5.0;
   const std::string stated_prof = tmp.path + "/stated.json";
   std::ofstream(stated_prof) << stated.dump();
-  r = grux_cli(tmp.path,
-               "bench gru t20n1i8h16 --cell --reps 1 --threads 1 --predict --profile " +
-                   stated_prof);
+  r = grux_cli(tmp.path, "bench gru t20n1i8h16 --cell --reps 1 --threads 1 --predict --profile " +
+                             stated_prof);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NEAR(nlohmann::json::parse(r.out)["predicted_overhead_ms"].get<double>(), 0.06, 1e-9);
   r = grux_cli(
@@ -409,9 +408,10 @@ namespace {
 // as the split dimension divides).
 TEST(CostCli, RanksPredictTheStepOnEachLinkAndTheScaling) {
   test::TempDir tmp;
-  test::CliRun r = test::grux_cli(
-      tmp.path, "cost charlm l1t64n16e64h512v65 --train --ranks 2 --threads 1 --format json "
-                "--link-gbit-s 1 --link-latency-us 100");
+  test::CliRun r =
+      test::grux_cli(tmp.path,
+                     "cost charlm l1t64n16e64h512v65 --train --ranks 2 --threads 1 --format json "
+                     "--link-gbit-s 1 --link-latency-us 100");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   const auto& k = j["ranks"];
@@ -444,18 +444,22 @@ TEST(CostCli, RanksPredictTheStepOnEachLinkAndTheScaling) {
 
 TEST(CostCli, SweepsOverTheNumberOfRanks) {
   test::TempDir tmp;
-  const CliRun r = test::grux_cli(
-      tmp.path, "cost sweep charlm --fixed l1t64n64e64h256v65 --vary ranks=1..64:x2 --train "
-                "--format csv --out " + tmp.path + "/s.csv");
+  const CliRun r =
+      test::grux_cli(tmp.path,
+                     "cost sweep charlm --fixed l1t64n64e64h256v65 --vary ranks=1..64:x2 --train "
+                     "--format csv --out " +
+                         tmp.path + "/s.csv");
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string csv = test::slurp(tmp.path + "/s.csv");
   EXPECT_THAT(csv, HasSubstr("ranks,descriptor"));
   EXPECT_THAT(csv, HasSubstr("step_10gbit_ms"));
   EXPECT_THAT(csv, HasSubstr("speedup_100gbit_x"));
   EXPECT_THAT(csv, HasSubstr("\n64,l1t64n64e64h256v65,"));
-  const CliRun bad = test::grux_cli(
-      tmp.path, "cost sweep charlm --fixed l1t64n64e64h256v65 --vary ranks=3 --train --format "
-                "csv --out " + tmp.path + "/b.csv");
+  const CliRun bad =
+      test::grux_cli(tmp.path,
+                     "cost sweep charlm --fixed l1t64n64e64h256v65 --vary ranks=3 --train --format "
+                     "csv --out " +
+                         tmp.path + "/b.csv");
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("on 3 ranks"));
 }

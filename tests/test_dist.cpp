@@ -4,14 +4,13 @@
 // equal the one-process run's (f64 1e-9, f32 1e-4), its model is the same on every rank and
 // from run to run, a checkpoint from K processes continues in one and back, and bad input
 // stops every rank with the same error.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 
 #include "grux/dist.h"
-#include <fmt/format.h>
-
 #include "grux/io.h"
 #include "grux/tensor_ops.h"
 #include "grux/train.h"
@@ -249,8 +248,9 @@ TEST(DistTrain, DifferentSettingsOrDataOnOneRankAreRefusedEverywhere) {
     t.save_checkpoint(dir.path + "/ck.safetensors");
   }
   try {
-    Trainer::resume(c.rank() == 1 ? dir.path + "/missing.safetensors" : dir.path + "/ck.safetensors",
-                    corpus(2000), &c);
+    Trainer::resume(
+        c.rank() == 1 ? dir.path + "/missing.safetensors" : dir.path + "/ck.safetensors",
+        corpus(2000), &c);
     FAIL() << "no error on rank " << c.rank();
   } catch (const CollectiveError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1: "), std::string::npos) << e.what();
@@ -338,7 +338,8 @@ TEST(DistScan, AffineRecurrencesEqualOneProcess) {
       AffineScanOptions o;
       o.reverse = rev;
       const std::string what = std::string("diagonal ") + dtype_name(dt) + (rev ? " reverse" : "");
-      EXPECT_TRUE(close_part(what, dist_affine_scan(c, a.slice(1, t0, t1), b.slice(1, t0, t1), 1, h0, o),
+      EXPECT_TRUE(close_part(what,
+                             dist_affine_scan(c, a.slice(1, t0, t1), b.slice(1, t0, t1), 1, h0, o),
                              affine_scan(a, b, 1, h0, o), 1, t0, t1));
       o.log_space = true;
       const Tensor bp = abs(b), hp = abs(h0);
@@ -353,9 +354,10 @@ TEST(DistScan, AffineRecurrencesEqualOneProcess) {
     for (bool rev : {false, true}) {
       AffineScanOptions o;
       o.reverse = rev;
-      EXPECT_TRUE(close_part(std::string("matrix ") + dtype_name(dt) + (rev ? " reverse" : ""),
-                             dist_affine_scan(c, am.slice(1, t0, t1), bm.slice(1, t0, t1), 1, hm, o),
-                             affine_scan(am, bm, 1, hm, o), 1, t0, t1));
+      EXPECT_TRUE(
+          close_part(std::string("matrix ") + dtype_name(dt) + (rev ? " reverse" : ""),
+                     dist_affine_scan(c, am.slice(1, t0, t1), bm.slice(1, t0, t1), 1, hm, o),
+                     affine_scan(am, bm, 1, hm, o), 1, t0, t1));
     }
   }
 }
@@ -388,7 +390,8 @@ TEST(DistScan, ChunksThatDoNotFitTogetherAreRefusedEverywhere) {
         << e.what();
   }
   try {
-    dist_prefix_scan(c, Tensor::zeros({5}, c.rank() == 1 ? DType::f64 : DType::f32), 0, ScanOp::sum);
+    dist_prefix_scan(c, Tensor::zeros({5}, c.rank() == 1 ? DType::f64 : DType::f32), 0,
+                     ScanOp::sum);
     FAIL() << "no error on rank " << c.rank();
   } catch (const CollectiveError& e) {
     EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();

@@ -33,8 +33,8 @@ using ::testing::HasSubstr;
 // `mpiexec -n 2 grux ARGS` with stdout and stderr captured.
 CliRun grux_mpi(const std::string& dir, const std::string& args) {
   const std::string o = dir + "/mpi_stdout.txt", e = dir + "/mpi_stderr.txt";
-  const int st = std::system((std::string(GRUX_MPIEXEC) + " -n 2 " + GRUX_CLI + " " + args +
-                              " >" + o + " 2>" + e + " </dev/null")
+  const int st = std::system((std::string(GRUX_MPIEXEC) + " -n 2 " + GRUX_CLI + " " + args + " >" +
+                              o + " 2>" + e + " </dev/null")
                                  .c_str());
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), test::slurp(o), test::slurp(e)};
 }
@@ -96,8 +96,8 @@ TEST(DistCli, TwoProcessesTrainAsOneAndRepeatExactly) {
 // Starts `mpiexec -n 2 grux ARGS` in the background; returns when `file` exists (or 60 s).
 void start_mpi(const std::string& dir, const std::string& args, const std::string& file) {
   const std::string cmd = "(" + std::string(GRUX_MPIEXEC) + " -n 2 " + GRUX_CLI + " " + args +
-                          " >" + dir + "/bg_stdout.txt 2>" + dir + "/bg_stderr.txt </dev/null; echo $? >" +
-                          dir + "/bg_rc.txt) &";
+                          " >" + dir + "/bg_stdout.txt 2>" + dir +
+                          "/bg_stderr.txt </dev/null; echo $? >" + dir + "/bg_rc.txt) &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   for (int i = 0; i < 600 && !std::filesystem::exists(file); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -128,8 +128,8 @@ TEST(DistCli, CtrlCSavesAndStopsEveryRankAndOneProcessContinues) {
   start_mpi(tmp.path, run + out, out + "/checkpoint.safetensors");
   // Ctrl-C in a terminal: SIGINT to mpiexec, which passes it on to the ranks (Open MPI takes
   // about a second to; the run lasts a few).
-  ASSERT_EQ(std::system(("pkill -INT -f '^" + std::string(GRUX_MPIEXEC) + " .*" + out + "'").c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(("pkill -INT -f '^" + std::string(GRUX_MPIEXEC) + " .*" + out + "'").c_str()), 0);
   const int rc = wait_mpi(tmp.path, 30);
   EXPECT_NE(rc, -1) << "mpiexec still running 30 s after SIGINT";
   EXPECT_NE(rc, 0);
@@ -160,8 +160,8 @@ TEST(DistCli, ARankThatDiesEndsTheJobAndLeavesTheCheckpointWhole) {
   const std::string out = tmp.path + "/run";
   start_mpi(tmp.path, kLong + " --out " + out, out + "/checkpoint.safetensors");
   // Kill one rank (a grux process, not mpiexec) with SIGKILL.
-  ASSERT_EQ(std::system(("pkill -KILL -n -f '^" + std::string(GRUX_CLI) + " .*" + out + "'").c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(("pkill -KILL -n -f '^" + std::string(GRUX_CLI) + " .*" + out + "'").c_str()), 0);
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = wait_mpi(tmp.path, 30);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -200,8 +200,8 @@ TEST(DistCli, ScansSplitAcrossRanksWriteOneFile) {
                                 read_npy(tmp.path + "/one.npy"), test::tol_for(DType::f64)));
   }
   // Bad input stops both ranks with one line each and writes nothing.
-  const CliRun bad = grux_mpi(tmp.path, "scan sum --input " + tmp.path + "/x.npy --dim 3 --out " +
-                                            tmp.path + "/bad.npy");
+  const CliRun bad = grux_mpi(
+      tmp.path, "scan sum --input " + tmp.path + "/x.npy --dim 3 --out " + tmp.path + "/bad.npy");
   EXPECT_NE(bad.code, 0);
   EXPECT_EQ(count(bad.err, "grux: error: --dim 3 out of range"), 2u) << bad.err;
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad.npy"));

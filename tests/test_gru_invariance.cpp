@@ -103,13 +103,13 @@ TEST_P(Invariance, PartsOfABatchDrawTheWholeBatchsDropout) {
   const GruOutput all = gru.forward_train(x, {}, {}, tape, 77);
   const GruGrads g_all = gru.backward(tape, dy, {});
   for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}, {4, 1}}) {
-    const std::string part = std::string(k.name) + " streams " + std::to_string(first) + "+" +
-                             std::to_string(count);
+    const std::string part =
+        std::string(k.name) + " streams " + std::to_string(first) + "+" + std::to_string(count);
     GruTape t;
     const Tensor xp = x.slice(1, first, first + count).contiguous();
     const GruOutput y = gru.forward_train(xp, {}, {}, t, 77, 0, Precision::f32, {first, N});
-    EXPECT_TRUE(test::all_close(part, "output", y.output,
-                                all.output.slice(1, first, first + count), {0, 0}));
+    EXPECT_TRUE(test::all_close(part, "output", y.output, all.output.slice(1, first, first + count),
+                                {0, 0}));
     const GruGrads g = gru.backward(t, dy.slice(1, first, first + count).contiguous(), {});
     EXPECT_TRUE(test::all_close(part, "dinput", g.dinput,
                                 g_all.dinput.slice(1, first, first + count), {0, 0}));
@@ -118,9 +118,9 @@ TEST_P(Invariance, PartsOfABatchDrawTheWholeBatchsDropout) {
   GruTape t;
   const GruOutput y = gru.forward_train(x.slice(1, 2, 5).contiguous(), {}, {}, t, 77);
   EXPECT_FALSE(test::all_close(k.name, "output", y.output, all.output.slice(1, 2, 5), {0, 0}));
-  EXPECT_THROW(gru.forward_train(x.slice(1, 2, 5).contiguous(), {}, {}, t, 77, 0, Precision::f32,
-                                 {3, 5}),
-               Error);
+  EXPECT_THROW(
+      gru.forward_train(x.slice(1, 2, 5).contiguous(), {}, {}, t, 77, 0, Precision::f32, {3, 5}),
+      Error);
 }
 
 constexpr auto LBR = GruForm::linear_before_reset;

@@ -167,9 +167,9 @@ CostReport charlm_cost(const std::string& descriptor, DType dtype);
 // A network link between ranks as the collectives see it: a fixed cost per message and the
 // bandwidth of one rank's port (each direction).
 struct LinkModel {
-  std::string name;        // "10 Gbit/s", "local (grux calibrate)", ...
-  double latency_us = 0;   // per message
-  double gbit_s = 0;       // per rank and direction
+  std::string name;       // "10 Gbit/s", "local (grux calibrate)", ...
+  double latency_us = 0;  // per message
+  double gbit_s = 0;      // per rank and direction
 };
 // The two networks of the scaling tables: 10 Gbit/s Ethernet (TCP, 25 us per message) and
 // 100 Gbit/s (RDMA, 3 us per message); docs/cost_model.md, "Many processes".
@@ -322,17 +322,16 @@ struct Prediction {
 Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineProfile& profile,
                    int threads, bool stream = false);
 
-
 // One problem on K ranks: a training step (data parallelism: each rank runs 1/K of the batch,
 // then the gradients are summed) or a forward; for the scans, each rank scans 1/K of the
 // sequence, the ranks exchange their chunks' totals, and each rescans its chunk with them.
 struct RankPrediction {
   int ranks = 1;
-  std::string per_rank;     // the problem each rank runs ("l1d1t64n8i64h512")
-  double compute_ms = 0;    // that problem at the profile's rates, with the rank's threads
-  double comm_ms = 0;       // the collectives on `link`
-  double ms = 0;            // compute_ms + comm_ms
-  double speedup = 1;       // over the same problem on one rank (of the machine's threads)
+  std::string per_rank;   // the problem each rank runs ("l1d1t64n8i64h512")
+  double compute_ms = 0;  // that problem at the profile's rates, with the rank's threads
+  double comm_ms = 0;     // the collectives on `link`
+  double ms = 0;          // compute_ms + comm_ms
+  double speedup = 1;     // over the same problem on one rank (of the machine's threads)
 };
 // Which operators split across ranks, and along which letter: the batch (n) of gru, mingru
 // and charlm, the time (t) of the scans. K must divide it; throws otherwise, and for other

@@ -56,8 +56,8 @@ class CollectiveError : public Error {
 // every rank otherwise. How one rank's bad input
 // (a file it cannot read) stops all of them with one line each, none left waiting.
 void agree_no_error(Communicator& comm, const std::string& error);
-// Throws a CollectiveError on every rank when some rank's `value` differs from rank 0's ("rank R has a
-// different WHAT than rank 0: VALUE_R vs VALUE_0", values cut to 80 characters).
+// Throws a CollectiveError on every rank when some rank's `value` differs from rank 0's ("rank R
+// has a different WHAT than rank 0: VALUE_R vs VALUE_0", values cut to 80 characters).
 void agree_same(Communicator& comm, const std::string& what, const std::string& value);
 
 // ---- Distributed scans -----------------------------------------------------------------

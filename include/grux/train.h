@@ -110,7 +110,7 @@ class Trainer {
   void check_same_run() const;          // every rank has rank 0's settings, text and step
   void load_checkpoint(const std::string& path, const std::string& text);
   void write_checkpoint(const std::string& path, const Tensor& h) const;  // rank 0
-  void sum_gradients(double& loss);     // across the ranks: the whole batch's mean
+  void sum_gradients(double& loss);  // across the ranks: the whole batch's mean
   Communicator* comm_ = nullptr;
   int64_t first_ = 0, local_ = 0;  // this rank's streams of the batch: [first_, first_ + local_)
   TrainOptions options_;

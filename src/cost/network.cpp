@@ -116,15 +116,15 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
                              const LinkModel& link, const MachineProfile& profile, int threads,
                              int per_machine) {
   if (per_machine < 1 || per_machine > ranks)
-    throw Error(fmt::format("{} ranks per machine of {} (expected 1..{})", per_machine, ranks,
-                            ranks));
-  if (ranks < 1 || ranks > 65536)
-    throw Error(fmt::format("--ranks {} (expected 1..65536)", ranks));
+    throw Error(
+        fmt::format("{} ranks per machine of {} (expected 1..{})", per_machine, ranks, ranks));
+  if (ranks < 1 || ranks > 65536) throw Error(fmt::format("--ranks {} (expected 1..65536)", ranks));
   const bool scan = op.rfind("scan_", 0) == 0;
   if (!scan && op != "gru" && op != "mingru" && op != "charlm")
-    throw Error(fmt::format("--ranks: {} does not run on several processes (gru, mingru, charlm "
-                            "and the scans do)",
-                            op));
+    throw Error(
+        fmt::format("--ranks: {} does not run on several processes (gru, mingru, charlm "
+                    "and the scans do)",
+                    op));
   if (scan && train && ranks > 1)
     throw Error("--ranks with --train: the distributed scans have no backward");
   const char letter = scan ? 't' : 'n';
@@ -136,9 +136,10 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
     if (c == letter && !found) {
       found = true;
       if (v % ranks != 0)
-        throw Error(fmt::format("--ranks {} does not divide {}{} of {} (each rank takes an equal "
-                                "share)",
-                                ranks, c, v, descriptor));
+        throw Error(
+            fmt::format("--ranks {} does not divide {}{} of {} (each rank takes an equal "
+                        "share)",
+                        ranks, c, v, descriptor));
       value = v / ranks;
     }
     part += fmt::format("{}{}", c, value);
@@ -153,8 +154,8 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
   r.ranks = ranks;
   r.per_rank = part;
   // The baseline: one rank with the same threads, or with the machine's (shared machines).
-  const double one = predict(train ? whole.training_phases : whole.inference_phases,
-                             options.dtype, profile, threads * per_machine)
+  const double one = predict(train ? whole.training_phases : whole.inference_phases, options.dtype,
+                             profile, threads * per_machine)
                          .ms;
   std::vector<Phase> phases = train ? mine.training_phases : mine.inference_phases;
   if (scan && ranks > 1) {
@@ -185,7 +186,8 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
   // Ranks on one machine run side by side on its threads: together, the work of all of them.
   if (per_machine > 1) {
     std::vector<Phase> together;
-    for (int k = 0; k < per_machine; ++k) together.insert(together.end(), phases.begin(), phases.end());
+    for (int k = 0; k < per_machine; ++k)
+      together.insert(together.end(), phases.begin(), phases.end());
     r.compute_ms = predict(together, options.dtype, profile, threads * per_machine).ms;
   } else {
     r.compute_ms = time(phases);

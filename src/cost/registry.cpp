@@ -186,8 +186,7 @@ const std::vector<CostOp>& cost_ops() {
        [](const std::string& d, const CostOptions& o) {
          return activation_from(Activation::silu, d, o);
        }},
-      {"leaky_relu", "elementwise leaky ReLU", "n{COUNT}", "n65536", "n", "", false, false,
-       false,
+      {"leaky_relu", "elementwise leaky ReLU", "n{COUNT}", "n65536", "n", "", false, false, false,
        [](const std::string& d, const CostOptions& o) {
          return activation_from(Activation::leaky_relu, d, o);
        }},

@@ -177,13 +177,13 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
           throw Error(fmt::format("sweep point {} on {} ranks: {}", d, ranks, e.what()));
         }
         f.push_back({"step_" + tag + "_ms",
-                     fmt::format("{} over the ranks on {}", spec.train ? "training step" : "forward",
-                                 l.name),
+                     fmt::format("{} over the ranks on {}",
+                                 spec.train ? "training step" : "forward", l.name),
                      "ms", rp.ms});
-        f.push_back({"exchange_" + tag + "_ms", "exchange between ranks on " + l.name, "ms",
-                     rp.comm_ms});
-        f.push_back({"speedup_" + tag + "_x", "speedup over one rank on " + l.name, "x",
-                     rp.speedup});
+        f.push_back(
+            {"exchange_" + tag + "_ms", "exchange between ranks on " + l.name, "ms", rp.comm_ms});
+        f.push_back(
+            {"speedup_" + tag + "_x", "speedup over one rank on " + l.name, "x", rp.speedup});
       }
     }
     if (r.metrics.empty())

@@ -48,7 +48,7 @@ void agree_same(Communicator& comm, const std::string& what, const std::string& 
   for (size_t r = 1; r < all.size(); ++r)
     if (all[r] != all[0])
       throw CollectiveError(fmt::format("rank {} has a different {} than rank 0: {} vs {}", r, what,
-                              cut(all[r]), cut(all[0])));
+                                        cut(all[r]), cut(all[0])));
 }
 
 // Open MPI's mpirun, MPICH's and Intel MPI's mpiexec (Hydra) and Slurm's srun.
@@ -79,9 +79,9 @@ LinkModel measure_link(Communicator& comm, bool quick) {
       comm.sum(buf.data(), 1);  // start together
       const auto t0 = std::chrono::steady_clock::now();
       comm.sum(buf.data(), n);
-      best = std::min(best, std::chrono::duration<double, std::milli>(
-                                std::chrono::steady_clock::now() - t0)
-                                .count());
+      best = std::min(
+          best,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     double shared = comm.rank() == 0 ? best : 0;
     comm.sum(&shared, 1);

@@ -81,8 +81,8 @@ void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& p
                       std::mt19937_64{std::random_device{}()}());
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
-      error = fmt::format("cannot write '{}': cannot create '{}': {}", path, tmp,
-                          std::strerror(errno));
+      error =
+          fmt::format("cannot write '{}': cannot create '{}': {}", path, tmp, std::strerror(errno));
       tmp.clear();
     } else {
       try {
@@ -116,9 +116,8 @@ void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& p
       const size_t slab = static_cast<size_t>(part.size(d) * inner) * item;
       const char* src = static_cast<const char*>(part.raw_data());
       for (int64_t o = 0; o < outer && slab > 0; ++o)
-        pwrite_all(fd, src + o * slab,
-                   slab, static_cast<off_t>(header.size() + ((o * total + first) * inner) * item),
-                   tmp);
+        pwrite_all(fd, src + o * slab, slab,
+                   static_cast<off_t>(header.size() + ((o * total + first) * inner) * item), tmp);
     } catch (...) {
       ::close(fd);
       throw;
@@ -142,8 +141,8 @@ void dist_write_npy(Communicator& comm, const std::string& path, const Tensor& p
   cleanup_and_agree(error);
   if (comm.rank() == 0) {
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      error = fmt::format("cannot write '{}': rename from '{}': {}", path, tmp,
-                          std::strerror(errno));
+      error =
+          fmt::format("cannot write '{}': rename from '{}': {}", path, tmp, std::strerror(errno));
     } else {
       const int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dfd >= 0) {

@@ -1,19 +1,18 @@
 // NumPy .npy reader and writer: versions 1.0 / 2.0 / 3.0 in, 1.0 out; dtypes <f4, <f8, <i8;
 // C order only. The Python-literal header dict is parsed by hand and every size is checked.
-#include <fmt/format.h>
-
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <memory>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -260,7 +259,6 @@ struct NpyLayout {
 };
 
 NpyLayout parse_layout(std::string_view b, const std::string& what) {
-
   // 1. Preamble: magic, version, header length.
   if (b.empty()) {
     throw Error(
@@ -425,8 +423,8 @@ Tensor map_npy(const std::string& path) {
     return read_npy(path);  // not a regular file: read it (read_npy names the problem)
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  void* p = size > 0 ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0)
-                     : MAP_FAILED;
+  void* p =
+      size > 0 ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (p == MAP_FAILED) return read_npy(path);
   std::shared_ptr<void> owner(p, [size](void* q) { ::munmap(q, size); });

@@ -395,7 +395,8 @@ void TextBatches::window(int64_t w, Tensor& ids, Tensor& targets, int64_t first,
                          int64_t count) const {
   GRUX_ASSERT(w >= 0 && w < windows_);
   GRUX_ASSERT(first >= 0 && count >= 0 && first + count <= N_);
-  if (!ids.defined() || ids.shape() != Shape{T_, count}) ids = Tensor::empty({T_, count}, DType::i64);
+  if (!ids.defined() || ids.shape() != Shape{T_, count})
+    ids = Tensor::empty({T_, count}, DType::i64);
   if (!targets.defined() || targets.shape() != Shape{T_, count})
     targets = Tensor::empty({T_, count}, DType::i64);
   int64_t* x = ids.data<int64_t>();

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <type_traits>
 
 #include "grux/io.h"
 #include "grux/train.h"
@@ -193,9 +193,9 @@ Communicator& Trainer::communicator() const {
 void Trainer::setup(const std::string& text) {
   const Communicator& comm = communicator();
   if (options_.batch % comm.size() != 0)
-    throw Error(fmt::format(
-        "--batch {} is not divisible by the {} processes (each takes as many streams)",
-        options_.batch, comm.size()));
+    throw Error(
+        fmt::format("--batch {} is not divisible by the {} processes (each takes as many streams)",
+                    options_.batch, comm.size()));
   local_ = options_.batch / comm.size();
   first_ = comm.rank() * local_;
   std::vector<int64_t> ids = vocab_.encode(text, "training text");

@@ -569,8 +569,8 @@ GruOutput GruInference::forward(const Tensor& input, const Tensor& h0, const Ten
 }
 
 GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                             GruTape& tape, uint64_t dropout_seed, int threads,
-                             Precision precision, BatchShare share) const {
+                             GruTape& tape, uint64_t dropout_seed, int threads, Precision precision,
+                             BatchShare share) const {
   ops::ThreadsScope scope("gru", threads);
   if (precision == Precision::int8)
     throw Error("gru forward_train: precision int8 is for inference; train in f32 or bf16");
@@ -595,8 +595,8 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   data->packed_f32.resize(dtype_ == DType::f32 ? LD : 0);
   data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
   GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
-    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(),
-                                     nullptr, precision, share);
+    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(), nullptr,
+                                     precision, share);
   });
   data->h0_shape = r.h_n.shape();
   if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);

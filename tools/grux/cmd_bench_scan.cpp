@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "grux/dist.h"
 #include "cpu/gemm.h"
+#include "grux/dist.h"
 #include "grux/runtime.h"
 #include "grux/scan.h"
 #include "grux/tensor_ops.h"
@@ -204,8 +204,10 @@ void run_bench_scan(const ScanBenchArgs& a, Communicator& comm) {
                             a.descriptor));
   if (comm.size() > 1) {
     if (p.T < comm.size())
-      throw CollectiveError(fmt::format("{} has {} steps for {} ranks (expected at least one "
-                                        "each)", p.descriptor(), p.T, comm.size()));
+      throw CollectiveError(
+          fmt::format("{} has {} steps for {} ranks (expected at least one "
+                      "each)",
+                      p.descriptor(), p.T, comm.size()));
     run_bench_scan_ranks(a, p, comm);
     return;
   }

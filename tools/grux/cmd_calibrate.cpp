@@ -54,9 +54,10 @@ void calibrate_link(const CalibrateArgs& a, Communicator& comm) {
     try {
       prof = MachineProfile::from_json(read_file(out), out);
     } catch (const Error& e) {
-      error = fmt::format("{} (calibrate this machine first with grux calibrate; under mpirun it "
-                          "adds the link between the ranks to that profile)",
-                          e.what());
+      error = fmt::format(
+          "{} (calibrate this machine first with grux calibrate; under mpirun it "
+          "adds the link between the ranks to that profile)",
+          e.what());
     }
   }
   agree_no_error(comm, error);

@@ -101,8 +101,7 @@ std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOpti
   }
   // The measured link joins ranks on this machine: they share its cores.
   if (prof.link.gbit_s > 0)
-    links.push_back({prof.link, a.threads > 0 ? a.threads : std::max(1, cores / a.ranks),
-                     a.ranks});
+    links.push_back({prof.link, a.threads > 0 ? a.threads : std::max(1, cores / a.ranks), a.ranks});
   for (const LinkModel& l : network_presets()) links.push_back({l, threads});
   std::vector<std::pair<Row, RankPrediction>> at_k;
   for (const Row& row : links)
@@ -139,25 +138,28 @@ std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOpti
       for (const LinkModel& l : network_presets()) {
         const RankPrediction p =
             predict_ranks(r.op, r.problem, options, a.train, k, l, prof, threads);
-        e[l.name] = {{"ms", p.ms}, {"comm_ms", p.comm_ms}, {"speedup", p.speedup},
+        e[l.name] = {{"ms", p.ms},
+                     {"comm_ms", p.comm_ms},
+                     {"speedup", p.speedup},
                      {"efficiency", p.speedup / k}};
       }
       j["scaling"].push_back(e);
     }
     return j.dump();
   }
-  std::string t = fmt::format(
-      "on {} ranks: each runs {}{}\n", a.ranks, at_k.front().second.per_rank,
-      a.train && r.op.rfind("scan_", 0) != 0
-          ? fmt::format(", then the {:.3g} MB of gradients are summed across the ranks",
-                        grad_bytes / 1e6)
-          : "");
+  std::string t =
+      fmt::format("on {} ranks: each runs {}{}\n", a.ranks, at_k.front().second.per_rank,
+                  a.train && r.op.rfind("scan_", 0) != 0
+                      ? fmt::format(", then the {:.3g} MB of gradients are summed across the ranks",
+                                    grad_bytes / 1e6)
+                      : "");
   t += fmt::format("  {:<34} {:>7} {:>9} {:>8} {:>13} {:>14} {:>10} {:>8}\n", "link", "Gbit/s",
                    "latency", "threads", "compute (ms)", "exchange (ms)", "step (ms)", "speedup");
   for (const auto& [row, p] : at_k)
-    t += fmt::format("  {:<34} {:>7.3g} {:>6.3g} us {:>8} {:>13.4g} {:>14.4g} {:>10.4g} {:>7.2f}x\n",
-                     row.link.name, row.link.gbit_s, row.link.latency_us, row.threads,
-                     p.compute_ms, p.comm_ms, p.ms, p.speedup);
+    t +=
+        fmt::format("  {:<34} {:>7.3g} {:>6.3g} us {:>8} {:>13.4g} {:>14.4g} {:>10.4g} {:>7.2f}x\n",
+                    row.link.name, row.link.gbit_s, row.link.latency_us, row.threads, p.compute_ms,
+                    p.comm_ms, p.ms, p.speedup);
   t += "  (speedup: over one rank on one machine; the measured link joins ranks on this "
        "machine, which share its cores and memory: its row compares with one rank using all of "
        "them)\n";
@@ -168,12 +170,13 @@ std::string ranks_section(const CostArgs& a, const CostReport& r, const CostOpti
     t += fmt::format(" {:>22} {:>8} {:>6}", l.name + " (ms)", "speedup", "eff.");
   t += "\n";
   for (int k : ks) {
-    t += fmt::format("  {:>5}  {:<22}", k,
-                     predict_ranks(r.op, r.problem, options, a.train, k, network_presets()[0], prof,
-                                   threads)
-                         .per_rank);
+    t += fmt::format(
+        "  {:>5}  {:<22}", k,
+        predict_ranks(r.op, r.problem, options, a.train, k, network_presets()[0], prof, threads)
+            .per_rank);
     for (const LinkModel& l : network_presets()) {
-      const RankPrediction p = predict_ranks(r.op, r.problem, options, a.train, k, l, prof, threads);
+      const RankPrediction p =
+          predict_ranks(r.op, r.problem, options, a.train, k, l, prof, threads);
       t += fmt::format(" {:>22.4g} {:>7.2f}x {:>5.0f}%", p.ms, p.speedup, 100 * p.speedup / k);
     }
     t += "\n";
@@ -316,8 +319,8 @@ Action add_cost_command(CLI::App& app) {
   c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear, mingru: without bias");
   c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
   c->add_option("--ranks", a->ranks,
-                 "gru, mingru, charlm, scans: the problem split over K processes (the batch, or "
-                 "the scanned time), with the scaling table to 64 machines");
+                "gru, mingru, charlm, scans: the problem split over K processes (the batch, or "
+                "the scanned time), with the scaling table to 64 machines");
   c->add_option("--link-gbit-s", a->link_gbit_s,
                 "with --ranks: a link of this bandwidth per rank (Gbit/s), besides the measured "
                 "one (mpirun -np 2 grux calibrate) and the 10 and 100 Gbit/s presets");

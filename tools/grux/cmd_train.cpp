@@ -118,8 +118,8 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
       const bool evaluated =
           tr->val_tokens() == 0 || (!h.val_step.empty() && h.val_step.back() == tr->steps_done());
       if (evaluated)
-        throw CollectiveError(fmt::format("--resume {}: the run is complete ({} of {} steps)", a.resume,
-                                tr->steps_done(), tr->options().steps));
+        throw CollectiveError(fmt::format("--resume {}: the run is complete ({} of {} steps)",
+                                          a.resume, tr->steps_done(), tr->options().steps));
       // grux before 2026-11-23 checkpointed the last step before evaluating it: a kill in
       // between left a finished run without its final validation loss. Finish it.
       const double v = tr->evaluate();
@@ -127,10 +127,10 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
       save_all(*tr, a.out);
       if (root)
         fmt::print(stderr,
-                 "the run was complete ({} steps) but its final evaluation was missing: "
-                 "validation loss {:.4f} nats/char\nwrote {}/checkpoint.safetensors, "
-                 "{}/loss.csv, {}/loss.svg\n",
-                 tr->steps_done(), v, a.out, a.out, a.out);
+                   "the run was complete ({} steps) but its final evaluation was missing: "
+                   "validation loss {:.4f} nats/char\nwrote {}/checkpoint.safetensors, "
+                   "{}/loss.csv, {}/loss.svg\n",
+                   tr->steps_done(), v, a.out, a.out, a.out);
       return;
     }
   } else {
@@ -143,20 +143,20 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
   const CharLmConfig& m = o.model;
   if (root)
     fmt::print(stderr,
-             "grux train: {} ({} characters, vocabulary {}; {} for training, {} for "
-             "validation)\nmodel: embedding {} -> GRU {} x {} -> linear {}; {} parameters ({})\n"
-             "{} steps of batch {} x window {}, {} lr {} (warm-up {}, cosine to {}), clip {}, "
-             "{}{} threads{}\n",
-             path, text.size(), tr->vocab().size(), tr->train_tokens(), tr->val_tokens(), m.embed,
-             m.layers, m.hidden, m.vocab, tr->model().num_parameters(),
-             o.precision == Precision::f32
-                 ? std::string(dtype_name(m.dtype))
-                 : fmt::format("{}, the GRU's products in {}", dtype_name(m.dtype),
-                               precision_name(o.precision)),
-             a.time_s > 0 ? fmt::format("up to {:.0f} s:", a.time_s) : fmt::to_string(o.steps),
-             o.batch, o.window, o.optimizer, o.lr, o.warmup, o.min_lr, o.clip,
-             comm.size() > 1 ? fmt::format("{} processes x ", comm.size()) : "", threads,
-             a.resume.empty() ? "" : fmt::format("; resuming at step {}", tr->steps_done()));
+               "grux train: {} ({} characters, vocabulary {}; {} for training, {} for "
+               "validation)\nmodel: embedding {} -> GRU {} x {} -> linear {}; {} parameters ({})\n"
+               "{} steps of batch {} x window {}, {} lr {} (warm-up {}, cosine to {}), clip {}, "
+               "{}{} threads{}\n",
+               path, text.size(), tr->vocab().size(), tr->train_tokens(), tr->val_tokens(), m.embed,
+               m.layers, m.hidden, m.vocab, tr->model().num_parameters(),
+               o.precision == Precision::f32
+                   ? std::string(dtype_name(m.dtype))
+                   : fmt::format("{}, the GRU's products in {}", dtype_name(m.dtype),
+                                 precision_name(o.precision)),
+               a.time_s > 0 ? fmt::format("up to {:.0f} s:", a.time_s) : fmt::to_string(o.steps),
+               o.batch, o.window, o.optimizer, o.lr, o.warmup, o.min_lr, o.clip,
+               comm.size() > 1 ? fmt::format("{} processes x ", comm.size()) : "", threads,
+               a.resume.empty() ? "" : fmt::format("; resuming at step {}", tr->steps_done()));
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -231,8 +231,7 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
     }
     if (a.time_s > 0 && elapsed > a.time_s * 1.05 && !tr->done()) {
       if (root)
-        fmt::print(stderr,
-                   "{}time budget reached before the planned steps; stopping at step {}\n",
+        fmt::print(stderr, "{}time budget reached before the planned steps; stopping at step {}\n",
                    tty ? "\r\033[K" : "", tr->steps_done());
       break;
     }
@@ -257,8 +256,8 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
                "{}\nwrote {}/checkpoint.safetensors, {}/loss.csv, {}/loss.svg\n",
                stop ? "interrupted" : "done", tr->steps_done(), tr->steps_done() - first, train_s,
                tokens / std::max(1e-9, train_s), last_loss,
-               std::isfinite(val) ? fmt::format(", validation loss {:.4f}", val) : "", a.out,
-               a.out, a.out);
+               std::isfinite(val) ? fmt::format(", validation loss {:.4f}", val) : "", a.out, a.out,
+               a.out);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (stop) throw Interrupted("interrupted; the checkpoint is saved (continue with --resume)");
