@@ -5,7 +5,8 @@ WebDriver protocol (plain HTTP + JSON, Python's standard library only).
 Writes a report with `grux cost sweep ... --format html --bench FIXTURE`, opens it, and checks
 that it renders (three plots, no script errors, no network request), that moving a slider
 changes the numbers and the plots, that each plot exports as PNG and SVG, and that a
-screenshot can be taken (saved next to the report). Exit code 0 on success; on failure it
+screenshot can be taken (saved next to the report); then a sweep over the number of ranks
+(`--vary ranks=...`) renders too. Exit code 0 on success; on failure it
 prints what was expected and what the page showed.
 
 Usage: test_report_chromium.py --grux BUILD/grux --out DIR [--keep]
@@ -213,6 +214,7 @@ def main():
               f"the slider moved n from 1 to 2 ({after['d']})")
         check(after["numbers"] != before["numbers"], "the numbers changed with the slider")
         check(after["marker"] != before["marker"], "the current-point marker moved")
+
         # The numbers shown are the sweep's own: GEMM FLOP of the forward at n = 2.
         flop = 2 * 2 * 100 * 3 * 64 * (128 + 64)
         check(f"{flop:,}" in after["numbers"], f"forward total shows {flop:,} FLOP")
@@ -242,6 +244,27 @@ def main():
         check(urls and not remote, f"{len(urls)} requests, none to the network {remote[:3]}")
         severe = [e["message"] for e in wd.log("browser") if e.get("level") == "SEVERE"]
         check(not severe, f"no severe console messages {severe[:3]}")
+
+        print("== a sweep over the number of ranks (grux cost sweep --vary ranks=...)")
+        ranks_report = os.path.join(args.out, "ranks.html")
+        cmd = [args.grux, "cost", "sweep", "charlm", "--fixed", "l1t64n1024e64h512v65",
+               "--vary", "ranks=1..64:x2", "--vary", "n=256..1024:x2", "--train", "--threads",
+               "2", "--format", "html", "--out", ranks_report]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            fail(f"{' '.join(cmd)} exited with {r.returncode}: {r.stderr.strip()}")
+        wd.get("file://" + os.path.abspath(ranks_report))
+        deadline = time.time() + 60
+        while wd.js("return document.body && document.body.dataset.ready") != "1":
+            if time.time() > deadline:
+                fail("the ranks report did not finish rendering within 60 s; script errors: "
+                     f"{wd.js('return window.gruxErrors')}")
+            time.sleep(0.25)
+        check(wd.js("return window.gruxErrors") == [], "no script errors in the ranks report")
+        check(wd.js("return !!document.getElementById('slider-ranks')"), "a slider for ranks")
+        names = wd.js("return D.metrics.map((m) => m.key)")
+        check("speedup_10gbit_x" in names and "step_100gbit_ms" in names,
+              "the ranks report carries the step time and speedup per network")
     finally:
         try:
             wd.quit()

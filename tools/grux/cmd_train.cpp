@@ -108,7 +108,7 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
           "--warmup", "--dropout", "--seed", "--optimizer", "--weight-decay", "--momentum",
           "--clip", "--val-fraction", "--eval-every", "--dtype", "--precision", "--time"})
       if (sub->count(opt) > 0)
-        throw Error(
+        throw CollectiveError(
             fmt::format("{} cannot be combined with --resume (the run continues with "
                         "the settings saved in the checkpoint)",
                         opt));
