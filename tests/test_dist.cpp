@@ -396,6 +396,17 @@ TEST(DistScan, ChunksThatDoNotFitTogetherAreRefusedEverywhere) {
   } catch (const CollectiveError& e) {
     EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();
   }
+  // A bad initial state on the rank that holds the start, even with an empty chunk there.
+  try {
+    dist_affine_scan(c, Tensor::zeros({c.rank() == 0 ? 0 : 4, 3}, DType::f32),
+                     Tensor::zeros({c.rank() == 0 ? 0 : 4, 3}, DType::f32), 0,
+                     Tensor::zeros({2}, DType::f32));
+    FAIL() << "no error on rank " << c.rank();
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: dist_affine_scan: h0 is f32 (2,), expected f32 (3,)"),
+              std::string::npos)
+        << e.what();
+  }
   try {
     dist_prefix_scan(c, x, c.rank() == 1 ? 5 : 0, ScanOp::sum);
     FAIL() << "no error on rank " << c.rank();

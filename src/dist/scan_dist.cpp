@@ -139,6 +139,12 @@ Tensor dist_affine_scan(Communicator& comm, const Tensor& a_in, const Tensor& b_
     check.threads = 1;
     check.log_space = false;
     if (b.size(d) > 0) (void)affine_scan(a.slice(d, 0, 1), b.slice(d, 0, 1), d, h0, check);
+    Shape state = b.shape();
+    state.erase(state.begin() + d);
+    if (h0.defined() && (h0.shape() != state || h0.dtype() != b.dtype()))
+      throw Error(fmt::format("{}: h0 is {} {}, expected {} {} (b's shape without dim {})", name,
+                              dtype_name(h0.dtype()), shape_str(h0.shape()),
+                              dtype_name(b.dtype()), shape_str(state), d));
     if (opt.log_space) {
       if (matrix) throw Error(fmt::format("{}: log space needs the diagonal form", name));
       for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}, {"h0", &h0}})
