@@ -270,7 +270,9 @@ Action add_train_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "train",
       "Train a character-level GRU language model (embedding -> GRU -> linear -> softmax) on a "
-      "UTF-8 text; writes DIR/checkpoint.safetensors, DIR/loss.csv and DIR/loss.svg");
+      "UTF-8 text; writes DIR/checkpoint.safetensors, DIR/loss.csv and DIR/loss.svg. Under "
+      "mpirun -np K, one model on K processes: each takes batch/K streams, the gradients are "
+      "summed every step, rank 0 prints and writes (README, section Many machines)");
   TrainOptions& o = a->o;
   sub->add_option("--data", a->data,
                   "UTF-8 text to train on (default: the embedded Shakespeare corpus)");
