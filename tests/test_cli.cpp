@@ -11,6 +11,7 @@
 
 #include "grux/gru.h"
 #include "grux/runtime.h"
+#include "grux/dist.h"
 #include "test_util.h"
 
 namespace grux {
@@ -195,6 +196,9 @@ TEST(Cli, InfoNamesThePrecisionKernels) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("precision kernels: bf16 " + precision_kernel(Precision::bf16) +
                                ", int8 " + precision_kernel(Precision::int8)));
+  // And whether it can run as many processes.
+  EXPECT_THAT(r.out, HasSubstr(mpi_available() ? "mpi: " + mpi_library() + " (mpirun"
+                                               : std::string("mpi: no (built without")));
 }
 
 TEST(Cli, HelpAndUsageErrors) {

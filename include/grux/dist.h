@@ -98,8 +98,9 @@ LinkModel measure_link(Communicator& comm, bool quick);
 int launched_ranks();
 // How many of them run on this host (0 when not started by a launcher).
 int launched_local_ranks();
-// Whether this grux was built with MPI.
+// Whether this grux was built with MPI, and which library ("Open MPI v4.1.4, ..."; "" without).
 bool mpi_available();
+std::string mpi_library();
 
 // MPI for this process, from construction to destruction (MPI_Init_thread, funneled: only
 // the thread that made the session calls MPI; MPI_Finalize). At most one per process. Throws

@@ -25,6 +25,15 @@ bool mpi_available() {
   return true;
 }
 
+std::string mpi_library() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int n = 0;
+  MPI_Get_library_version(text, &n);  // allowed before MPI_Init
+  std::string s(text, static_cast<size_t>(std::max(0, n)));
+  const size_t cut = s.find_first_of("\n,");  // the first line's name and version
+  return s.substr(0, cut);
+}
+
 namespace {
 
 template <typename T>
@@ -136,6 +145,10 @@ void MpiSession::abort(int code) {
 
 bool mpi_available() {
   return false;
+}
+
+std::string mpi_library() {
+  return "";
 }
 
 MpiSession::MpiSession() {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "grux/dist.h"
 #include "cpu/blas.h"
 #include "grux/precision.h"
 #include "grux/runtime.h"
@@ -35,6 +36,9 @@ void run_info(const InfoArgs& a) {
   fmt::print("precision kernels: bf16 {}, int8 {} (--precision of grux gru and grux bench gru)\n",
              precision_kernel(Precision::bf16), precision_kernel(Precision::int8));
   fmt::print("reference kernels: {}\n", reference_kernels() ? "on (GRUX_REFERENCE=1)" : "off");
+  fmt::print("mpi: {}\n", mpi_available()
+                              ? mpi_library() + " (mpirun -np K grux train | scan | calibrate)"
+                              : std::string("no (built without; one process only)"));
   fmt::print("blas: OpenBLAS with its {} kernel{}; only grux bench gemm and grux calibrate "
              "measure it, no operator computes through it\n",
              cpu::blas_core(),
