@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "grux/dist.h"
 #include "grux/gru.h"
 #include "grux/runtime.h"
-#include "grux/dist.h"
 #include "test_util.h"
 
 namespace grux {
