@@ -7,8 +7,8 @@
 #include <cstdlib>
 
 #include "commands.h"
-#include "grux/dist.h"
 #include "cpu/blas.h"
+#include "grux/dist.h"
 #include "grux/precision.h"
 #include "grux/runtime.h"
 
