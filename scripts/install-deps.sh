@@ -21,6 +21,7 @@ packages=(
   python3-numpy python3-torch python3-pytest  # the Python package and its tests
   chromium chromium-driver # the HTML cost report opened in headless Chromium (tests)
   openmpi-bin libopenmpi-dev  # MPI: multi-process training and scans, tested with 2 ranks
+  procps                   # pkill: the MPI tests signal mpiexec and its ranks
 )
 
 missing=()
