@@ -128,6 +128,16 @@ class WebDriver:
             self.sid = None
 
 
+def wait_rendered(wd, what):
+    """Waits until the open report says it has rendered (60 s at most)."""
+    deadline = time.time() + 60
+    while wd.js("return document.body && document.body.dataset.ready") != "1":
+        if time.time() > deadline:
+            fail(f"{what} did not finish rendering within 60 s; script errors: "
+                 f"{wd.js('return window.gruxErrors')}")
+        time.sleep(0.25)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grux", required=True, help="the grux binary")
@@ -170,12 +180,7 @@ def main():
         wd.wait_up(proc)
         wd.start(args.chromium, "1400,1300")
         wd.get("file://" + os.path.abspath(report))
-        deadline = time.time() + 60
-        while wd.js("return document.body && document.body.dataset.ready") != "1":
-            if time.time() > deadline:
-                fail("the report did not finish rendering within 60 s; script errors: "
-                     f"{wd.js('return window.gruxErrors')}")
-            time.sleep(0.25)
+        wait_rendered(wd, "the report")
         check(wd.js("return window.gruxErrors") == [], "no script errors")
         plots = wd.js("""return ['plot-line', 'plot-grid', 'plot-roofline'].map((id) => {
             const d = document.getElementById(id);
@@ -254,12 +259,7 @@ def main():
         if r.returncode != 0:
             fail(f"{' '.join(cmd)} exited with {r.returncode}: {r.stderr.strip()}")
         wd.get("file://" + os.path.abspath(ranks_report))
-        deadline = time.time() + 60
-        while wd.js("return document.body && document.body.dataset.ready") != "1":
-            if time.time() > deadline:
-                fail("the ranks report did not finish rendering within 60 s; script errors: "
-                     f"{wd.js('return window.gruxErrors')}")
-            time.sleep(0.25)
+        wait_rendered(wd, "the ranks report")
         check(wd.js("return window.gruxErrors") == [], "no script errors in the ranks report")
         check(wd.js("return !!document.getElementById('slider-ranks')"), "a slider for ranks")
         names = wd.js("return D.metrics.map((m) => m.key)")
