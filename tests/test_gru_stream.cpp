@@ -259,6 +259,42 @@ TEST(StreamKernel, MatchesReference) {
   EXPECT_GT(cases, 100);
 }
 
+// Narrow tiles (one unit group each, taken where the recurrent weights exceed L1) and wide
+// ones give the same bits: the layout and the tiles' order change, the sums do not. H from
+// one tile to several, odd sizes, both forms; 7 steps in calls of 1, 2 and 4 frames (tiles
+// forward and backward).
+TEST(StreamKernel, NarrowTilesAreBitIdenticalToWide) {
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  for (int64_t H : {17, 40, 65, 100, 128, 200})
+    for (bool rb : {false, true}) {
+      const int64_t I = 5, T = 7;
+      std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H), x(T * I);
+      for (auto* v : {&wih, &whh, &bih, &bhh, &x})
+        for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 2.0f);
+      std::vector<float> outs[2];
+      for (int narrow = 0; narrow < 2; ++narrow) {
+        const cpu::StreamLayer L = cpu::gru_stream_pack(I, H, rb, wih.data(), whh.data(),
+                                                        bih.data(), bhh.data(), narrow == 1);
+        ASSERT_EQ(L.narrow_tiles, narrow == 1 && L.Hp / L.V > 2);
+        auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(L, T));
+        auto state = hwy::AllocateAligned<float>(2 * L.Hp);
+        std::fill(state.get(), state.get() + 2 * L.Hp, 0.0f);
+        outs[narrow].assign(T * H, 0.0f);
+        for (int64_t t0 : {0, 1, 3})
+          cpu::gru_stream_forward(L,
+                                  t0 == 0   ? 1
+                                  : t0 == 1 ? 2
+                                            : 4,
+                                  t0, x.data() + t0 * I, I, state.get(),
+                                  {outs[narrow].data() + t0 * H, H}, scratch.get());
+      }
+      for (int64_t i = 0; i < T * H; ++i)
+        ASSERT_EQ(outs[0][i], outs[1][i])
+            << "H " << H << (rb ? " reset-before" : "") << " at " << i;
+    }
+}
+
 // The head fused into the kernel's step (the C API's model): out rows of O = b + W h' (+ res),
 // against the reference's h' and a head in f64, for register-resident and tiled states, one or
 // several outputs, with and without bias and residual; and rows of h' + res without a head.

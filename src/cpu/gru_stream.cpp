@@ -12,6 +12,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <unistd.h>  // sysconf: the L1 cache size
+
 #include "cpu/gate_math-inl.h"
 #include "cpu/gru_stream.h"
 #include "cpu/simd_row-inl.h"
@@ -110,16 +112,21 @@ HWY_INLINE void TileG(int64_t g, int S, const float* w, int64_t cs, const float*
 }
 
 // How a product of `per` vectors per unit group, G groups, K columns is tiled: g groups per
-// tile (g * per <= 12 accumulators per partial sum) and S partial sums, within kAccRegs.
+// tile (g * per <= 12 accumulators per partial sum, or one group for narrow tiles) and S
+// partial sums, within kAccRegs.
 struct Plan {
   int64_t g;
   int S;
 };
-Plan PlanFor(int64_t per, int64_t G, int64_t K) {
-  const int64_t g = std::max<int64_t>(1, std::min<int64_t>({G, kAccRegs / per, 12 / per}));
+Plan PlanFor(int64_t per, int64_t G, int64_t K, bool narrow = false) {
+  static_assert(kAccRegs >= kStreamTileAccs, "a tile's accumulators must fit in registers");
+  const int64_t g = std::max<int64_t>(1, std::min<int64_t>(G, StreamTileGroups(per, false)));
   int S = 1;
   while (S < 4 && 2 * S * g * per <= kAccRegs && 2 * S <= K) S *= 2;
-  return {g, S};
+  // S from the wide tiles either way: the sums' order (the results) does not depend on the
+  // cache size. Narrow tiles keep it (AVX-512 above 4 groups: 2, which measured faster than 1
+  // or 4 there).
+  return {narrow ? 1 : g, S};
 }
 
 // gx (3 Hp) = W_ih x + bx for one frame, in S partial sums as the recurrent product (a
@@ -351,18 +358,19 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
   float* hc = state;
   float* hn_buf = state + Hp;
   if (!L.reset_before) {
-    const Plan p = PlanFor(3, G, H);
+    const Plan p = PlanFor(3, G, H, L.narrow_tiles);
     const bool in_place = p.g >= G;
     const float* bhn = L.bhn.get();
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
       const bool rev = (step0 + f) & 1;
       float* dst = in_place ? hc : hn_buf;
-      for (int64_t j = 0; j < G; j += p.g) {
+      for (int64_t i = 0; i < G; i += p.g) {
+        const int64_t j = rev ? (G - 1 - i) / p.g * p.g : i;  // tiles in reverse at odd steps
         const int64_t g = std::min(p.g, G - j);
         const float* gj = gr + j * 3 * kV;
         TileG<3>(
-            g, p.S, L.wh.get() + j * 3 * kV, 3 * Hp, hc, H, rev,
+            g, p.S, L.wh.get() + j * 3 * kV * H, 3 * kV * g, hc, H, rev,
             [&](int r) {  // r, z start from gx; n from b_hn
               const int q = r % 3, u = r / 3;
               return q < 2 ? hn::Load(d, gj + r * kV) : hn::Load(d, bhn + (j + u) * kV);
@@ -381,15 +389,16 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
       EmitRow(out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
     }
   } else {
-    const Plan prz = PlanFor(2, G, H), pn = PlanFor(1, G, H);
+    const Plan prz = PlanFor(2, G, H, L.narrow_tiles), pn = PlanFor(1, G, H, L.narrow_tiles);
     const float* whn = L.wh.get() + H * 2 * Hp;
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
       const bool rev = (step0 + f) & 1;
-      for (int64_t j = 0; j < G; j += prz.g) {  // r, z, r * h
+      for (int64_t i = 0; i < G; i += prz.g) {  // r, z, r * h
+        const int64_t j = rev ? (G - 1 - i) / prz.g * prz.g : i;
         const int64_t g = std::min(prz.g, G - j);
         TileG<2>(
-            g, prz.S, L.wh.get() + j * 2 * kV, 2 * Hp, hc, H, rev,
+            g, prz.S, L.wh.get() + j * 2 * kV * H, 2 * kV * g, hc, H, rev,
             [&](int r) { return hn::Load(d, gr + (j + r / 2) * 3 * kV + (r % 2) * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
@@ -399,10 +408,11 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
               }
             });
       }
-      for (int64_t j = 0; j < G; j += pn.g) {  // n from W_hn (r h), then h'
+      for (int64_t i = 0; i < G; i += pn.g) {  // n from W_hn (r h), then h'
+        const int64_t j = rev ? (G - 1 - i) / pn.g * pn.g : i;
         const int64_t g = std::min(pn.g, G - j);
         TileG<1>(
-            g, pn.S, whn + j * kV, Hp, rh, H, rev,
+            g, pn.S, whn + j * kV * H, kV * g, rh, H, rev,
             [&](int r) { return hn::Load(d, gr + (j + r) * 3 * kV + 2 * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
@@ -505,6 +515,14 @@ StreamLatencies measure_stream_latencies() {
 
 int64_t gru_stream_lanes() { return HWY_DYNAMIC_DISPATCH(StreamLanes)(); }
 
+bool stream_narrow_tiles(int64_t H) {
+  static const int64_t l1 = [] {
+    const long s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return s > 0 ? int64_t(s) : int64_t(32) << 10;
+  }();
+  return 3 * H * H * 4 > l1;
+}
+
 namespace {
 hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t n) {
   auto p = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
@@ -515,7 +533,8 @@ hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t n) {
 }  // namespace
 
 StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float* w_ih,
-                            const float* w_hh, const float* b_ih, const float* b_hh) {
+                            const float* w_hh, const float* b_ih, const float* b_hh,
+                            std::optional<bool> narrow_tiles) {
   StreamLayer L;
   L.I = I, L.H = H, L.reset_before = reset_before;
   L.V = gru_stream_lanes();  // also settles the dispatch target read below
@@ -529,17 +548,27 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   for (int64_t k = 0; k < I; ++k)
     for (int64_t q = 0; q < 3; ++q)
       for (int64_t u = 0; u < H; ++u) L.wx[k * 3 * Hp + at(u, 3, q)] = w_ih[(q * H + u) * I + k];
+  // Recurrent products, tile by tile (see gru_stream.h): the offset of column k's gate vector
+  // `slot` of unit u in a product of `per` vectors per group.
+  const int64_t G = Hp / V;
+  // Up to two groups keep the state in registers (no tiles).
+  L.narrow_tiles = G > 2 && narrow_tiles.value_or(stream_narrow_tiles(H));
+  auto tiled = [&](int64_t k, int64_t u, int64_t per, int64_t slot) {
+    const int64_t tg = StreamTileGroups(per, L.narrow_tiles), j = u / V / tg * tg,
+                  g = std::min(tg, G - j);
+    return j * per * V * H + k * per * V * g + (u / V - j) * per * V + slot * V + u % V;
+  };
   L.wh = zeros(H * 3 * Hp);
   for (int64_t k = 0; k < H; ++k)
     for (int64_t q = 0; q < 3; ++q)
       for (int64_t u = 0; u < H; ++u) {
         const float v = w_hh[(q * H + u) * H + k];
         if (!reset_before)
-          L.wh[k * 3 * Hp + at(u, 3, q)] = v;
+          L.wh[tiled(k, u, 3, q)] = v;
         else if (q < 2)
-          L.wh[k * 2 * Hp + at(u, 2, q)] = v;
+          L.wh[tiled(k, u, 2, q)] = v;
         else
-          L.wh[H * 2 * Hp + k * Hp + u] = v;
+          L.wh[H * 2 * Hp + tiled(k, u, 1, 0)] = v;
       }
   L.bx = zeros(3 * Hp);
   L.bhn = zeros(Hp);

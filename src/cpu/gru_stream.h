@@ -7,6 +7,12 @@
 // Layout ("gate-vector interleaved"): units are grouped in vectors of V lanes (V: the SIMD
 // target's f32 lanes), Hp = H rounded up to V. Column k of a product holds, for each unit
 // group j, [r_j | z_j | n_j] (V floats each): 3 Hp floats. Padding units have zero weights.
+// The recurrent products are stored tile by tile: a step sums each tile of unit groups
+// (12/per of them, per = 3 vectors a group for [r|z|n], 2 for reset-before's [r|z], 1 for its
+// n; one group in narrow tiles) over all columns before the next tile, so a tile's H columns
+// are contiguous (per V g floats each, g its groups) and a step reads the weights as one
+// sequential stream, forward at even steps and backward at odd ones (the tiles too). With one
+// tile (12/per groups or fewer, not narrow) this is the plain layout above.
 //
 // Arithmetic, fixed for a given H, I and SIMD target, so results are reproducible run to run
 // and identical for any split of the frames into calls:
@@ -31,6 +37,7 @@
 #include <hwy/aligned_allocator.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "core/visibility.h"
 
@@ -38,14 +45,26 @@ namespace grux::cpu {
 
 struct StreamOut;
 
+// Accumulators of one tile of the kernel's products (a partial sum's worth: 12, within the 16
+// registers of every SIMD target), and the unit groups a tile takes with `per` vectors each.
+constexpr int64_t kStreamTileAccs = 12;
+constexpr int64_t StreamTileGroups(int64_t per, bool narrow) {
+  return narrow ? 1 : kStreamTileAccs / per;
+}
+// Whether a layer of hidden size H takes narrow tiles (one unit group each): where its
+// recurrent weights (3 H^2 floats) exceed the L1 data cache the OS reports, so that a step
+// streams them from L2, which narrow tiles do faster.
+GRUX_INTERNAL bool stream_narrow_tiles(int64_t H);
+
 // One layer's weights in the kernel's layout for this process's SIMD target.
 struct StreamLayer {
   int64_t I = 0, H = 0;
   int64_t V = 0;   // f32 lanes of the target it was packed for
   int64_t Hp = 0;  // H rounded up to V
   bool reset_before = false;
-  // wx: I columns of 3 Hp (W_ih). wh: linear-before-reset, H columns of 3 Hp (W_hh);
-  // reset-before, H columns of 2 Hp ([r_j | z_j]) followed by H columns of Hp (W_hn).
+  bool narrow_tiles = false;  // stream_narrow_tiles(H) when packed
+  // wx: I columns of 3 Hp (W_ih). wh, tile by tile: linear-before-reset, H columns of 3 Hp
+  // (W_hh); reset-before, H columns of 2 Hp ([r_j | z_j]) followed by H columns of Hp (W_hn).
   hwy::AlignedFreeUniquePtr<float[]> wx, wh;
   hwy::AlignedFreeUniquePtr<float[]> bx;   // 3 Hp
   hwy::AlignedFreeUniquePtr<float[]> bhn;  // Hp: b_hn (linear-before-reset), zeros otherwise
@@ -80,10 +99,12 @@ struct StreamOut {
 GRUX_INTERNAL int64_t gru_stream_lanes();
 
 // Packs PyTorch-layout weights: w_ih (3H x I), w_hh (3H x H) row-major, gate order r, z, n;
-// b_ih, b_hh (3H) or null for no bias.
+// b_ih, b_hh (3H) or null for no bias. narrow_tiles: stream_narrow_tiles(H) unless given
+// (tests take both; the results are the same bits either way); never for up to 2 unit groups.
 GRUX_INTERNAL StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before,
-                                          const float* w_ih, const float* w_hh,
-                                          const float* b_ih, const float* b_hh);
+                                          const float* w_ih, const float* w_hh, const float* b_ih,
+                                          const float* b_hh,
+                                          std::optional<bool> narrow_tiles = std::nullopt);
 
 // Packs a head: w (O x H) row-major, b (O) or null; H the layer's hidden size.
 GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w,
