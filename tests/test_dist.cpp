@@ -24,6 +24,24 @@ Communicator& world() {
   return g_mpi->world();
 }
 
+// The message of the CollectiveError that f must throw on every rank ("" after a failure when
+// it throws none).
+template <class F>
+std::string collective_error(F&& f) {
+  try {
+    f();
+  } catch (const CollectiveError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error on rank " << world().rank();
+  return "";
+}
+
+// Expects what to contain part.
+void expect_has(const std::string& what, const std::string& part) {
+  EXPECT_NE(what.find(part), std::string::npos) << what;
+}
+
 std::string corpus(size_t chars) {
   const std::string text = read_file(std::string(GRUX_DATA_DIR) + "/tinyshakespeare.txt");
   return text.substr(0, chars);
@@ -108,19 +126,12 @@ TEST(DistComm, GathersMessagesOfAnyLength) {
 
 TEST(DistComm, OneRanksErrorIsEveryRanks) {
   Communicator& c = world();
-  try {
-    agree_no_error(c, c.rank() == 1 ? "cannot read x.npy" : "");
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_STREQ(e.what(), "rank 1: cannot read x.npy");
-  }
+  EXPECT_EQ(collective_error([&] { agree_no_error(c, c.rank() == 1 ? "cannot read x.npy" : ""); }),
+            "rank 1: cannot read x.npy");
   EXPECT_NO_THROW(agree_no_error(c, ""));
-  try {
-    agree_same(c, "settings", c.rank() == 1 ? "lr 0.1" : "lr 0.2");
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_STREQ(e.what(), "rank 1 has a different settings than rank 0: lr 0.1 vs lr 0.2");
-  }
+  EXPECT_EQ(
+      collective_error([&] { agree_same(c, "settings", c.rank() == 1 ? "lr 0.1" : "lr 0.2"); }),
+      "rank 1 has a different settings than rank 0: lr 0.1 vs lr 0.2");
 }
 
 // The losses of K processes against one, at every step and in validation; the same model on
@@ -207,15 +218,8 @@ TEST(DistTrain, ABatchTheProcessesCannotShareIsRefusedEverywhere) {
   Communicator& c = world();
   TrainOptions o = small_options(DType::f32);
   o.batch = 2 * c.size() + 1;
-  try {
-    Trainer t(o, corpus(2000), nullptr, &c);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("is not divisible by the " + std::to_string(c.size()) +
-                                         " processes"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_has(collective_error([&] { Trainer t(o, corpus(2000), nullptr, &c); }),
+             "is not divisible by the " + std::to_string(c.size()) + " processes");
 }
 
 TEST(DistTrain, DifferentSettingsOrDataOnOneRankAreRefusedEverywhere) {
@@ -224,22 +228,12 @@ TEST(DistTrain, DifferentSettingsOrDataOnOneRankAreRefusedEverywhere) {
   o.batch = 2 * c.size();
   TrainOptions other = o;
   other.lr = 2e-2;
-  try {
-    Trainer t(c.rank() == 1 ? other : o, corpus(2000), nullptr, &c);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 has a different settings than rank 0"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    Trainer t(o, corpus(c.rank() == 1 ? 2001 : 2000), nullptr, &c);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 has a different training text (hash)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_has(
+      collective_error([&] { Trainer t(c.rank() == 1 ? other : o, corpus(2000), nullptr, &c); }),
+      "rank 1 has a different settings than rank 0");
+  expect_has(
+      collective_error([&] { Trainer t(o, corpus(c.rank() == 1 ? 2001 : 2000), nullptr, &c); }),
+      "rank 1 has a different training text (hash)");
   // A checkpoint one rank cannot read: every rank stops with that rank's error.
   SharedDir dir;
   {
@@ -247,15 +241,13 @@ TEST(DistTrain, DifferentSettingsOrDataOnOneRankAreRefusedEverywhere) {
     t.step();
     t.save_checkpoint(dir.path + "/ck.safetensors");
   }
-  try {
+  const std::string what = collective_error([&] {
     Trainer::resume(
         c.rank() == 1 ? dir.path + "/missing.safetensors" : dir.path + "/ck.safetensors",
         corpus(2000), &c);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1: "), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("missing.safetensors"), std::string::npos) << e.what();
-  }
+  });
+  expect_has(what, "rank 1: ");
+  expect_has(what, "missing.safetensors");
 }
 
 // ---- Distributed scans ---------------------------------------------------------------
@@ -382,39 +374,22 @@ TEST(DistScan, OneNpyWrittenByEveryRank) {
 TEST(DistScan, ChunksThatDoNotFitTogetherAreRefusedEverywhere) {
   Communicator& c = world();
   const Tensor x = Tensor::zeros({5, c.rank() == 1 ? 3 : 2}, DType::f32);
-  try {
-    dist_prefix_scan(c, x, 0, ScanOp::sum);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 has a different chunk shape"), std::string::npos)
-        << e.what();
-  }
-  try {
-    dist_prefix_scan(c, Tensor::zeros({5}, c.rank() == 1 ? DType::f64 : DType::f32), 0,
-                     ScanOp::sum);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos) << e.what();
-  }
+  expect_has(collective_error([&] { dist_prefix_scan(c, x, 0, ScanOp::sum); }),
+             "rank 1 has a different chunk shape");
+  expect_has(collective_error([&] {
+               dist_prefix_scan(c, Tensor::zeros({5}, c.rank() == 1 ? DType::f64 : DType::f32), 0,
+                                ScanOp::sum);
+             }),
+             "f64");
   // A bad initial state on the rank that holds the start, even with an empty chunk there.
-  try {
-    dist_affine_scan(c, Tensor::zeros({c.rank() == 0 ? 0 : 4, 3}, DType::f32),
-                     Tensor::zeros({c.rank() == 0 ? 0 : 4, 3}, DType::f32), 0,
-                     Tensor::zeros({2}, DType::f32));
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 0: dist_affine_scan: h0 is f32 (2,), expected f32 (3,)"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    dist_prefix_scan(c, x, c.rank() == 1 ? 5 : 0, ScanOp::sum);
-    FAIL() << "no error on rank " << c.rank();
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1: dist_prefix_scan: dim 5 is out of range"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_has(collective_error([&] {
+               dist_affine_scan(c, Tensor::zeros({c.rank() == 0 ? 0 : 4, 3}, DType::f32),
+                                Tensor::zeros({c.rank() == 0 ? 0 : 4, 3}, DType::f32), 0,
+                                Tensor::zeros({2}, DType::f32));
+             }),
+             "rank 0: dist_affine_scan: h0 is f32 (2,), expected f32 (3,)");
+  expect_has(collective_error([&] { dist_prefix_scan(c, x, c.rank() == 1 ? 5 : 0, ScanOp::sum); }),
+             "rank 1: dist_prefix_scan: dim 5 is out of range");
 }
 
 }  // namespace
