@@ -90,24 +90,28 @@ HWY_INLINE V Sigmoid(D d, V x) {
 // The real-time kernel's gates (cpu/gru_stream.cpp), whose every step waits on them: a
 // rational tanh, tanh(x) ~ x P(x^2) / Q(x^2) with P of degree 6 and Q of degree 3 fitted by
 // tests/reference/fit_stream_tanh.py on |x| <= 9 (the argument is clamped there; NaN passes),
-// P by Estrin's scheme: a clamp, 4 multiply-adds deep, a multiply and one division (about 10
-// ns of latency on a Zen 4 core, against 13 for the sigmoid above and 20 for its tanh,
-// measure_stream_latencies). sigmoid(x) = (1 + tanh(x / 2)) / 2
-// from the same constants (the kernel keeps one set of them in registers):
-// (Q + a P) / (2 Q) with a = x / 2 clamped. Measured against f64 (tests/test_gru_stream.cpp):
-// at most 3.0e-7 absolute for tanh, 2.2e-7 for sigmoid (about 5 ulp of 1, against 1.7), 3.5 ulp
-// relative for tanh near 0: inside the engine's f32 tolerance.
-// f32 only.
+// P by Estrin's scheme. sigmoid(x) = (1 + tanh(x / 2)) / 2 from the same constants (the
+// kernel keeps one set of them in registers): (Q + a P) / (2 Q) with a = x / 2 clamped. The
+// kernel stores the rows that feed a sigmoid halved (exact: a power of two) and calls
+// StreamSigmoidOfHalf, so no multiply by 1/2 waits on the chain; the square is taken from
+// the unclamped argument and clamped at 81 (the same value as squaring the clamped one, one
+// operation shorter), the clamped argument itself formed beside it. Chain: a multiply, a
+// minimum, 4 multiply-adds deep, a multiply-add and one division (about 8 ns on a Zen 5 core,
+// against 13 for the sigmoid above and 20 for its tanh, measure_stream_latencies). Measured
+// against f64 (tests/test_gru_stream.cpp): at most 3.0e-7 absolute for tanh, 2.2e-7 for
+// sigmoid (about 5 ulp of 1, against 1.7), 3.5 ulp relative for tanh near 0: inside the
+// engine's f32 tolerance. f32 only.
 constexpr float kStreamTanhP[7] = {1.0f, 0.130857617f, 0.0031058751f, 1.11733743e-05f,
                                    -2.02966426e-08f, 5.30921834e-11f, -8.56143159e-14f};
 constexpr float kStreamTanhQ[4] = {1.0f, 0.4641909f, 0.0245029218f, 0.000254888f};
 
-// P(a^2) and Q(a^2) for a clamped to [-9, 9].
+// P(u) and Q(u) for u = min(x^2, 81), and a = x clamped to [-9, 9].
 template <class D, class V>
-HWY_INLINE void StreamRationalPQ(D d, V a, V& p, V& q) {
+HWY_INLINE void StreamRationalPQ(D d, V x, V& a, V& p, V& q) {
   const auto cp = [&](int i) { return hn::Set(d, kStreamTanhP[i]); };
   const auto cq = [&](int i) { return hn::Set(d, kStreamTanhQ[i]); };
-  const V u = hn::Mul(a, a);
+  const V u = MinOrNaN(hn::Set(d, 81.0f), hn::Mul(x, x));
+  a = MaxOrNaN(hn::Set(d, -9.0f), MinOrNaN(hn::Set(d, 9.0f), x));
   const V u2 = hn::Mul(u, u), u4 = hn::Mul(u2, u2);
   const V lo = hn::MulAdd(hn::MulAdd(cp(3), u, cp(2)), u2, hn::MulAdd(cp(1), u, cp(0)));
   const V hi = hn::MulAdd(cp(6), u2, hn::MulAdd(cp(5), u, cp(4)));
@@ -116,24 +120,23 @@ HWY_INLINE void StreamRationalPQ(D d, V a, V& p, V& q) {
 }
 
 template <class D, class V>
-HWY_INLINE V StreamClamp9(D d, V x) {
-  return MaxOrNaN(hn::Set(d, -9.0f), MinOrNaN(hn::Set(d, 9.0f), x));
+HWY_INLINE V StreamTanh(D d, V x) {
+  V a, p, q;
+  StreamRationalPQ(d, x, a, p, q);
+  return hn::Div(hn::Mul(a, p), q);
 }
 
+// sigmoid(2 y).
 template <class D, class V>
-HWY_INLINE V StreamTanh(D d, V x) {
-  const V a = StreamClamp9(d, x);
-  V p, q;
-  StreamRationalPQ(d, a, p, q);
-  return hn::Div(hn::Mul(a, p), q);
+HWY_INLINE V StreamSigmoidOfHalf(D d, V y) {
+  V a, p, q;
+  StreamRationalPQ(d, y, a, p, q);
+  return hn::Div(hn::MulAdd(a, p, q), hn::Add(q, q));
 }
 
 template <class D, class V>
 HWY_INLINE V StreamSigmoid(D d, V x) {
-  const V a = StreamClamp9(d, hn::Mul(x, hn::Set(d, 0.5f)));
-  V p, q;
-  StreamRationalPQ(d, a, p, q);
-  return hn::Div(hn::MulAdd(a, p, q), hn::Add(q, q));
+  return StreamSigmoidOfHalf(d, hn::Mul(x, hn::Set(d, 0.5f)));
 }
 
 }  // namespace HWY_NAMESPACE

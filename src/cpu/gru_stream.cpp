@@ -277,8 +277,8 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
       RegProduct<3, kG, S>(L.wh.get(), 3 * Hp, h, H, init, sum);
 #pragma GCC unroll 2
       for (int u = 0; u < kG; ++u) {
-        const V r = StreamSigmoid(d, sum[3 * u]);
-        const V z = StreamSigmoid(d, sum[3 * u + 1]);
+        const V r = StreamSigmoidOfHalf(d, sum[3 * u]);
+        const V z = StreamSigmoidOfHalf(d, sum[3 * u + 1]);
         const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, g + (3 * u + 2) * kV)));
         h[u] = hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, h[u]));
       }
@@ -298,8 +298,8 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
       V rh[kG], z[kG], init_n[kG], sn[kG];
 #pragma GCC unroll 2
       for (int u = 0; u < kG; ++u) {
-        rh[u] = hn::Mul(StreamSigmoid(d, rz[2 * u]), h[u]);
-        z[u] = StreamSigmoid(d, rz[2 * u + 1]);
+        rh[u] = hn::Mul(StreamSigmoidOfHalf(d, rz[2 * u]), h[u]);
+        z[u] = StreamSigmoidOfHalf(d, rz[2 * u + 1]);
         init_n[u] = hn::Load(d, g + (3 * u + 2) * kV);
       }
       RegProduct<1, kG, S>(whn, Hp, rh, H, init_n, sn);
@@ -363,7 +363,7 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
     const float* bhn = L.bhn.get();
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
-      const bool rev = (step0 + f) & 1;
+      const bool rev = L.alternate && ((step0 + f) & 1);
       float* dst = in_place ? hc : hn_buf;
       for (int64_t i = 0; i < G; i += p.g) {
         const int64_t j = rev ? (G - 1 - i) / p.g * p.g : i;  // tiles in reverse at odd steps
@@ -377,8 +377,8 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
             },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V r = StreamSigmoid(d, sum[3 * u]);
-                const V z = StreamSigmoid(d, sum[3 * u + 1]);
+                const V r = StreamSigmoidOfHalf(d, sum[3 * u]);
+                const V z = StreamSigmoidOfHalf(d, sum[3 * u + 1]);
                 const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
                 const V hp = hn::Load(d, hc + (j + u) * kV);
                 hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, dst + (j + u) * kV);
@@ -393,7 +393,7 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
     const float* whn = L.wh.get() + H * 2 * Hp;
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
-      const bool rev = (step0 + f) & 1;
+      const bool rev = L.alternate && ((step0 + f) & 1);
       for (int64_t i = 0; i < G; i += prz.g) {  // r, z, r * h
         const int64_t j = rev ? (G - 1 - i) / prz.g * prz.g : i;
         const int64_t g = std::min(prz.g, G - j);
@@ -402,9 +402,9 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
             [&](int r) { return hn::Load(d, gr + (j + r / 2) * 3 * kV + (r % 2) * kV); },
             [&](const V* sum) {
               for (int64_t u = 0; u < g; ++u) {
-                const V r = StreamSigmoid(d, sum[2 * u]);
+                const V r = StreamSigmoidOfHalf(d, sum[2 * u]);
                 hn::Store(hn::Mul(r, hn::Load(d, hc + (j + u) * kV)), d, rh + (j + u) * kV);
-                hn::Store(StreamSigmoid(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
+                hn::Store(StreamSigmoidOfHalf(d, sum[2 * u + 1]), d, zs + (j + u) * kV);
               }
             });
       }
@@ -485,8 +485,8 @@ StreamLatencies MeasureStreamLatencies() {
   StreamLatencies r;
   r.fma_ns = ChainNs([&](auto v) { return hn::MulAdd(v, a, b); }, 400000);
   // Arguments kept in (-1, 1), where the sums of a real step are; the clamps are counted.
-  r.sigmoid_ns = ChainNs([&](auto v) { return hn::Sub(StreamSigmoid(d, v), half); }, 100000) -
-                 r.fma_ns;
+  r.sigmoid_ns =
+      ChainNs([&](auto v) { return hn::Sub(StreamSigmoidOfHalf(d, v), half); }, 100000) - r.fma_ns;
   r.tanh_ns = ChainNs([&](auto v) { return StreamTanh(d, hn::MulAdd(v, a, half)); }, 100000) - r.fma_ns;
   return r;
 }
@@ -523,6 +523,10 @@ bool stream_narrow_tiles(int64_t H) {
   return 3 * H * H * 4 > l1;
 }
 
+bool stream_alternates(int64_t H) {
+  return 3 * H * H * 4 > kStreamAlternateBytes;
+}
+
 namespace {
 hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t n) {
   auto p = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
@@ -547,12 +551,14 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   L.wx = zeros(I * 3 * Hp);
   for (int64_t k = 0; k < I; ++k)
     for (int64_t q = 0; q < 3; ++q)
-      for (int64_t u = 0; u < H; ++u) L.wx[k * 3 * Hp + at(u, 3, q)] = w_ih[(q * H + u) * I + k];
+      for (int64_t u = 0; u < H; ++u)
+        L.wx[k * 3 * Hp + at(u, 3, q)] = w_ih[(q * H + u) * I + k] * (q < 2 ? 0.5f : 1.0f);
   // Recurrent products, tile by tile (see gru_stream.h): the offset of column k's gate vector
   // `slot` of unit u in a product of `per` vectors per group.
   const int64_t G = Hp / V;
   // Up to two groups keep the state in registers (no tiles).
   L.narrow_tiles = G > 2 && narrow_tiles.value_or(stream_narrow_tiles(H));
+  L.alternate = G > 2 && stream_alternates(H);
   auto tiled = [&](int64_t k, int64_t u, int64_t per, int64_t slot) {
     const int64_t tg = StreamTileGroups(per, L.narrow_tiles), j = u / V / tg * tg,
                   g = std::min(tg, G - j);
@@ -562,7 +568,7 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   for (int64_t k = 0; k < H; ++k)
     for (int64_t q = 0; q < 3; ++q)
       for (int64_t u = 0; u < H; ++u) {
-        const float v = w_hh[(q * H + u) * H + k];
+        const float v = w_hh[(q * H + u) * H + k] * (q < 2 ? 0.5f : 1.0f);
         if (!reset_before)
           L.wh[tiled(k, u, 3, q)] = v;
         else if (q < 2)
@@ -575,7 +581,9 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   for (int64_t q = 0; q < 3; ++q)
     for (int64_t u = 0; u < H; ++u) {
       const float bi = b_ih ? b_ih[q * H + u] : 0.0f, bh = b_hh ? b_hh[q * H + u] : 0.0f;
-      if (q < 2 || reset_before)
+      if (q < 2)
+        L.bx[at(u, 3, q)] = (bi + bh) * 0.5f;
+      else if (reset_before)
         L.bx[at(u, 3, q)] = bi + bh;
       else
         L.bx[at(u, 3, q)] = bi, L.bhn[u] = bh;

@@ -11,8 +11,10 @@
 // (12/per of them, per = 3 vectors a group for [r|z|n], 2 for reset-before's [r|z], 1 for its
 // n; one group in narrow tiles) over all columns before the next tile, so a tile's H columns
 // are contiguous (per V g floats each, g its groups) and a step reads the weights as one
-// sequential stream, forward at even steps and backward at odd ones (the tiles too). With one
-// tile (12/per groups or fewer, not narrow) this is the plain layout above.
+// sequential stream (see `alternate` below for its direction). With one tile (12/per groups or
+// fewer, not narrow) this is the plain layout above. The rows of r and z (W_ih's, W_hh's and
+// their biases) are stored halved, exact in binary floating point: the sigmoid of x is taken
+// as (1 + tanh(x / 2)) / 2, and its argument then arrives halved.
 //
 // Arithmetic, fixed for a given H, I and SIMD target, so results are reproducible run to run
 // and identical for any split of the frames into calls:
@@ -21,10 +23,11 @@
 //        (reset-before: b_in + b_hn)
 //   the recurrent products summed over k in S interleaved partial sums (k mod S), the first
 //        starting from the step's constant term, then (p0 + p1) + (p2 + p3); S (1, 2 or 4)
-//        shortens the dependency chain where registers allow. Up to two unit groups keep the
-//        state in registers and take the columns in order k = 0, 1, ...; larger states take
-//        them in that order at even steps since the stream began and in reverse at odd ones
-//        (recurrent weights larger than the L1 cache then find its last-used part there):
+//        shortens the dependency chain where registers allow. Columns are taken in order
+//        k = 0, 1, ..., except where the recurrent weights exceed kStreamAlternateBytes (and
+//        more than two unit groups): there in that order at even steps since the stream
+//        began and in reverse at odd ones, the tiles too (weights larger than the L1 cache
+//        then find its last-used part there):
 //   linear-before-reset: r = sig(gx_r + W_hr h), z = sig(gx_z + W_hz h),
 //        n = tanh(gx_n + r (b_hn + W_hn h)), h' = (1 - z) n + z h
 //   reset-before: r, z as above; n = tanh(gx_n + W_hn (r h)), h' as above;
@@ -51,6 +54,14 @@ constexpr int64_t kStreamTileAccs = 12;
 constexpr int64_t StreamTileGroups(int64_t per, bool narrow) {
   return narrow ? 1 : kStreamTileAccs / per;
 }
+// Above this size of recurrent weights (3 H^2 floats) a step reads them in the other direction
+// than the step before (stream_alternates). A rule of H alone, not of this machine's cache, so
+// results do not depend on the cache size: 32 KiB, the smallest L1 data cache of the x86 cores
+// grux is measured on. In L1 the reversal costs time (the first columns a step reads are
+// those whose state the step before wrote last: 3 ns of 85 at H 48 on a Zen 5 core, 48 KiB);
+// beyond it, reading from the last-used end saves more (147 against 180-200 ns at H 64 there).
+constexpr int64_t kStreamAlternateBytes = int64_t(32) << 10;
+GRUX_INTERNAL bool stream_alternates(int64_t H);
 // Whether a layer of hidden size H takes narrow tiles (one unit group each): where its
 // recurrent weights (3 H^2 floats) exceed the L1 data cache the OS reports, so that a step
 // streams them from L2, which narrow tiles do faster.
@@ -63,6 +74,7 @@ struct StreamLayer {
   int64_t Hp = 0;  // H rounded up to V
   bool reset_before = false;
   bool narrow_tiles = false;  // stream_narrow_tiles(H) when packed
+  bool alternate = false;     // stream_alternates(H), more than two unit groups
   // wx: I columns of 3 Hp (W_ih). wh, tile by tile: linear-before-reset, H columns of 3 Hp
   // (W_hh); reset-before, H columns of 2 Hp ([r_j | z_j]) followed by H columns of Hp (W_hn).
   hwy::AlignedFreeUniquePtr<float[]> wx, wh;
