@@ -33,13 +33,18 @@ class CMakeBuild(build_ext):
         jobs = os.environ.get("GRUX_BUILD_JOBS", str(os.cpu_count() or 1))
         print(f"grux: building the extension in {build} (CMake, {jobs} jobs)", flush=True)
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *args], check=True)
-        subprocess.run(["cmake", "--build", str(build), "--target", "_grux", "-j", jobs], check=True)
+        subprocess.run(["cmake", "--build", str(build), "--target", "grux_python_modules", "-j",
+                        jobs], check=True)
         built = sorted((build / "python" / "grux").glob("_grux*.so"))
         if not built:
             raise RuntimeError(f"grux: CMake built no _grux module in {build}/python/grux")
         dest = Path(self.get_ext_fullpath(ext.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built[-1], dest)
+        # grux._torch_access, where torch's C++ headers were found (python/CMakeLists.txt): it
+        # goes beside _grux, which loads it once torch is imported.
+        for f in sorted((build / "python" / "grux").glob("_torch_access*.so"))[-1:]:
+            shutil.copyfile(f, dest.parent / f.name)
 
 
 # setuptools' own build files go under build-python/ too (build/ is the CMake test tree's).

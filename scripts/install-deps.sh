@@ -19,6 +19,7 @@ packages=(
   python3-dev pybind11-dev # the Python package's extension (python/)
   python3-venv python3-pip python3-setuptools python3-wheel  # pip install . / pip wheel
   python3-numpy python3-torch python3-pytest  # the Python package and its tests
+  libtorch-dev             # torch's C++ headers: grux._torch_access reads tensors through them
   chromium chromium-driver # the HTML cost report opened in headless Chromium (tests)
   openmpi-bin libopenmpi-dev  # MPI: multi-process training and scans, tested with 2 ranks
   procps                   # pkill: the MPI tests signal mpiexec and its ranks

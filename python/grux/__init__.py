@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _grux
 from ._grux import Error
+from ._grux import _step_frame
 from ._grux import is_torch_tensor as _is_tensor
 from ._util import _check_same_sizes, _dtype_name, _optional, _state_arrays, _to_numpy
 
@@ -196,6 +197,7 @@ class GRUStream:
         self._frame_ndim = 1 if self.batch == 0 else 2
         self._core = _grux.GruStream(gru._core, self.batch, _optional(h0, "h0"), int(threads),
                                      str(precision))
+        self._handle = self._core.handle()
 
     def step(self, frame, out=None):
         """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,).
@@ -203,7 +205,7 @@ class GRUStream:
         out: an array or tensor of the output's shape and the stream's dtype, C-contiguous, to
         write the output into (and return) instead of making a new one each frame."""
         # The common case first and short: a contiguous array or tensor of one frame.
-        y = self._core.step_frame(frame, out)
+        y = _step_frame(self._handle, frame, out)
         if y is not None:
             return y
         x, wrap = _to_numpy(frame, "frame")

@@ -23,6 +23,9 @@ def _to_numpy(x, name, integer=False):
         if x.dtype not in allowed:
             want = "torch.int64" if integer else "torch.float32 or torch.float64"
             raise Error(f"{name}: dtype {x.dtype} is not supported (expected {want})")
+        if x.layout != torch.strided:
+            raise Error(f"{name}: a tensor of layout {x.layout} was given; expected a dense "
+                        "(torch.strided) tensor (use .to_dense())")
         # .numpy() refuses tensors that require grad; .detach() costs a tensor, so only then.
         return (x.detach() if x.requires_grad else x).numpy(), torch.from_numpy
     if isinstance(x, np.ndarray):

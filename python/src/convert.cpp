@@ -27,7 +27,13 @@ struct TorchApi {
   // Interned attribute names for the per-frame fast path (pybind11's attr("...") would make
   // a new string every call).
   PyObject *dtype, *is_cpu, *is_contiguous, *shape, *stride, *data_ptr, *requires_grad;
+  // grux._torch_access where it loads (python/src/torch_access.h), else null.
+  const TorchAccess* access = nullptr;
 };
+
+// Whether raw_array and new_torch_result use grux._torch_access when it is loaded (the
+// tests switch it off to compare with the attribute path).
+bool g_use_access = true;
 
 py::object getattr_of(PyObject* o, PyObject* name) {
   PyObject* r = PyObject_GetAttr(o, name);
@@ -80,6 +86,17 @@ const TorchApi* torch_api() {
                      PyUnicode_InternFromString("stride"),
                      PyUnicode_InternFromString("data_ptr"),
                      PyUnicode_InternFromString("requires_grad")};
+  // torch is imported by now, so loading the module that links libtorch costs nothing more.
+  if (PyObject* m = PyImport_ImportModule("grux._torch_access")) {
+    PyObject* cap = PyObject_GetAttrString(m, "access");
+    const auto* a = cap == nullptr ? nullptr
+                                   : static_cast<const TorchAccess*>(
+                                         PyCapsule_GetPointer(cap, "grux._torch_access.access"));
+    if (a != nullptr && a->abi == kTorchAccessAbi) const_cast<TorchApi*>(api)->access = a;
+    Py_XDECREF(cap);
+    Py_DECREF(m);
+  }
+  PyErr_Clear();  // not built, or built for another torch: the attribute path
   return api;
 }
 
@@ -90,6 +107,9 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
   if (getattr_of(o, api.is_cpu).ptr() != Py_True)
     throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
                       " was given; grux runs on the CPU (move it with .cpu())");
+  if (const std::string layout = py::str(obj.attr("layout")); layout != "torch.strided")
+    throw grux::Error(std::string(name) + ": a tensor of layout " + layout +
+                      " was given; expected a dense (torch.strided) tensor (use .to_dense())");
   const py::object dtype = getattr_of(o, api.dtype);
   const std::optional<DType> dt = torch_dtype(api, dtype, allow_int);
   if (!dt)
@@ -156,6 +176,21 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
   } else if (is_torch_tensor(obj)) {
     const TorchApi& api = *torch_api();
     PyObject* o = obj.ptr();
+    TorchView v;
+    if (api.access != nullptr && g_use_access && api.access->view(o, &v) == 1) {
+      if ((v.dtype != 0 && v.dtype != 1) || !v.cpu || !v.contiguous || v.ndim < 1 || v.ndim > 3)
+        return std::nullopt;
+      r.dtype = v.dtype == 0 ? DType::f32 : DType::f64;
+      r.ndim = v.ndim;
+      for (int d = 0; d < r.ndim; ++d) r.shape[d] = v.shape[d];
+      r.data = v.data;
+      r.torch = true;
+      r.requires_grad = v.requires_grad;
+      const size_t esize = grux::dtype_size(r.dtype);
+      if (r.numel() == 0 || r.data == nullptr || reinterpret_cast<uintptr_t>(r.data) % esize != 0)
+        return std::nullopt;
+      return r;
+    }
     const std::optional<DType> dt = torch_dtype(api, getattr_of(o, api.dtype), false);
     if (!dt) return std::nullopt;
     r.dtype = *dt;
@@ -168,7 +203,11 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
     if (ndim < 1 || ndim > 3) return std::nullopt;
     r.ndim = static_cast<int>(ndim);
     for (int d = 0; d < r.ndim; ++d) r.shape[d] = tuple_int(shape.ptr(), d);
-    r.data = torch_data(api, o);
+    try {
+      r.data = torch_data(api, o);
+    } catch (const py::error_already_set&) {  // no storage (sparse, ...): the general path
+      return std::nullopt;                     // words the error
+    }
     r.torch = true;
     r.requires_grad = getattr_of(o, api.requires_grad).ptr() == Py_True;
   } else {
@@ -241,6 +280,23 @@ py::object to_array(const Tensor& t) {
   auto* keep = new Tensor(t);
   py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
   return py::array(dt, shape, strides, t.raw_data(), base);
+}
+
+std::optional<py::object> new_torch_result(grux::DType dtype, int ndim, const int64_t* shape,
+                                           void** data) {
+  const TorchApi* api = torch_api();
+  if (api == nullptr || api->access == nullptr || !g_use_access ||
+      (dtype != DType::f32 && dtype != DType::f64))
+    return std::nullopt;
+  PyObject* t = api->access->empty(dtype == DType::f32 ? 0 : 1, ndim, shape, data);
+  if (t == nullptr) return std::nullopt;
+  return py::reinterpret_steal<py::object>(t);
+}
+
+bool use_torch_access(std::optional<bool> enable) {
+  if (enable) g_use_access = *enable;
+  const TorchApi* api = torch_api();
+  return g_use_access && api != nullptr && api->access != nullptr;
 }
 
 py::object to_like(py::array a, const py::handle& like) {

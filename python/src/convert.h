@@ -12,6 +12,7 @@
 #include <string>
 
 #include "grux/tensor.h"
+#include "torch_access.h"
 
 namespace grux_py {
 
@@ -45,6 +46,14 @@ struct RawArray {
   int64_t numel() const;
 };
 std::optional<RawArray> raw_array(const py::handle& obj);
+// A new contiguous CPU torch tensor of that shape made by libtorch (grux._torch_access), its
+// memory in *data; nullopt where that module is not loaded (the caller makes a NumPy array and
+// wraps it with torch.from_numpy).
+std::optional<py::object> new_torch_result(grux::DType dtype, int ndim, const int64_t* shape,
+                                           void** data);
+// Sets whether grux._torch_access is used (when `enable` is given) and says whether it is in
+// use now: loaded (torch imported, the module built for this torch) and enabled.
+bool use_torch_access(std::optional<bool> enable);
 bool is_torch_tensor(const py::handle& obj);
 
 // "float32"/"f32" or "float64"/"f64"; anything else is a grux::Error naming it.

@@ -99,13 +99,16 @@ struct Stream {
     want.shape[want.ndim - 1] = H;
     py::object result;
     void* o = nullptr;
-    if (out.is_none()) {
+    if (out.is_none() && in->torch) {  // a torch frame: a torch result made by libtorch
+      if (auto made = new_torch_result(dtype, want.ndim, want.shape, &o)) result = std::move(*made);
+    }
+    if (out.is_none() && o == nullptr) {
       std::vector<py::ssize_t> shape(want.shape, want.shape + want.ndim);
       py::array a = dtype == DType::f32 ? py::array(py::array_t<float>(shape))
                                         : py::array(py::array_t<double>(shape));
       o = a.mutable_data();
       result = in->torch ? to_like(std::move(a), frames) : py::object(std::move(a));
-    } else {
+    } else if (!out.is_none()) {
       o = checked_out(out, want, in->data, in->numel() * grux::dtype_size(dtype));
       result = py::reinterpret_borrow<py::object>(out);
     }
@@ -127,14 +130,17 @@ struct Stream {
   // `out`'s memory when it can take a result of shape `want` (else a grux::Error naming what
   // was wrong and what was expected).
   void* checked_out(const py::handle& out, const RawArray& want, const void* in, size_t in_bytes) {
-    std::string expected = "a C-contiguous " + dtype_str(dtype) +
-                           " array or CPU tensor of shape (";
-    for (int d = 0; d < want.ndim; ++d) expected += (d ? ", " : "") + std::to_string(want.shape[d]);
-    expected += want.ndim == 1 ? ",)" : ")";
     const std::optional<RawArray> r = raw_array(out);
     bool ok = r && r->dtype == want.dtype && r->ndim == want.ndim;
     for (int d = 0; ok && d < want.ndim; ++d) ok = r->shape[d] == want.shape[d];
-    if (!ok) throw grux::Error("out: expected " + expected + ", got " + describe(out));
+    if (!ok) {  // the message is built only here: a step per call must not pay for it
+      std::string expected = "a C-contiguous " + dtype_str(dtype) +
+                             " array or CPU tensor of shape (";
+      for (int d = 0; d < want.ndim; ++d)
+        expected += (d ? ", " : "") + std::to_string(want.shape[d]);
+      expected += want.ndim == 1 ? ",)" : ")";
+      throw grux::Error("out: expected " + expected + ", got " + describe(out));
+    }
     if (py::isinstance<py::array>(out) && !py::reinterpret_borrow<py::array>(out).writeable())
       throw grux::Error("out: the array is read-only");
     if (r->requires_grad)
@@ -154,14 +160,70 @@ struct Tape {
   grux::GruTape tape;
 };
 
+// grux.Error (grux::Error's Python type), set when the module is made.
+PyObject* g_error_type = PyExc_ValueError;
+
+// A stream's handle for step_frame below: a capsule of the Stream, holding its Python object.
+constexpr const char* kStreamHandle = "grux.GruStream.handle";
+
+// _step_frame(handle, frame, out): Stream::step_raw of one frame, or None where the frame is
+// not one it takes (GRUStream.step then takes the general path). A plain CPython function
+// (METH_FASTCALL) rather than a pybind11 method: a frame of a small model takes a few
+// microseconds, and pybind11's dispatch (argument loaders, the type lookup of `self`) was a
+// tenth of GRUStream.step's cost from Python.
+PyObject* step_frame_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "_step_frame(handle, frame, out) takes 3 arguments");
+    return nullptr;
+  }
+  auto* s = static_cast<Stream*>(PyCapsule_GetPointer(args[0], kStreamHandle));
+  if (s == nullptr) return nullptr;
+  try {
+    if (auto r = s->step_raw(args[1], args[2], true)) return r->release().ptr();
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const grux::Error& e) {
+    PyErr_SetString(g_error_type, e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef kStepFrameDef = {"_step_frame",
+                             reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step_frame_fast)),
+                             METH_FASTCALL,
+                             "_step_frame(handle, frame, out): one frame through a stream's fast "
+                             "path, or None (GRUStream.step's general path then)."};
+
 }  // namespace
 
 PYBIND11_MODULE(_grux, m) {
   m.doc() = "grux's C++ engine (use the grux package, not this module)";
-  py::register_exception<grux::Error>(m, "Error", PyExc_ValueError);
+  g_error_type = py::register_exception<grux::Error>(m, "Error", PyExc_ValueError).ptr();
   m.attr("__version__") = GRUX_VERSION_STRING;
   m.def("simd_target", &grux::simd_target);
+  m.def("_torch_access", &use_torch_access, py::arg("enable") = py::none(),
+        "Whether torch tensors are read and made through grux._torch_access (libtorch) rather "
+        "than their Python attributes; enable=True/False switches it (for tests).");
+  m.def(
+      "_raw_array", [](const py::handle& obj) -> py::object {
+        const std::optional<RawArray> r = raw_array(obj);
+        if (!r) return py::none();
+        py::tuple shape(r->ndim);
+        for (int d = 0; d < r->ndim; ++d) shape[d] = r->shape[d];
+        return py::make_tuple(dtype_str(r->dtype), shape,
+                              reinterpret_cast<uintptr_t>(r->data), r->torch, r->requires_grad);
+      },
+      "What the per-frame fast path reads of an array or tensor: (dtype, shape, data address, "
+      "is torch, requires grad), or None where it takes the general path (for tests).");
   bind_gru(m);
+  m.add_object("_step_frame",
+               py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kStepFrameDef, nullptr,
+                                                                   m.ptr())));
   bind_scan(m);
   bind_mingru(m);
   bind_conv(m);
@@ -359,15 +421,18 @@ void grux_py::bind_gru(py::module_& m) {
           },
           py::arg("frames"), py::arg("out") = py::none())
       .def(
-          "step_frame",
-          [](Stream& s, const py::handle& frame, const py::handle& out) -> py::object {
-            if (auto r = s.step_raw(frame, out, true)) return *r;
-            return py::none();
+          "handle",
+          [](py::object self) {
+            // The capsule holds a reference to the stream's Python object (released with it).
+            Stream* s = self.cast<Stream*>();
+            PyObject* cap = PyCapsule_New(s, kStreamHandle, [](PyObject* c) {
+              Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(c)));
+            });
+            if (cap == nullptr) throw py::error_already_set();
+            PyCapsule_SetContext(cap, self.release().ptr());
+            return py::reinterpret_steal<py::object>(cap);
           },
-          py::arg("frame"), py::arg("out") = py::none(),
-          "One frame through the fast path, or None when the frame is not a C-contiguous array "
-          "or CPU tensor of the stream's dtype and one frame's shape (the caller then takes the "
-          "general path).")
+          "A handle for _step_frame (holds this stream).")
       .def("state", [](const Stream& s) { return to_array(s.stream->state()); })
       .def(
           "reset", [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },

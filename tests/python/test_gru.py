@@ -361,3 +361,25 @@ def test_gru_precision_errors():
         grux.GRU(3, 4)(x.astype(np.float32), precision="fp8")
     with pytest.raises(grux.Error, match="takes an f32 GRU"):
         grux.GRUStream(gru64, precision="int8")
+
+
+def test_stream_fast_path_handle():
+    """GRUStream.step's fast path (grux._grux._step_frame, a plain CPython function) keeps its
+    stream alive through the handle, refuses anything that is not a handle in one line, and
+    gives the same bits as the general path (a strided frame)."""
+    from grux._grux import _step_frame
+    gru = grux.GRU(3, 4)
+    x = np.random.default_rng(5).uniform(-1, 1, (6, 2, 3)).astype(np.float32)
+    st = grux.GRUStream(gru, batch=2)
+    h = st._handle
+    del st
+    fast = [_step_frame(h, x[i], None) for i in range(3)]
+    ref = grux.GRUStream(gru, batch=2)
+    slow = [ref.step(np.asfortranarray(x[i])) for i in range(3)]  # not C-contiguous: general path
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+    assert _step_frame(h, x[0].astype(np.float64), None) is None  # another dtype: not taken
+    with pytest.raises(ValueError):
+        _step_frame(object(), x[0], None)
+    with pytest.raises(TypeError):
+        _step_frame(h, x[0])
