@@ -176,6 +176,46 @@ TEST(StreamApi, OutlivesItsGruAndRawProcessMatchesStep) {
   EXPECT_EQ(max_abs_diff(out, expected), 0.0);
 }
 
+// GruCell's batch-1 f32 step is the real-time kernel's first step from h (the stream's
+// arithmetic), the same bits whether the arguments are contiguous (read in place, no Tensor
+// made but the result) or strided views (made contiguous first), batched (1, I) or unbatched,
+// with h or without (zeros); at H 37 (tiles) and 13 (state in registers), both forms.
+TEST(StreamApi, GruCellBatchOneIsTheStreamsStepInAnyLayout) {
+  for (const int64_t H : {37, 13})
+    for (const GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
+      const int64_t I = 5;
+      const GruCell cell(I, H, true, form, DType::f32, 4);
+      GruConfig c;
+      c.input_size = I;
+      c.hidden_size = H;
+      c.form = form;
+      const Gru gru(c, {cell.weights()});
+      std::mt19937_64 rng(11);
+      const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
+      const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
+      GruStream from_h(gru, 1, h.unsqueeze(0)), from_zero(gru, 1);
+      const Tensor want = from_h.step(x.unsqueeze(0)).select(0, 0);
+      const Tensor want0 = from_zero.step(x.unsqueeze(0)).select(0, 0);
+      // Strided copies: every other element of a larger tensor.
+      const Tensor xs = Tensor::zeros({1, 2 * I}, DType::f32).slice(1, 0, 2 * I, 2);
+      const Tensor hs = Tensor::zeros({1, 2 * H}, DType::f32).slice(1, 0, 2 * H, 2);
+      Tensor(xs).copy_from(x);
+      Tensor(hs).copy_from(h);
+      ASSERT_FALSE(xs.is_contiguous());
+      const std::string at = "H " + std::to_string(H);
+      EXPECT_EQ(max_abs_diff(cell.forward(x, h), want), 0.0) << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(xs, hs), want), 0.0) << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0)), want.select(0, 0)), 0.0)
+          << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(xs.select(0, 0), hs.select(0, 0)), want.select(0, 0)),
+                0.0)
+          << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(x), want0), 0.0) << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(xs.select(0, 0)), want0.select(0, 0)), 0.0) << at;
+      EXPECT_EQ(cell.forward(x.select(0, 0)).shape(), (Shape{H})) << at;
+    }
+}
+
 // The real-time kernel's gates (a rational tanh and the sigmoid from it, cpu/gate_math-inl.h)
 // against f64 over the whole range: within 4e-7 absolute everywhere (measured 3.0e-7 and
 // 2.2e-7 on the SIMD targets), within 4 ulp relative for tanh near 0 (measured 3.5) (where outputs are small), saturation reached

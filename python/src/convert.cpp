@@ -2,6 +2,7 @@
 #include "convert.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -100,23 +101,59 @@ const TorchApi* torch_api() {
   return api;
 }
 
+// A Tensor over a torch tensor's memory, the tensor held alive.
+Tensor view_of_torch(const py::handle& obj, void* data, const grux::Shape& shape,
+                     const grux::Shape& strides, DType dt) {
+  auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
+  std::shared_ptr<void> owner(held, [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+  return Tensor::from_blob(data, shape, strides, dt, std::move(owner));
+}
+
+// After a Python error reading a tensor: a grux::Error if the tensor is not strided (sparse
+// tensors have no strides or data pointer), else the error itself.
+[[noreturn]] void refuse_layout(const py::handle& obj, const char* name) {
+  py::error_already_set e;
+  const std::string layout = py::str(obj.attr("layout"));
+  if (layout != "torch.strided")
+    throw grux::Error(std::string(name) + ": a tensor of layout " + layout +
+                      " was given; expected a dense (torch.strided) tensor (use .to_dense())");
+  throw e;
+}
+
 // A CPU torch tensor as a Tensor over its memory (the tensor held alive), strides as torch
-// reports them (never negative).
+// reports them (never negative). Read through grux._torch_access where it is loaded, else
+// through the tensor's attributes (which also word every error).
 Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, bool allow_int) {
   PyObject* o = obj.ptr();
+  if (TorchView v; api.access != nullptr && g_use_access && api.access->view(o, &v) == 1 &&
+                   v.cpu && (v.dtype == 0 || v.dtype == 1 || (allow_int && v.dtype == 2))) {
+    const DType dt = v.dtype == 0 ? DType::f32 : v.dtype == 1 ? DType::f64 : DType::i64;
+    grux::Shape shape(v.shape, v.shape + v.ndim), strides(v.ndim);
+    bool empty = false;
+    for (int d = 0; d < v.ndim; ++d) {
+      strides[d] = shape[d] <= 1 ? 0 : v.strides[d];
+      empty = empty || shape[d] == 0;
+    }
+    if (empty) return Tensor::zeros(shape, dt);
+    if (v.data != nullptr) return view_of_torch(obj, v.data, shape, strides, dt);
+  }
   if (getattr_of(o, api.is_cpu).ptr() != Py_True)
     throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
                       " was given; grux runs on the CPU (move it with .cpu())");
-  if (const std::string layout = py::str(obj.attr("layout")); layout != "torch.strided")
-    throw grux::Error(std::string(name) + ": a tensor of layout " + layout +
-                      " was given; expected a dense (torch.strided) tensor (use .to_dense())");
   const py::object dtype = getattr_of(o, api.dtype);
   const std::optional<DType> dt = torch_dtype(api, dtype, allow_int);
   if (!dt)
     throw grux::Error(std::string(name) + ": dtype " + py::str(dtype).cast<std::string>() +
                       " is not supported (expected " +
                       (allow_int ? "torch.int64" : "torch.float32 or torch.float64") + ")");
-  const py::object shape_t = getattr_of(o, api.shape), stride_t = call_method(o, api.stride);
+  PyObject* shape_p = PyObject_GetAttr(o, api.shape);
+  PyObject* stride_p = shape_p ? PyObject_CallMethodNoArgs(o, api.stride) : nullptr;
+  const auto shape_t = py::reinterpret_steal<py::object>(shape_p);
+  const auto stride_t = py::reinterpret_steal<py::object>(stride_p);
+  if (stride_p == nullptr) refuse_layout(obj, name);
   if (!PyTuple_Check(shape_t.ptr()) || !PyTuple_Check(stride_t.ptr()) ||
       PyTuple_GET_SIZE(shape_t.ptr()) != PyTuple_GET_SIZE(stride_t.ptr()))
     throw grux::Error(std::string(name) + ": the tensor's shape and strides are not tuples of "
@@ -130,13 +167,7 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
     empty = empty || shape[d] == 0;
   }
   if (empty) return Tensor::zeros(shape, *dt);  // no memory to view (data_ptr may be null)
-  void* data = torch_data(api, o);
-  auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
-  std::shared_ptr<void> owner(held, [](void* p) {
-    py::gil_scoped_acquire gil;
-    delete static_cast<py::object*>(p);
-  });
-  return Tensor::from_blob(data, shape, strides, *dt, std::move(owner));
+  return view_of_torch(obj, torch_data(api, o), shape, strides, *dt);
 }
 
 void* torch_data(const TorchApi& api, PyObject* o) {
@@ -291,6 +322,21 @@ std::optional<py::object> new_torch_result(grux::DType dtype, int ndim, const in
   PyObject* t = api->access->empty(dtype == DType::f32 ? 0 : 1, ndim, shape, data);
   if (t == nullptr) return std::nullopt;
   return py::reinterpret_steal<py::object>(t);
+}
+
+py::object to_like_result(const Tensor& t, const py::handle& like) {
+  constexpr int64_t kCopyBytes = int64_t(64) << 10;  // copying 64 KB: about a microsecond
+  if (t.defined() && t.dim() <= kTorchViewMaxDims && is_torch_tensor(like) &&
+      t.numel() * static_cast<int64_t>(grux::dtype_size(t.dtype())) <= kCopyBytes) {
+    void* data = nullptr;
+    const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (auto r = new_torch_result(t.dtype(), static_cast<int>(shape.size()), shape.data(), &data)) {
+      const Tensor c = t.contiguous();
+      if (c.numel() > 0) std::memcpy(data, c.raw_data(), c.numel() * grux::dtype_size(c.dtype()));
+      return std::move(*r);
+    }
+  }
+  return to_like(t, like);
 }
 
 bool use_torch_access(std::optional<bool> enable) {

@@ -30,6 +30,11 @@ py::object to_array(const grux::Tensor& t);
 // the NumPy array itself.
 py::object to_like(py::array a, const py::handle& like);
 py::object to_like(const grux::Tensor& t, const py::handle& like);
+// As to_like for a result grux made (never a view of an input: rearrange's must share its
+// memory), except that a small result (up to 64 KB) of a torch input is copied into a tensor
+// made by libtorch where grux._torch_access is loaded: cheaper than wrapping grux's memory
+// through NumPy (a cell's result, one step).
+py::object to_like_result(const grux::Tensor& t, const py::handle& like);
 py::dict to_dict(const std::map<std::string, grux::Tensor>& m);
 std::map<std::string, grux::Tensor> from_dict(const py::dict& d, const char* what);
 // The memory of a C-contiguous, element-aligned f32 or f64 NumPy array or CPU torch.Tensor of

@@ -347,7 +347,7 @@ void grux_py::bind_gru(py::module_& m) {
               py::gil_scoped_release nogil;
               out = c.forward(tx, th, threads);
             }
-            return to_like(out, x);
+            return to_like_result(out, x);
           },
           py::arg("input"), py::arg("hx") = py::none(), py::arg("threads") = 0)
       .def(
