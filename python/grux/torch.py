@@ -234,10 +234,16 @@ class GRUCell(nn.Module):
         # reset_packed_weights(). The cache holds the weights themselves, so no address in it
         # can be reused meanwhile; a new shape, strides or dtype comes with a new storage or a
         # version bump.
+        # With grux._torch_access the check is one call into libtorch (_weights_stamp: the
+        # same three things as bytes), else it reads each weight's attributes.
         packed = self._packed
+        stamp = _grux._weights_stamp(weights)
         if packed is not None:
-            kept, ptrs, versions, cell = packed
-            if len(kept) == len(weights) and all(a is b for a, b in zip(kept, weights)) and \
+            kept, ptrs, versions, kept_stamp, cell = packed
+            if stamp is not None and kept_stamp is not None:
+                if stamp == kept_stamp:
+                    return cell
+            elif len(kept) == len(weights) and all(a is b for a, b in zip(kept, weights)) and \
                     [w._version for w in weights] == versions and \
                     [w.data_ptr() for w in weights] == ptrs:
                 return cell
@@ -245,7 +251,7 @@ class GRUCell(nn.Module):
         cell = _grux.GruCell.from_state_dict(
             {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before)
         self._packed = (list(weights), [w.data_ptr() for w in weights],
-                        [w._version for w in weights], cell)
+                        [w._version for w in weights], stamp, cell)
         return cell
 
     def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried

@@ -339,6 +339,22 @@ py::object to_like_result(const Tensor& t, const py::handle& like) {
   return to_like(t, like);
 }
 
+py::object weights_stamp(const py::sequence& weights) {
+  const TorchApi* api = torch_api();
+  if (api == nullptr || api->access == nullptr || !g_use_access) return py::none();
+  std::vector<int64_t> s;
+  s.reserve(3 * weights.size());
+  for (const py::handle w : weights) {
+    void* data = nullptr;
+    int64_t version = 0;
+    if (api->access->stamp(w.ptr(), &data, &version) != 1) return py::none();
+    s.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.ptr())));
+    s.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(data)));
+    s.push_back(version);
+  }
+  return py::bytes(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(int64_t));
+}
+
 bool use_torch_access(std::optional<bool> enable) {
   if (enable) g_use_access = *enable;
   const TorchApi* api = torch_api();

@@ -59,6 +59,10 @@ std::optional<py::object> new_torch_result(grux::DType dtype, int ndim, const in
 // Sets whether grux._torch_access is used (when `enable` is given) and says whether it is in
 // use now: loaded (torch imported, the module built for this torch) and enabled.
 bool use_torch_access(std::optional<bool> enable);
+// Each tensor's identity, data pointer and version as bytes (equal bytes: the same tensors,
+// storage and contents as when taken, provided the caller keeps the tensors alive so that no
+// identity is reused); None where grux._torch_access is not in use or an entry is no tensor.
+py::object weights_stamp(const py::sequence& weights);
 bool is_torch_tensor(const py::handle& obj);
 
 // "float32"/"f32" or "float64"/"f64"; anything else is a grux::Error naming it.

@@ -209,6 +209,9 @@ PYBIND11_MODULE(_grux, m) {
   m.def("_torch_access", &use_torch_access, py::arg("enable") = py::none(),
         "Whether torch tensors are read and made through grux._torch_access (libtorch) rather "
         "than their Python attributes; enable=True/False switches it (for tests).");
+  m.def("_weights_stamp", &weights_stamp, py::arg("weights"),
+        "Identity, data pointer and version of each tensor, as bytes (grux.torch.GRUCell's "
+        "packed-weights check), or None without grux._torch_access.");
   m.def(
       "_raw_array", [](const py::handle& obj) -> py::object {
         const std::optional<RawArray> r = raw_array(obj);

@@ -13,7 +13,7 @@
 namespace grux_py {
 
 // Bumped whenever the structs below change: a module of another ABI is not used.
-constexpr int kTorchAccessAbi = 1;
+constexpr int kTorchAccessAbi = 2;
 constexpr int kTorchViewMaxDims = 8;
 
 struct TorchView {
@@ -34,6 +34,9 @@ struct TorchAccess {
   // A new contiguous CPU tensor (a new reference) of dtype 0 or 1 and the given shape, its
   // memory in *data; null (no Python error set) when it cannot be made.
   PyObject* (*empty)(int dtype, int ndim, const int64_t* shape, void** data);
+  // 1 with the data pointer and the version counter (what in-place writes bump) of a
+  // torch.Tensor or nn.Parameter; 0 otherwise.
+  int (*stamp)(PyObject* o, void** data, int64_t* version);
 };
 
 }  // namespace grux_py

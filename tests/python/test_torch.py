@@ -197,10 +197,22 @@ def test_torch_errors():
         gru(torch.randn(5, 2, 3), torch.randn(1, 2, 4, dtype=torch.float64))
 
 
-def test_gru_cell_sees_every_weight_change():
+@pytest.mark.parametrize("access", [True, False], ids=["libtorch", "attributes"])
+def test_gru_cell_sees_every_weight_change(access):
     """The packed weights are reused between calls and repacked after any change PyTorch
     counts: an optimizer step, load_state_dict, a write under no_grad, a new Parameter;
-    writes through .data after reset_packed_weights()."""
+    writes through .data after reset_packed_weights(). Checked through grux._torch_access's
+    stamp and through the weights' attributes."""
+    if access and not grux._grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    grux._grux._torch_access(access)
+    try:
+        _check_gru_cell_sees_every_weight_change()
+    finally:
+        grux._grux._torch_access(True)
+
+
+def _check_gru_cell_sees_every_weight_change():
     torch.manual_seed(11)
     ref = torch.nn.GRUCell(3, 5).double()
     cell = gt.GRUCell(3, 5, dtype=torch.float64)
