@@ -225,7 +225,8 @@ class GruInference {
 // GruStream (equal to the batched engine within f32 rounding; the same bits as a stream's
 // first step from h), reading contiguous arguments in place and making no Tensor but the
 // result (a heap block: a loop of calls costs about 150-350 ns a call more than a stream's
-// step, which writes into the caller's memory); otherwise the engine's.
+// step, which writes into the caller's memory), its state on the calling thread's stack (16 KB);
+// otherwise the engine's.
 struct GruCellPlan;
 class GruCell {
  public:
