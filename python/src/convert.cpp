@@ -1,6 +1,7 @@
 // Arrays <-> Tensors (convert.h).
 #include "convert.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -101,15 +102,48 @@ const TorchApi* torch_api() {
   return api;
 }
 
-// A Tensor over a torch tensor's memory, the tensor held alive.
-Tensor view_of_torch(const py::handle& obj, void* data, const grux::Shape& shape,
-                     const grux::Shape& strides, DType dt) {
+// A Tensor over a torch tensor's memory (the tensor held alive) from its shape and strides as
+// torch gives them (those of dimensions of size 1 are set to 0); an empty tensor is zeros
+// (there is no memory to view; data() is then not called: data_ptr may be null).
+template <class Data>
+Tensor torch_tensor(const py::handle& obj, DType dt, grux::Shape shape, grux::Shape strides,
+                    const Data& data) {
+  bool empty = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] <= 1) strides[d] = 0;
+    empty = empty || shape[d] == 0;
+  }
+  if (empty) return Tensor::zeros(shape, dt);
+  void* p = data();
   auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
-  std::shared_ptr<void> owner(held, [](void* p) {
+  std::shared_ptr<void> owner(held, [](void* q) {
     py::gil_scoped_acquire gil;
-    delete static_cast<py::object*>(p);
+    delete static_cast<py::object*>(q);
   });
-  return Tensor::from_blob(data, shape, strides, dt, std::move(owner));
+  return Tensor::from_blob(p, shape, strides, dt, std::move(owner));
+}
+
+// grux._torch_access where it is loaded and in use, else null.
+const TorchAccess* access_in_use() {
+  const TorchApi* api = torch_api();
+  return api != nullptr && g_use_access ? api->access : nullptr;
+}
+
+// What grux._torch_access reads of o, where it is in use and takes o (else nullopt: the
+// attribute path).
+std::optional<TorchView> access_view(PyObject* o) {
+  TorchView v;
+  const TorchAccess* a = access_in_use();
+  if (a == nullptr || a->view(o, &v) != 1) return std::nullopt;
+  return v;
+}
+
+// A TorchView's dtype code as a DType: float32, float64, and int64 with allow_int.
+std::optional<DType> dtype_of_code(int code, bool allow_int) {
+  if (code == 0) return DType::f32;
+  if (code == 1) return DType::f64;
+  if (code == 2 && allow_int) return DType::i64;
+  return std::nullopt;
 }
 
 // After a Python error reading a tensor: a grux::Error if the tensor is not strided (sparse
@@ -128,17 +162,12 @@ Tensor view_of_torch(const py::handle& obj, void* data, const grux::Shape& shape
 // through the tensor's attributes (which also word every error).
 Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, bool allow_int) {
   PyObject* o = obj.ptr();
-  if (TorchView v; api.access != nullptr && g_use_access && api.access->view(o, &v) == 1 &&
-                   v.cpu && (v.dtype == 0 || v.dtype == 1 || (allow_int && v.dtype == 2))) {
-    const DType dt = v.dtype == 0 ? DType::f32 : v.dtype == 1 ? DType::f64 : DType::i64;
-    grux::Shape shape(v.shape, v.shape + v.ndim), strides(v.ndim);
-    bool empty = false;
-    for (int d = 0; d < v.ndim; ++d) {
-      strides[d] = shape[d] <= 1 ? 0 : v.strides[d];
-      empty = empty || shape[d] == 0;
-    }
-    if (empty) return Tensor::zeros(shape, dt);
-    if (v.data != nullptr) return view_of_torch(obj, v.data, shape, strides, dt);
+  if (const std::optional<TorchView> v = access_view(o); v && v->cpu) {
+    const grux::Shape shape(v->shape, v->shape + v->ndim);
+    const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+    if (const std::optional<DType> dt = dtype_of_code(v->dtype, allow_int); dt && (empty || v->data))
+      return torch_tensor(obj, *dt, shape, grux::Shape(v->strides, v->strides + v->ndim),
+                          [&] { return v->data; });
   }
   if (getattr_of(o, api.is_cpu).ptr() != Py_True)
     throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
@@ -160,14 +189,11 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
                       "the same length");
   const auto ndim = static_cast<size_t>(PyTuple_GET_SIZE(shape_t.ptr()));
   grux::Shape shape(ndim), strides(ndim);
-  bool empty = false;
   for (size_t d = 0; d < ndim; ++d) {
     shape[d] = tuple_int(shape_t.ptr(), static_cast<Py_ssize_t>(d));
-    strides[d] = shape[d] <= 1 ? 0 : tuple_int(stride_t.ptr(), static_cast<Py_ssize_t>(d));
-    empty = empty || shape[d] == 0;
+    strides[d] = tuple_int(stride_t.ptr(), static_cast<Py_ssize_t>(d));
   }
-  if (empty) return Tensor::zeros(shape, *dt);  // no memory to view (data_ptr may be null)
-  return view_of_torch(obj, torch_data(api, o), shape, strides, *dt);
+  return torch_tensor(obj, *dt, shape, strides, [&] { return torch_data(api, o); });
 }
 
 void* torch_data(const TorchApi& api, PyObject* o) {
@@ -176,6 +202,31 @@ void* torch_data(const TorchApi& api, PyObject* o) {
   if (PyErr_Occurred()) throw py::error_already_set();
   return reinterpret_cast<void*>(static_cast<uintptr_t>(v));
 }
+
+// raw_array's reading of a torch tensor through its attributes (without grux._torch_access):
+// false where the fast path does not take it.
+bool read_torch_attributes(const TorchApi& api, PyObject* o, RawArray& r) {
+  const std::optional<DType> dt = torch_dtype(api, getattr_of(o, api.dtype), false);
+  if (!dt) return false;
+  r.dtype = *dt;
+  if (getattr_of(o, api.is_cpu).ptr() != Py_True ||
+      call_method(o, api.is_contiguous).ptr() != Py_True)
+    return false;
+  const py::object shape = getattr_of(o, api.shape);  // torch.Size, a tuple
+  if (!PyTuple_Check(shape.ptr())) return false;
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  if (ndim < 1 || ndim > 3) return false;
+  r.ndim = static_cast<int>(ndim);
+  for (int d = 0; d < r.ndim; ++d) r.shape[d] = tuple_int(shape.ptr(), d);
+  try {
+    r.data = torch_data(api, o);
+  } catch (const py::error_already_set&) {  // no storage (sparse, ...): the general path
+    return false;                            // words the error
+  }
+  r.requires_grad = getattr_of(o, api.requires_grad).ptr() == Py_True;
+  return true;
+}
+
 
 }  // namespace
 
@@ -207,40 +258,18 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
   } else if (is_torch_tensor(obj)) {
     const TorchApi& api = *torch_api();
     PyObject* o = obj.ptr();
-    TorchView v;
-    if (api.access != nullptr && g_use_access && api.access->view(o, &v) == 1) {
-      if ((v.dtype != 0 && v.dtype != 1) || !v.cpu || !v.contiguous || v.ndim < 1 || v.ndim > 3)
-        return std::nullopt;
-      r.dtype = v.dtype == 0 ? DType::f32 : DType::f64;
-      r.ndim = v.ndim;
-      for (int d = 0; d < r.ndim; ++d) r.shape[d] = v.shape[d];
-      r.data = v.data;
-      r.torch = true;
-      r.requires_grad = v.requires_grad;
-      const size_t esize = grux::dtype_size(r.dtype);
-      if (r.numel() == 0 || r.data == nullptr || reinterpret_cast<uintptr_t>(r.data) % esize != 0)
-        return std::nullopt;
-      return r;
-    }
-    const std::optional<DType> dt = torch_dtype(api, getattr_of(o, api.dtype), false);
-    if (!dt) return std::nullopt;
-    r.dtype = *dt;
-    if (getattr_of(o, api.is_cpu).ptr() != Py_True ||
-        call_method(o, api.is_contiguous).ptr() != Py_True)
-      return std::nullopt;
-    const py::object shape = getattr_of(o, api.shape);  // torch.Size, a tuple
-    if (!PyTuple_Check(shape.ptr())) return std::nullopt;
-    const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
-    if (ndim < 1 || ndim > 3) return std::nullopt;
-    r.ndim = static_cast<int>(ndim);
-    for (int d = 0; d < r.ndim; ++d) r.shape[d] = tuple_int(shape.ptr(), d);
-    try {
-      r.data = torch_data(api, o);
-    } catch (const py::error_already_set&) {  // no storage (sparse, ...): the general path
-      return std::nullopt;                     // words the error
-    }
     r.torch = true;
-    r.requires_grad = getattr_of(o, api.requires_grad).ptr() == Py_True;
+    if (const std::optional<TorchView> v = access_view(o)) {
+      const std::optional<DType> dt = dtype_of_code(v->dtype, false);
+      if (!dt || !v->cpu || !v->contiguous || v->ndim < 1 || v->ndim > 3) return std::nullopt;
+      r.dtype = *dt;
+      r.ndim = v->ndim;
+      for (int d = 0; d < r.ndim; ++d) r.shape[d] = v->shape[d];
+      r.data = v->data;
+      r.requires_grad = v->requires_grad;
+    } else if (!read_torch_attributes(api, o, r)) {
+      return std::nullopt;
+    }
   } else {
     return std::nullopt;
   }
@@ -315,11 +344,9 @@ py::object to_array(const Tensor& t) {
 
 std::optional<py::object> new_torch_result(grux::DType dtype, int ndim, const int64_t* shape,
                                            void** data) {
-  const TorchApi* api = torch_api();
-  if (api == nullptr || api->access == nullptr || !g_use_access ||
-      (dtype != DType::f32 && dtype != DType::f64))
-    return std::nullopt;
-  PyObject* t = api->access->empty(dtype == DType::f32 ? 0 : 1, ndim, shape, data);
+  const TorchAccess* a = access_in_use();
+  if (a == nullptr || (dtype != DType::f32 && dtype != DType::f64)) return std::nullopt;
+  PyObject* t = a->empty(dtype == DType::f32 ? 0 : 1, ndim, shape, data);
   if (t == nullptr) return std::nullopt;
   return py::reinterpret_steal<py::object>(t);
 }
@@ -340,14 +367,14 @@ py::object to_like_result(const Tensor& t, const py::handle& like) {
 }
 
 py::object weights_stamp(const py::sequence& weights) {
-  const TorchApi* api = torch_api();
-  if (api == nullptr || api->access == nullptr || !g_use_access) return py::none();
+  const TorchAccess* a = access_in_use();
+  if (a == nullptr) return py::none();
   std::vector<int64_t> s;
   s.reserve(3 * weights.size());
   for (const py::handle w : weights) {
     void* data = nullptr;
     int64_t version = 0;
-    if (api->access->stamp(w.ptr(), &data, &version) != 1) return py::none();
+    if (a->stamp(w.ptr(), &data, &version) != 1) return py::none();
     s.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.ptr())));
     s.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(data)));
     s.push_back(version);
@@ -357,8 +384,7 @@ py::object weights_stamp(const py::sequence& weights) {
 
 bool use_torch_access(std::optional<bool> enable) {
   if (enable) g_use_access = *enable;
-  const TorchApi* api = torch_api();
-  return g_use_access && api != nullptr && api->access != nullptr;
+  return access_in_use() != nullptr;
 }
 
 py::object to_like(py::array a, const py::handle& like) {

@@ -99,18 +99,18 @@ struct Stream {
     want.shape[want.ndim - 1] = H;
     py::object result;
     void* o = nullptr;
-    if (out.is_none() && in->torch) {  // a torch frame: a torch result made by libtorch
-      if (auto made = new_torch_result(dtype, want.ndim, want.shape, &o)) result = std::move(*made);
-    }
-    if (out.is_none() && o == nullptr) {
+    std::optional<py::object> made;  // a torch frame's result made by libtorch, where it can be
+    if (!out.is_none()) {
+      o = checked_out(out, want, in->data, in->numel() * grux::dtype_size(dtype));
+      result = py::reinterpret_borrow<py::object>(out);
+    } else if (in->torch && (made = new_torch_result(dtype, want.ndim, want.shape, &o))) {
+      result = std::move(*made);
+    } else {
       std::vector<py::ssize_t> shape(want.shape, want.shape + want.ndim);
       py::array a = dtype == DType::f32 ? py::array(py::array_t<float>(shape))
                                         : py::array(py::array_t<double>(shape));
       o = a.mutable_data();
       result = in->torch ? to_like(std::move(a), frames) : py::object(std::move(a));
-    } else if (!out.is_none()) {
-      o = checked_out(out, want, in->data, in->numel() * grux::dtype_size(dtype));
-      result = py::reinterpret_borrow<py::object>(out);
     }
     auto run = [&] {
       if (dtype == DType::f32)

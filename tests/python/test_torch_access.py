@@ -56,7 +56,10 @@ def _tensors():
     yield "sparse", torch.rand(2, 3).to_sparse()
 
 
-@pytest.mark.parametrize("name,t", list(_tensors()), ids=[n for n, _ in _tensors()])
+_CASES = list(_tensors())
+
+
+@pytest.mark.parametrize("name,t", _CASES, ids=[n for n, _ in _CASES])
 def test_the_fast_path_reads_tensors_as_their_attributes_say(name, t):
     if not _grux._torch_access():
         pytest.skip("grux._torch_access is not in use here")
