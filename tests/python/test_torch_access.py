@@ -117,3 +117,19 @@ def test_a_sparse_tensor_is_refused_in_one_line():
                  lambda: grux.GRU(3, 2)(torch.rand(4, 2, 3).to_sparse())):
         with pytest.raises(grux.Error, match=r"layout torch.sparse_coo was given; expected a dense"):
             call()
+
+
+def test_refused_under_another_torch_version():
+    """Built for one torch, the module refuses to load under another (tensor layouts are not a
+    stable ABI): everything then takes the attribute path, with torch results as before."""
+    if not _module_shipped():
+        pytest.skip("grux._torch_access is not built here")
+    import subprocess
+    import sys
+    code = ("import torch; torch.__version__ = '0.0.0-other'\n"
+            "import grux, grux._grux as g\n"
+            "y = grux.GRUStream(grux.GRU(3, 4), batch=1).step(torch.rand(1, 3))\n"
+            "print(g._torch_access(), type(y).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(grux.__file__)))
+    assert out.stdout.split() == ["False", "Tensor"], out.stdout + out.stderr
