@@ -100,6 +100,41 @@ TEST(GemmPacked, MatchesReferenceAtTileEdgesF64) {
         check_packed<double>(s, units, ta, s.M % 2 == 0, s.K % 2 == 0, units == 1, rng);
 }
 
+// K is chunked only where op(A) is larger than half the L2 (the size the OS reports): there, a
+// chunked product (the whole A) still gives every row the bits it gets alone (unchunked),
+// with and without the old C kept aside (accumulate), one and three units per panel.
+TEST(GemmPacked, ChunkedAlongKOnlyChangesTheBlockingNotTheBits) {
+  std::mt19937_64 rng(4);
+  const int64_t K = 520;  // three chunks
+  const int64_t M = cpu::l2_cache_bytes() / 2 / (K * int64_t(sizeof(float))) + 9;
+  for (int64_t units : {1, 3})
+    for (bool accumulate : {false, true})
+      check_packed<float>({M, 49, K}, units, false, true, accumulate, false, rng);
+}
+
+// Row blocks for a thread's many rows: a multiple of 8 up to 96, the most that fit beside the
+// panels in 7/8 of the L2, or 96 where the panels alone do not fit.
+TEST(GemmPacked, RowBlockFitsBesideThePanelsInL2) {
+  const int64_t l2 = cpu::l2_cache_bytes(), K = 256, panel = 3 * cpu::kUnit<float>;
+  const int64_t max_panels = 2 * l2 / (K * panel * 4) + 2;
+  bool some_fewer = false;
+  for (int64_t p = 1; p <= max_panels; ++p) {
+    const cpu::PackedB<float> B{K, p * panel, panel, nullptr};
+    const int64_t rb = cpu::gemm_row_block(B, 0, p, K, 4);
+    const int64_t b_bytes = p * panel * K * 4, per_row = (K + p * panel) * 4;
+    const int64_t room = l2 / 8 * 7 - b_bytes;
+    ASSERT_TRUE(rb % 8 == 0 && rb >= 8 && rb <= 96) << p << " panels: " << rb << " rows";
+    if (room < 8 * per_row) {
+      EXPECT_EQ(rb, 96) << p << " panels: B alone does not fit, so B streams: most rows";
+    } else {
+      EXPECT_LE(rb * per_row, room) << p << " panels: " << rb << " rows do not fit";
+      EXPECT_TRUE(rb == 96 || (rb + 8) * per_row > room) << p << " panels: " << rb << " rows";
+      some_fewer |= rb < 96;
+    }
+  }
+  EXPECT_TRUE(some_fewer) << "no panel count between fitting easily and not at all";
+}
+
 TEST(GemmPacked, ParallelEqualsSerialBitwise) {
   std::mt19937_64 rng(3);
   const int64_t M = 500, N = 300, K = 400, panel = 3 * cpu::kUnit<float>;

@@ -409,15 +409,6 @@ GRUX_AVX512_BF16 bool PackBf16Avx512(int64_t K, int64_t N, int64_t panel, const 
 // and rows per register block (4 x 3 vectors: 12 accumulators; a tile is 4 blocks).
 constexpr int64_t kAtPanel = 48, kAtTile = 16, kAtMr = 8;
 
-// The L2 cache's size (bytes) as the OS reports it for CPU 0; 512 KiB when it does not say.
-int64_t l2_cache_bytes() {
-  static const int64_t bytes = [] {
-    const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return s > 0 ? int64_t(s) : int64_t(512) << 10;
-  }();
-  return bytes;
-}
-
 GRUX_AVX512_BF16 void AtBAvx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                                 const float* B, int64_t ldb, const int64_t* b_rows,
                                 bool accumulate, float* C, int64_t ldc) {

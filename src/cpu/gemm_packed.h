@@ -73,6 +73,19 @@ void gemm_a_rows(int64_t M, const T* a_base, const int64_t* a_offsets, const Pac
 // kernels outside Highway that follow the same choice.
 int64_t simd_target_bit();
 
+// The L2 cache's size (bytes) as the OS reports it for CPU 0; 512 KiB when it does not say.
+int64_t l2_cache_bytes();
+
+// Rows of A per block for a thread that multiplies many rows (one block after another) by
+// the panels [p0, p1) of B, an A of `a_cols` columns of `a_bytes` each and a C of T: the
+// most rows, a multiple of 8 up to 96, for which B's panels, a block's rows of A and its
+// rows of C fit in 7/8 of the L2 together. The panels are read in a cycle once per block, so
+// under least-recently-used replacement they stay in L2 only while all three fit; where the
+// panels alone do not, they stream from L3 anyway and 96 rows reuse each read the most.
+template <typename T>
+int64_t gemm_row_block(const PackedB<T>& B, int64_t p0, int64_t p1, int64_t a_cols,
+                       int64_t a_bytes);
+
 // The whole product, split over the OpenMP threads (row blocks x panels). Same result.
 template <typename T>
 void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,

@@ -161,10 +161,10 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
   // its own cache, and its gates need no other thread's projection.
   run_team(team, H, cpu::kUnit<T>, max_threads, [&](const TeamShare& me) {
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
-    //    row blocks that stay in L2 while my panels stream by.
-    constexpr int64_t kRowBlock = 96;
-    for (int64_t m0 = 0; m0 < rows; m0 += kRowBlock)
-      k.gemm(std::min(kRowBlock, rows - m0), xp + m0 * P.in, P.in, false, P.ih, b_ih, false,
+    //    row blocks that leave my panels in L2 from one block to the next.
+    const int64_t row_block = cpu::gemm_row_block(P.ih, me.b0, me.b1, P.in, sizeof(T));
+    for (int64_t m0 = 0; m0 < rows; m0 += row_block)
+      k.gemm(std::min(row_block, rows - m0), xp + m0 * P.in, P.in, false, P.ih, b_ih, false,
              g + m0 * G, G, me.b0, me.b1);
     // 2. The recurrence; the active rows of step s are a prefix of those of step s - 1.
     for (int64_t s = 0; s < lay.S; ++s) {
