@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/gemm_packed.h"
 #include "cpu/gru_stream.h"
 #include "cpu/ref/gru_stream_ref.h"
 #include "grux/gru.h"
@@ -214,6 +215,37 @@ TEST(StreamApi, GruCellBatchOneIsTheStreamsStepInAnyLayout) {
       EXPECT_EQ(max_abs_diff(cell.forward(xs.select(0, 0)), want0.select(0, 0)), 0.0) << at;
       EXPECT_EQ(cell.forward(x.select(0, 0)).shape(), (Shape{H})) << at;
     }
+}
+
+// A cell whose weights take most of the L2 (sized from the L2 the OS reports) runs its
+// batch-1 step on a team when two threads are allowed: bit-identical to Gru::forward (the
+// real-time kernel is not: it differs within f32 rounding), contiguous or strided, batched
+// or not; with threads 1 the real-time kernel, within the engine's tolerance.
+TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
+  const int64_t I = 8;
+  int64_t H = 16;
+  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * 3) H += 16;
+  H += 3;  // a partial unit block too
+  const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 6);
+  GruConfig c;
+  c.input_size = I;
+  c.hidden_size = H;
+  const Gru gru(c, {cell.weights()});
+  std::mt19937_64 rng(12);
+  const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
+  const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
+  const Tensor want = gru.forward(x.unsqueeze(0), h.unsqueeze(0)).h_n.select(0, 0);
+  const Tensor xs = Tensor::zeros({1, 2 * I}, DType::f32).slice(1, 0, 2 * I, 2);
+  Tensor(xs).copy_from(x);
+  const std::string at = "H " + std::to_string(H);
+  EXPECT_EQ(max_abs_diff(cell.forward(x, h, 2), want), 0.0) << at;
+  EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
+  EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)),
+            0.0)
+      << at;
+  const Tensor alone = cell.forward(x, h, 1);
+  EXPECT_LT(max_abs_diff(alone, want), 1e-5) << at;
+  EXPECT_GT(max_abs_diff(alone, want), 0.0) << at << ": one thread should be the real-time kernel";
 }
 
 // The real-time kernel's gates (a rational tanh and the sigmoid from it, cpu/gate_math-inl.h)
