@@ -561,7 +561,7 @@ int64_t gemm_row_block(const PackedB<T>& B, int64_t p0, int64_t p1, int64_t a_co
   const int64_t cols = std::min(B.N, p1 * B.panel) - p0 * B.panel;
   const int64_t b_bytes = (p1 - p0) * B.panel * B.K * b_elem;
   const int64_t room = l2_cache_bytes() / 8 * 7 - b_bytes;
-  const int64_t per_row = a_cols * a_bytes + cols * int64_t(sizeof(T));
+  const int64_t per_row = std::max<int64_t>(1, a_cols * a_bytes + cols * int64_t(sizeof(T)));
   if (room < kStep * per_row) return kMaxRows;
   return std::min(kMaxRows, room / per_row / kStep * kStep);
 }
