@@ -240,8 +240,7 @@ TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
   const std::string at = "H " + std::to_string(H);
   EXPECT_EQ(max_abs_diff(cell.forward(x, h, 2), want), 0.0) << at;
   EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
-  EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)),
-            0.0)
+  EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)), 0.0)
       << at;
   const Tensor alone = cell.forward(x, h, 1);
   EXPECT_LT(max_abs_diff(alone, want), 1e-5) << at;

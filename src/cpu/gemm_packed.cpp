@@ -565,10 +565,8 @@ int64_t gemm_row_block(const PackedB<T>& B, int64_t p0, int64_t p1, int64_t a_co
   if (room < kStep * per_row) return kMaxRows;
   return std::min(kMaxRows, room / per_row / kStep * kStep);
 }
-template int64_t gemm_row_block<float>(const PackedB<float>&, int64_t, int64_t, int64_t,
-                                       int64_t);
-template int64_t gemm_row_block<double>(const PackedB<double>&, int64_t, int64_t, int64_t,
-                                        int64_t);
+template int64_t gemm_row_block<float>(const PackedB<float>&, int64_t, int64_t, int64_t, int64_t);
+template int64_t gemm_row_block<double>(const PackedB<double>&, int64_t, int64_t, int64_t, int64_t);
 
 template <typename T>
 void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
