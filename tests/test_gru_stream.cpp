@@ -177,6 +177,15 @@ TEST(StreamApi, OutlivesItsGruAndRawProcessMatchesStep) {
   EXPECT_EQ(max_abs_diff(out, expected), 0.0);
 }
 
+// The one-layer Gru holding a cell's weights (its form and bias too).
+Gru gru_of(const GruCell& cell) {
+  GruConfig c;
+  c.input_size = cell.input_size();
+  c.hidden_size = cell.hidden_size();
+  c.form = cell.form();
+  return Gru(c, {cell.weights()});
+}
+
 // GruCell's batch-1 f32 step is the real-time kernel's first step from h (the stream's
 // arithmetic), the same bits whether the arguments are contiguous (read in place, no Tensor
 // made but the result) or strided views (made contiguous first), batched (1, I) or unbatched,
@@ -186,11 +195,7 @@ TEST(StreamApi, GruCellBatchOneIsTheStreamsStepInAnyLayout) {
     for (const GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
       const int64_t I = 5;
       const GruCell cell(I, H, true, form, DType::f32, 4);
-      GruConfig c;
-      c.input_size = I;
-      c.hidden_size = H;
-      c.form = form;
-      const Gru gru(c, {cell.weights()});
+      const Gru gru = gru_of(cell);
       std::mt19937_64 rng(11);
       const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
       const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
@@ -227,10 +232,7 @@ TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
   while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * 3) H += 16;
   H += 3;  // a partial unit block too
   const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 6);
-  GruConfig c;
-  c.input_size = I;
-  c.hidden_size = H;
-  const Gru gru(c, {cell.weights()});
+  const Gru gru = gru_of(cell);
   std::mt19937_64 rng(12);
   const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
   const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
