@@ -21,11 +21,11 @@ void BM_gates_lbr_forward(benchmark::State& state) {
       h(B * H), hn(B * H);
   for (auto _ : state) {
     if (kReference)
-      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, 0, blocks, g.data(), gh.data(), b.data(), hp.data(),
-                                                   h.data(), hn.data());
+      grux::cpu::ref::gru_gates_lbr_forward<float>(B, H, 0, blocks, g.data(), gh.data(), b.data(),
+                                                   hp.data(), h.data(), hn.data(), H);
     else
       grux::cpu::gru_gates_lbr_forward<float>(B, H, 0, blocks, g.data(), gh.data(), b.data(),
-                                              hp.data(), h.data(), hn.data());
+                                              hp.data(), h.data(), hn.data(), H);
     benchmark::DoNotOptimize(h.data());
   }
   state.SetItemsProcessed(state.iterations() * B * H);

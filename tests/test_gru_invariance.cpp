@@ -169,6 +169,53 @@ TEST_P(Invariance, PackedOnceEqualsForward) {
   }
 }
 
+// Inference on sequences of one length reads its input where it is and writes its states
+// straight into the output (ops::DenseIo); the training forward keeps the packed copies. Both
+// give the same bits: time-major input read in place (rows I apart, or 10 apart as a column
+// slice of a wider tensor), batch-first input (copied once), lengths all T (the same layout
+// as none), h0, two layers both ways, 1 and 2 threads.
+TEST_P(Invariance, InPlaceInferenceEqualsTheTrainingForward) {
+  const InvCase& k = GetParam();
+  GruConfig c = config_for(k);
+  c.num_layers = 2;
+  c.bidirectional = true;
+  const int64_t T = 6, N = 5, LD = 4;
+  std::mt19937_64 rng(11);
+  const Tensor wide = test::random_tensor({T, N, 10}, k.dtype, rng);
+  const Tensor h0 = test::random_tensor({LD, N, k.H}, k.dtype, rng);
+  const Tensor all_t = Tensor::from_vector<int64_t>({N}, std::vector<int64_t>(N, T));
+  const Tensor slice = wide.slice(2, 2, 9), packed = slice.contiguous();
+  for (const bool batch_first : {false, true}) {
+    c.batch_first = batch_first;
+    const Gru gru(c, k.dtype, 6);
+    for (const int threads : {1, 2}) {
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      for (const Tensor* x : {&slice, &packed})
+        for (const bool copied : {false, true})
+          for (const bool lengths : {false, true}) {
+            // Batch-first: a (N, T, I) view of the time-major rows (read in place), or its
+            // contiguous copy (rows not evenly spaced in time: gathered).
+            const Tensor xb = !batch_first ? *x
+                              : copied     ? x->transpose(0, 1).contiguous()
+                                           : x->transpose(0, 1);
+            if (!batch_first && copied) continue;
+            const Tensor len = lengths ? all_t : Tensor();
+            GruTape tape;
+            const GruOutput want = gru.forward_train(xb, h0, len, tape);
+            const GruOutput got = gru.forward(xb, h0, len);
+            const std::string where = std::string(k.name) + (batch_first ? " batch_first" : "") +
+                                      (x == &slice ? " slice" : " contiguous") +
+                                      (copied ? " copied" : "") + (lengths ? " lengths" : "") +
+                                      " threads " + std::to_string(threads);
+            EXPECT_TRUE(test::all_close(where, "output", got.output, want.output, {0, 0}));
+            EXPECT_TRUE(test::all_close(where, "h_n", got.h_n, want.h_n, {0, 0}));
+          }
+      omp_set_num_threads(before);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Bits, Invariance, ::testing::ValuesIn(kInvCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
@@ -292,7 +339,7 @@ TEST(GateKernel, SigmoidAndTanhF32WithinAFewUlpOfF64) {
   }
   const int64_t blocks = (H + cpu::kUnit<float> - 1) / cpu::kUnit<float>;
   cpu::gru_gates_lbr_forward<float>(1, H, 0, blocks, g.data(), gh.data(), nullptr, hp.data(),
-                                    h.data(), hn.data());
+                                    h.data(), hn.data(), H);
   auto ulps = [](float got, double want) {
     const double ulp = std::max(std::abs(double(std::nextafter(float(want), 2.0f)) - float(want)),
                                 double(std::numeric_limits<float>::denorm_min()));

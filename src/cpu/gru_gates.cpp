@@ -37,8 +37,8 @@ HWY_INLINE void ForBlocks(D d, int64_t H, int64_t b0, int64_t b1, Body body) {
 }
 
 template <typename T>
-void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
-                const T* b_hh, const T* h_prev, T* h, T* hn_out) {
+void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh, const T* b_hh,
+                const T* h_prev, T* h, T* hn_out, int64_t ldh) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
@@ -52,8 +52,8 @@ void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
                                         c.load_or_zero(b_hh ? b_hh + cz : nullptr)));
       const auto hn_v = hn::Add(c.load(ghb + cn), c.load_or_zero(b_hh ? b_hh + cn : nullptr));
       const auto n = GateTanh(d, hn::MulAdd(r, hn_v, c.load(gb + cn)));
-      const auto hp = c.load(h_prev + b * H + j);
-      c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * H + j);
+      const auto hp = c.load(h_prev + b * ldh + j);
+      c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * ldh + j);
       c.store(hn_v, hn_out + b * H + j);
       c.store(r, gb + cr);
       c.store(z, gb + cz);
@@ -91,8 +91,8 @@ void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
 }
 
 template <typename T>
-void RbForwardRz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
-                 const T* b_hh, const T* h_prev, T* rh) {
+void RbForwardRz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz, const T* b_hh,
+                 const T* h_prev, T* rh, int64_t ldh) {
   const hn::ScalableTag<T> d;
   for (int64_t b = 0; b < B; ++b) {
     T* gb = g + b * 3 * H;
@@ -104,14 +104,14 @@ void RbForwardRz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh
                                         c.load_or_zero(b_hh ? b_hh + c3 + u : nullptr)));
       c.store(r, gb + c3);
       c.store(z, gb + c3 + u);
-      c.store(hn::Mul(r, c.load(h_prev + b * H + j)), rh + b * H + j);
+      c.store(hn::Mul(r, c.load(h_prev + b * ldh + j)), rh + b * H + j);
     });
   }
 }
 
 template <typename T>
-void RbForwardN(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
-                const T* b_hh, const T* h_prev, T* h) {
+void RbForwardN(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn, const T* b_hh,
+                const T* h_prev, T* h, int64_t ldh) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
@@ -121,8 +121,8 @@ void RbForwardN(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn
       const auto n = GateTanh(d, hn::Add(hn::Add(c.load(gb + cn), c.load(ghn + b * H + j)),
                                          c.load_or_zero(b_hh ? b_hh + cn : nullptr)));
       const auto z = c.load(gb + c3 + u);
-      const auto hp = c.load(h_prev + b * H + j);
-      c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * H + j);
+      const auto hp = c.load(h_prev + b * ldh + j);
+      c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * ldh + j);
       c.store(n, gb + cn);
     });
   }
@@ -173,30 +173,30 @@ void RbBackwardR(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
 }
 
 // Non-template entry points, one per kernel and type, for HWY_EXPORT.
-#define GRUX_GATE_ENTRIES(T, S)                                                             \
-  void LbrForward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,      \
-                     const T* bh, const T* hp, T* h, T* hn) {                              \
-    LbrForward(B, H, b0, b1, g, gh, bh, hp, h, hn);                                        \
-  }                                                                                         \
-  void LbrBackward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,             \
-                      const T* hn, const T* hp, const T* dh, T* dg, T* dgh, T* dhp) {       \
-    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);                                 \
-  }                                                                                         \
-  void RbForwardRz##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,    \
-                      const T* bh, const T* hp, T* rh) {                                    \
-    RbForwardRz(B, H, b0, b1, g, ghrz, bh, hp, rh);                                         \
-  }                                                                                         \
-  void RbForwardN##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,      \
-                     const T* bh, const T* hp, T* h) {                                      \
-    RbForwardN(B, H, b0, b1, g, ghn, bh, hp, h);                                            \
-  }                                                                                         \
-  void RbBackwardZn##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,            \
-                       const T* hp, const T* dh, T* dg, T* dn, T* dhp) {                    \
-    RbBackwardZn(B, H, b0, b1, g, hp, dh, dg, dn, dhp);                                     \
-  }                                                                                         \
-  void RbBackwardR##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,             \
-                      const T* hp, const T* drh, T* dg, T* drz, T* dhp) {                   \
-    RbBackwardR(B, H, b0, b1, g, hp, drh, dg, drz, dhp);                                    \
+#define GRUX_GATE_ENTRIES(T, S)                                                                    \
+  void LbrForward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh, const T* bh, \
+                     const T* hp, T* h, T* hn, int64_t ldh) {                                      \
+    LbrForward(B, H, b0, b1, g, gh, bh, hp, h, hn, ldh);                                           \
+  }                                                                                                \
+  void LbrBackward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn,       \
+                      const T* hp, const T* dh, T* dg, T* dgh, T* dhp) {                           \
+    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);                                        \
+  }                                                                                                \
+  void RbForwardRz##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,           \
+                      const T* bh, const T* hp, T* rh, int64_t ldh) {                              \
+    RbForwardRz(B, H, b0, b1, g, ghrz, bh, hp, rh, ldh);                                           \
+  }                                                                                                \
+  void RbForwardN##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,             \
+                     const T* bh, const T* hp, T* h, int64_t ldh) {                                \
+    RbForwardN(B, H, b0, b1, g, ghn, bh, hp, h, ldh);                                              \
+  }                                                                                                \
+  void RbBackwardZn##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hp,      \
+                       const T* dh, T* dg, T* dn, T* dhp) {                                        \
+    RbBackwardZn(B, H, b0, b1, g, hp, dh, dg, dn, dhp);                                            \
+  }                                                                                                \
+  void RbBackwardR##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hp,       \
+                      const T* drh, T* dg, T* drz, T* dhp) {                                       \
+    RbBackwardR(B, H, b0, b1, g, hp, drh, dg, drz, dhp);                                           \
   }
 GRUX_GATE_ENTRIES(float, F32)
 GRUX_GATE_ENTRIES(double, F64)
@@ -225,44 +225,42 @@ template int64_t gate_col3<double>(int64_t, int64_t, int64_t);
 template int64_t gate_col2<float>(int64_t, int64_t, int64_t);
 template int64_t gate_col2<double>(int64_t, int64_t, int64_t);
 
-#define GRUX_GATE_DISPATCH(T, S)                                                           \
-  HWY_EXPORT(LbrForward##S);                                                               \
-  HWY_EXPORT(LbrBackward##S);                                                              \
-  HWY_EXPORT(RbForwardRz##S);                                                              \
-  HWY_EXPORT(RbForwardN##S);                                                               \
-  HWY_EXPORT(RbBackwardZn##S);                                                             \
-  HWY_EXPORT(RbBackwardR##S);                                                              \
-  template <>                                                                              \
-  void gru_gates_lbr_forward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,         \
-                                const T* gh, const T* bh, const T* hp, T* h, T* hn) {      \
-    HWY_DYNAMIC_DISPATCH(LbrForward##S)(B, H, b0, b1, g, gh, bh, hp, h, hn);               \
-  }                                                                                        \
-  template <>                                                                              \
-  void gru_gates_lbr_backward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,  \
-                                 const T* hn, const T* hp, const T* dh, T* dg, T* dgh,     \
-                                 T* dhp) {                                                 \
-    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);       \
-  }                                                                                        \
-  template <>                                                                              \
-  void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,       \
-                                  const T* ghrz, const T* bh, const T* hp, T* rh) {        \
-    HWY_DYNAMIC_DISPATCH(RbForwardRz##S)(B, H, b0, b1, g, ghrz, bh, hp, rh);               \
-  }                                                                                        \
-  template <>                                                                              \
-  void gru_gates_rb_forward_n<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,        \
-                                 const T* ghn, const T* bh, const T* hp, T* h) {           \
-    HWY_DYNAMIC_DISPATCH(RbForwardN##S)(B, H, b0, b1, g, ghn, bh, hp, h);                  \
-  }                                                                                        \
-  template <>                                                                              \
-  void gru_gates_rb_backward_zn<T>(int64_t B, int64_t H, int64_t b0, int64_t b1,           \
-                                   const T* g, const T* hp, const T* dh, T* dg, T* dn,     \
-                                   T* dhp) {                                               \
-    HWY_DYNAMIC_DISPATCH(RbBackwardZn##S)(B, H, b0, b1, g, hp, dh, dg, dn, dhp);           \
-  }                                                                                        \
-  template <>                                                                              \
-  void gru_gates_rb_backward_r<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, \
-                                  const T* hp, const T* drh, T* dg, T* drz, T* dhp) {      \
-    HWY_DYNAMIC_DISPATCH(RbBackwardR##S)(B, H, b0, b1, g, hp, drh, dg, drz, dhp);          \
+#define GRUX_GATE_DISPATCH(T, S)                                                                  \
+  HWY_EXPORT(LbrForward##S);                                                                      \
+  HWY_EXPORT(LbrBackward##S);                                                                     \
+  HWY_EXPORT(RbForwardRz##S);                                                                     \
+  HWY_EXPORT(RbForwardN##S);                                                                      \
+  HWY_EXPORT(RbBackwardZn##S);                                                                    \
+  HWY_EXPORT(RbBackwardR##S);                                                                     \
+  template <>                                                                                     \
+  void gru_gates_lbr_forward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T * g, const T* gh, \
+                                const T* bh, const T* hp, T* h, T* hn, int64_t ldh) {             \
+    HWY_DYNAMIC_DISPATCH(LbrForward##S)(B, H, b0, b1, g, gh, bh, hp, h, hn, ldh);                 \
+  }                                                                                               \
+  template <>                                                                                     \
+  void gru_gates_lbr_backward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,        \
+                                 const T* hn, const T* hp, const T* dh, T* dg, T* dgh, T* dhp) {  \
+    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);              \
+  }                                                                                               \
+  template <>                                                                                     \
+  void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T * g,            \
+                                  const T* ghrz, const T* bh, const T* hp, T* rh, int64_t ldh) {  \
+    HWY_DYNAMIC_DISPATCH(RbForwardRz##S)(B, H, b0, b1, g, ghrz, bh, hp, rh, ldh);                 \
+  }                                                                                               \
+  template <>                                                                                     \
+  void gru_gates_rb_forward_n<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T * g,             \
+                                 const T* ghn, const T* bh, const T* hp, T* h, int64_t ldh) {     \
+    HWY_DYNAMIC_DISPATCH(RbForwardN##S)(B, H, b0, b1, g, ghn, bh, hp, h, ldh);                    \
+  }                                                                                               \
+  template <>                                                                                     \
+  void gru_gates_rb_backward_zn<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,      \
+                                   const T* hp, const T* dh, T* dg, T* dn, T* dhp) {              \
+    HWY_DYNAMIC_DISPATCH(RbBackwardZn##S)(B, H, b0, b1, g, hp, dh, dg, dn, dhp);                  \
+  }                                                                                               \
+  template <>                                                                                     \
+  void gru_gates_rb_backward_r<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,       \
+                                  const T* hp, const T* drh, T* dg, T* drz, T* dhp) {             \
+    HWY_DYNAMIC_DISPATCH(RbBackwardR##S)(B, H, b0, b1, g, hp, drh, dg, drz, dhp);                 \
   }
 GRUX_GATE_DISPATCH(float, F32)
 GRUX_GATE_DISPATCH(double, F64)

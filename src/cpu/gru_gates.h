@@ -13,6 +13,9 @@
 //                 activations r, z, n (kept for backward).
 //   gh  (B x 3H): recurrent projection h_prev W_hh^T, no bias. b_hh: 3H (interleaved) or null.
 //   dg, dgh (B x 3H): gradients of the gate pre-activations, input side and recurrent side.
+// The forward kernels read h_prev and write h' with a row stride ldh >= H (H where they are
+// packed rows; more where the states are columns of a wider output, as a bidirectional
+// layer's); every other B x H array is H apart.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +26,9 @@ namespace grux::cpu {
 // Linear-before-reset: n = tanh(g_n + r * (gh_n + b_hn)). Writes r, z, n into g,
 // h' = (1 - z) n + z h_prev into h, and hn = gh_n + b_hn (B x H).
 template <typename T>
-GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
-                           const T* b_hh, const T* h_prev, T* h, T* hn);
+GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
+                                         const T* gh, const T* b_hh, const T* h_prev, T* h, T* hn,
+                                         int64_t ldh);
 // Its backward given dh = dL/dh': dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr,
 // dz, dn * r], dh_prev = dh * z (the direct path only; the caller adds dgh W_hh).
 template <typename T>
@@ -36,11 +40,13 @@ GRUX_INTERNAL void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int6
 //       rh = r * h_prev (B x H).
 //   n:  ghn (B x H) = rh W_hn^T. n = tanh(g_n + ghn + b_hn); writes n into g and h'.
 template <typename T>
-GRUX_INTERNAL void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
-                             const T* b_hh, const T* h_prev, T* rh);
+GRUX_INTERNAL void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
+                                           const T* ghrz, const T* b_hh, const T* h_prev, T* rh,
+                                           int64_t ldh);
 template <typename T>
-GRUX_INTERNAL void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
-                            const T* b_hh, const T* h_prev, T* h);
+GRUX_INTERNAL void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
+                                          const T* ghn, const T* b_hh, const T* h_prev, T* h,
+                                          int64_t ldh);
 // Backward, two phases around the GEMM drh = dn W_hn:
 //   zn: writes dg's z and n, dn (B x H, the n gradient in unit order) and dh_prev = dh * z.
 //   r:  given drh = dL/d(r * h_prev), writes dg's r, drz (B x 2H, [dr | dz] blocks) and adds

@@ -112,28 +112,30 @@ struct TeamShare {
 TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier* barrier);
 
 // Forward step for this thread's blocks. g (B x 3H) in: input projection, out: r, z, n.
-// aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H).
+// aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H). h_prev
+// and h: B rows ldh apart.
 // Ends with a barrier (h complete for every unit on return) unless !sync_end: the last step
 // of a parallel region, whose end synchronizes anyway.
 template <typename T>
 void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
-                      int64_t B, const T* h_prev, T* g, T* gh, T* aux, T* h, bool sync_end = true) {
+                      int64_t B, const T* h_prev, T* g, T* gh, T* aux, T* h, int64_t ldh,
+                      bool sync_end = true) {
   const int64_t H = P.H;
   const T* b_hh = P.b_hh.empty() ? nullptr : P.b_hh.data();
   if (P.form == GruForm::linear_before_reset) {
     // 1. gh = h_prev W_hh^T for my blocks. 2. gates of my blocks.
-    k.gemm(B, h_prev, H, false, P.hh, nullptr, false, gh, 3 * H, me.b0, me.b1);
-    k.lbr_forward(B, H, me.b0, me.b1, g, gh, b_hh, h_prev, h, aux);
+    k.gemm(B, h_prev, ldh, false, P.hh, nullptr, false, gh, 3 * H, me.b0, me.b1);
+    k.lbr_forward(B, H, me.b0, me.b1, g, gh, b_hh, h_prev, h, aux, ldh);
   } else {
     // 1. [r z] pre-activations. 2. r, z, rh = r * h_prev. 3. (all rh ready) gh_n = rh W_hn^T.
     // 4. n and h.
     T* ghrz = gh;
     T* ghn = gh + 2 * H * B;
-    k.gemm(B, h_prev, H, false, P.hh, nullptr, false, ghrz, 2 * H, me.b0, me.b1);
-    k.rb_forward_rz(B, H, me.b0, me.b1, g, ghrz, b_hh, h_prev, aux);
+    k.gemm(B, h_prev, ldh, false, P.hh, nullptr, false, ghrz, 2 * H, me.b0, me.b1);
+    k.rb_forward_rz(B, H, me.b0, me.b1, g, ghrz, b_hh, h_prev, aux, ldh);
     me.sync();
     k.gemm(B, aux, H, false, P.hn, nullptr, false, ghn, H, me.b0, me.b1);
-    k.rb_forward_n(B, H, me.b0, me.b1, g, ghn, b_hh, h_prev, h);
+    k.rb_forward_n(B, H, me.b0, me.b1, g, ghn, b_hh, h_prev, h, ldh);
   }
   if (sync_end) me.sync();
 }

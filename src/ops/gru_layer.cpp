@@ -154,23 +154,36 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh, ThreadTeam* team,
-                       int max_threads) {
-  const int64_t H = P.H, G = 3 * H, rows = lay.rows();
+                       int max_threads, const DenseIo<T>* io) {
+  const int64_t H = P.H, G = 3 * H, rows = lay.rows(), N = lay.N;
+  GRUX_ASSERT(!io || rows == lay.S * N);
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
+  // The input rows of packed row r (consecutive from r for `run` rows), and step s's states.
+  const int64_t ldx = io ? io->ldx : P.in, ldh = io ? io->ldh : H;
+  const int64_t run = io && io->reverse ? N : rows;
+  const auto x_row = [&](int64_t r) {
+    if (!io) return xp + r * P.in;
+    const int64_t s = r / N;
+    return io->x + ((io->reverse ? lay.S - 1 - s : s) * N + r % N) * ldx;
+  };
+  const auto states = [&](int64_t s) {
+    return io ? io->h + (io->reverse ? lay.S - 1 - s : s) * N * ldh : hs + lay.off[s] * H;
+  };
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
   run_team(team, H, cpu::kUnit<T>, max_threads, [&](const TeamShare& me) {
     // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
     //    row blocks that leave my panels in L2 from one block to the next.
     const int64_t row_block = cpu::gemm_row_block(P.ih, me.b0, me.b1, P.in, sizeof(T));
-    for (int64_t m0 = 0; m0 < rows; m0 += row_block)
-      k.gemm(std::min(row_block, rows - m0), xp + m0 * P.in, P.in, false, P.ih, b_ih, false,
-             g + m0 * G, G, me.b0, me.b1);
+    for (int64_t r0 = 0; r0 < rows; r0 += run)
+      for (int64_t m0 = r0; m0 < r0 + run; m0 += row_block)
+        k.gemm(std::min(row_block, r0 + run - m0), x_row(m0), ldx, false, P.ih, b_ih, false,
+               g + m0 * G, G, me.b0, me.b1);
     // 2. The recurrence; the active rows of step s are a prefix of those of step s - 1.
     for (int64_t s = 0; s < lay.S; ++s) {
       const int64_t o = lay.off[s];
-      const T* h_prev = s == 0 ? h0s : hs + lay.off[s - 1] * H;
-      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, hs + o * H,
+      const T* h_prev = s == 0 ? h0s : states(s - 1);
+      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, states(s), ldh,
                        /*sync_end=*/s + 1 < lay.S);
     }
   });
@@ -280,10 +293,10 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
 }
 
 #define GRUX_INSTANTIATE(T)                                                                     \
-  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool, Precision);                 \
+  template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool, Precision);      \
   template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,               \
                                      const SeqLayout&, const T*, const T*, T*, T*, T*, T*,      \
-                                     ThreadTeam*, int);                                              \
+                                     ThreadTeam*, int, const DenseIo<T>*);                      \
   template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,              \
                                       const SeqLayout&, const T*, const T*, const T*, const T*, \
                                       T*, T*, GruLayerWeights&, T*);

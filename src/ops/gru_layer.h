@@ -37,17 +37,35 @@ SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths);
 // unit blocks to share.
 int gru_team_size(int64_t H, int64_t unit);
 
+// Where a layout whose sequences all have length T (nothing sorted: packed row s * N + n is
+// sequence n at step s) reads its input and writes its states in place of xp and hs, with no
+// copy before or after: step s, at time t = s (or T - 1 - s with `reverse`), reads its N
+// input rows at x + t * N * ldx, ldx apart, and writes its N states at h + t * N * ldh, ldh
+// apart (a direction's columns of a bidirectional layer's output). h0s's rows are then ldh
+// apart too.
+template <typename T>
+struct DenseIo {
+  const T* x;
+  int64_t ldx;
+  T* h;
+  int64_t ldh;
+  bool reverse;
+};
+
 // Forward over all steps of one layer-direction.
 //   xp (rows x in): packed layer input. h0s (N x H): initial state in sorted order.
 //   Outputs: g (rows x 3H) gate activations (interleaved), aux (rows x H) hn or rh,
 //   hs (rows x H) states. gh (N x 3H): scratch.
+// With `io` (a layout of one length only), xp and hs are not used: io says where the steps'
+// rows are. The results are the same bits either way.
 // `team`, when given and of gru_team_size(), runs the time loop instead of an OpenMP region
 // (the stream's frames are too short for OpenMP's fork and join). `max_threads` > 0 caps the
 // threads (1: the calling thread only, no OpenMP region at all).
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh,
-                       ThreadTeam* team = nullptr, int max_threads = 0);
+                       ThreadTeam* team = nullptr, int max_threads = 0,
+                       const DenseIo<T>* io = nullptr);
 
 // Backward over all steps of one layer-direction, given the forward's g and aux, and its
 // states: h0s (N rows, sorted order) followed by hs (rows), in one buffer.

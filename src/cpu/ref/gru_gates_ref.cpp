@@ -29,7 +29,7 @@ void for_units(int64_t H, int64_t b0, int64_t b1, Fn fn) {
 
 template <typename T>
 void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
-                           const T* b_hh, const T* h_prev, T* h, T* hn) {
+                           const T* b_hh, const T* h_prev, T* h, T* hn, int64_t ldh) {
   for (int64_t b = 0; b < B; ++b) {
     T* gb = g + b * 3 * H;
     const T* ghb = gh + b * 3 * H;
@@ -39,7 +39,7 @@ void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, c
       const T z = sigmoid(gb[cz] + ghb[cz] + bias(b_hh, cz));
       const T hn_j = ghb[cn] + bias(b_hh, cn);
       const T n = std::tanh(gb[cn] + r * hn_j);
-      h[b * H + j] = (T(1) - z) * n + z * h_prev[b * H + j];
+      h[b * ldh + j] = (T(1) - z) * n + z * h_prev[b * ldh + j];
       hn[b * H + j] = hn_j;
       gb[cr] = r, gb[cz] = z, gb[cn] = n;
     });
@@ -70,7 +70,7 @@ void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const 
 
 template <typename T>
 void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
-                             const T* b_hh, const T* h_prev, T* rh) {
+                             const T* b_hh, const T* h_prev, T* rh, int64_t ldh) {
   for (int64_t b = 0; b < B; ++b) {
     for_units<T>(H, b0, b1, [&](int64_t j) {
       const int64_t cr = gate_col3<T>(H, 0, j), cz = gate_col3<T>(H, 1, j);
@@ -78,19 +78,19 @@ void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
       const T z = sigmoid(g[b * 3 * H + cz] + ghrz[b * 2 * H + gate_col2<T>(H, 1, j)] + bias(b_hh, cz));
       g[b * 3 * H + cr] = r;
       g[b * 3 * H + cz] = z;
-      rh[b * H + j] = r * h_prev[b * H + j];
+      rh[b * H + j] = r * h_prev[b * ldh + j];
     });
   }
 }
 
 template <typename T>
 void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghn,
-                            const T* b_hh, const T* h_prev, T* h) {
+                            const T* b_hh, const T* h_prev, T* h, int64_t ldh) {
   for (int64_t b = 0; b < B; ++b) {
     for_units<T>(H, b0, b1, [&](int64_t j) {
       const int64_t cz = b * 3 * H + gate_col3<T>(H, 1, j), cn = b * 3 * H + gate_col3<T>(H, 2, j);
       const T n = std::tanh(g[cn] + ghn[b * H + j] + bias(b_hh, cn - b * 3 * H));
-      h[b * H + j] = (T(1) - g[cz]) * n + g[cz] * h_prev[b * H + j];
+      h[b * ldh + j] = (T(1) - g[cz]) * n + g[cz] * h_prev[b * ldh + j];
       g[cn] = n;
     });
   }
@@ -127,19 +127,19 @@ void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const
   }
 }
 
-#define GRUX_INSTANTIATE(T)                                                                      \
-  template void gru_gates_lbr_forward<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,       \
-                                         const T*, const T*, T*, T*);                            \
-  template void gru_gates_lbr_backward<T>(int64_t, int64_t, int64_t, int64_t, const T*,          \
-                                          const T*, const T*, const T*, T*, T*, T*);             \
-  template void gru_gates_rb_forward_rz<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,     \
-                                           const T*, const T*, T*);                              \
-  template void gru_gates_rb_forward_n<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,      \
-                                          const T*, const T*, T*);                               \
-  template void gru_gates_rb_backward_zn<T>(int64_t, int64_t, int64_t, int64_t, const T*,        \
-                                            const T*, const T*, T*, T*, T*);                     \
-  template void gru_gates_rb_backward_r<T>(int64_t, int64_t, int64_t, int64_t, const T*,         \
-                                           const T*, const T*, T*, T*, T*);
+#define GRUX_INSTANTIATE(T)                                                                        \
+  template void gru_gates_lbr_forward<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,         \
+                                         const T*, const T*, T*, T*, int64_t);                     \
+  template void gru_gates_lbr_backward<T>(int64_t, int64_t, int64_t, int64_t, const T*, const T*,  \
+                                          const T*, const T*, T*, T*, T*);                         \
+  template void gru_gates_rb_forward_rz<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,       \
+                                           const T*, const T*, T*, int64_t);                       \
+  template void gru_gates_rb_forward_n<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,        \
+                                          const T*, const T*, T*, int64_t);                        \
+  template void gru_gates_rb_backward_zn<T>(int64_t, int64_t, int64_t, int64_t, const T*,          \
+                                            const T*, const T*, T*, T*, T*);                       \
+  template void gru_gates_rb_backward_r<T>(int64_t, int64_t, int64_t, int64_t, const T*, const T*, \
+                                           const T*, T*, T*, T*);
 GRUX_INSTANTIATE(float)
 GRUX_INSTANTIATE(double)
 #undef GRUX_INSTANTIATE
