@@ -112,6 +112,53 @@ TEST(GemmPacked, ChunkedAlongKOnlyChangesTheBlockingNotTheBits) {
       check_packed<float>({M, 49, K}, units, false, true, accumulate, false, rng);
 }
 
+// A transposed op(A) larger than half the L2 (the weight gradients' dL/dg^T) is copied chunk by
+// chunk of K into a k-major buffer before the panels read it: every row still gets the bits
+// it gets alone (one row of op(A), read in place, unchunked), and the bits of the same op(A)
+// stored untransposed. One and three units per panel, with and without bias; with the old C
+// added (accumulate: that path keeps K whole and reads A in place).
+TEST(GemmPacked, ChunkedTransposedAIsCopiedChunkByChunkWithTheSameBits) {
+  std::mt19937_64 rng(5);
+  const int64_t K = 520, N = 53;
+  const int64_t M = cpu::l2_cache_bytes() / 2 / (K * int64_t(sizeof(float))) + 13;
+  auto A = random_vec<float>(K * M, rng), src = random_vec<float>(K * N, rng);
+  auto b = random_vec<float>(N, rng);
+  std::vector<float> At(M * K);  // op(A) row-major
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t m = 0; m < M; ++m) At[m * K + k] = A[k * M + m];
+  for (int64_t units : {1, 3}) {
+    const int64_t panel = units * cpu::kUnit<float>;
+    Tensor packed = Tensor::empty({cpu::packed_size<float>(K, N, panel)}, DType::f32);
+    cpu::pack_b<float>(K, N, panel, src.data(), N, 1, nullptr, nullptr, packed.data<float>());
+    const cpu::PackedB<float> B{K, N, panel, packed.data<float>()};
+    for (bool bias : {false, true})
+      for (bool accumulate : {false, true}) {
+        const std::string where = "panel " + std::to_string(panel) + (bias ? " bias" : "") +
+                                  (accumulate ? " accumulate" : "");
+        const auto C0 = random_vec<float>(M * N, rng);
+        std::vector<float> C = C0, plain = C0;
+        const float* bp = bias ? b.data() : nullptr;
+        cpu::gemm_packed<float>(M, A.data(), M, true, B, bp, accumulate, C.data(), N, 0,
+                                B.panels());
+        cpu::gemm_packed<float>(M, At.data(), K, false, B, bp, accumulate, plain.data(), N, 0,
+                                B.panels());
+        ASSERT_EQ(C, plain) << where << ": transposed and plain op(A) differ";
+        for (int64_t m = 0; m < M; m += 7) {
+          std::vector<float> row(C0.begin() + m * N, C0.begin() + (m + 1) * N);
+          cpu::gemm_packed<float>(1, A.data() + m, M, true, B, bp, accumulate, row.data(), N, 0,
+                                  B.panels());
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(row[n], C[m * N + n]) << where << ": row " << m << " alone, col " << n;
+        }
+        std::vector<float> R = C0;
+        cpu::ref::gemm<float>(true, false, M, N, K, A.data(), M, src.data(), N, bp, accumulate,
+                              R.data(), N);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_NEAR(C[i], R[i], gemm_tol<float>(K)) << where << " at " << i;
+      }
+  }
+}
+
 // Row blocks for a thread's many rows: a multiple of 8 up to 96, the most that fit beside the
 // panels in 7/8 of the L2, or 96 where the panels alone do not fit.
 TEST(GemmPacked, RowBlockFitsBesideThePanelsInL2) {
