@@ -299,8 +299,35 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       if (!prepacked)
         packed_here = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr, precision);
       const ops::PackedLayer<T>& P = prepacked ? (*prepacked)[ld] : packed_here;
-      ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s, g.data<T>(),
-                                aux.data<T>(), hs, gh.data<T>(), nullptr, 0, dense ? &io : nullptr);
+      // Threads split the batch rather than the units where the recurrent weights fit in
+      // each core's L2: each thread's state rows stay its own (no barrier a step, no read of
+      // what the other core just wrote). Rows are independent: the same bits.
+      const int64_t hh_bytes =
+          (P.hh.K * P.hh.N + P.hn.K * P.hn.N) * (P.hh.i8     ? 1
+                                                 : P.hh.bf16 ? 2
+                                                             : int64_t(sizeof(T)));
+      const int nt = std::min<int64_t>(omp_get_max_threads(), N / 8);
+      if (dense && nt > 1 && !omp_in_parallel() && hh_bytes <= cpu::l2_cache_bytes() / 2) {
+#pragma omp parallel num_threads(nt)
+        {
+          const int t = omp_get_thread_num(), n_t = omp_get_num_threads();
+          const int64_t n0 = t * N / n_t, n1 = (t + 1) * N / n_t, Nt = n1 - n0;
+          const ops::SeqLayout lay_t = ops::make_seq_layout(T_, Nt, nullptr);
+          Tensor g_t = Tensor::empty({T_ * Nt, 3 * H}, dt), aux_t = Tensor::empty({T_ * Nt, H}, dt);
+          Tensor gh_t = Tensor::empty({Nt, 3 * H}, dt);
+          ops::DenseIo<T> io_t = io;
+          io_t.x = io.x + n0 * io.ldx;
+          io_t.h = io.h + n0 * io.ldh;
+          io_t.x_step = N * io.ldx;
+          io_t.h_step = N * io.ldh;
+          ops::gru_layer_forward<T>(k, P, lay_t, nullptr, h0s + n0 * ldh0, g_t.data<T>(),
+                                    aux_t.data<T>(), nullptr, gh_t.data<T>(), nullptr, 1, &io_t);
+        }
+      } else {
+        ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
+                                  g.data<T>(), aux.data<T>(), hs, gh.data<T>(), nullptr, 0,
+                                  dense ? &io : nullptr);
+      }
       if (!dense) scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
       for (int64_t j = 0; j < N; ++j) {
         // Dense: sequence j's last state is at time T - 1 (forward) or 0 (reverse).

@@ -160,14 +160,16 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   // The input rows of packed row r (consecutive from r for `run` rows), and step s's states.
   const int64_t ldx = io ? io->ldx : P.in, ldh = io ? io->ldh : H;
-  const int64_t run = io && io->reverse ? N : rows;
+  const int64_t x_step = io && io->x_step ? io->x_step : N * ldx;
+  const int64_t h_step = io && io->h_step ? io->h_step : N * ldh;
+  const int64_t run = io && (io->reverse || x_step != N * ldx) ? N : rows;
   const auto x_row = [&](int64_t r) {
     if (!io) return xp + r * P.in;
     const int64_t s = r / N;
-    return io->x + ((io->reverse ? lay.S - 1 - s : s) * N + r % N) * ldx;
+    return io->x + (io->reverse ? lay.S - 1 - s : s) * x_step + (r % N) * ldx;
   };
   const auto states = [&](int64_t s) {
-    return io ? io->h + (io->reverse ? lay.S - 1 - s : s) * N * ldh : hs + lay.off[s] * H;
+    return io ? io->h + (io->reverse ? lay.S - 1 - s : s) * h_step : hs + lay.off[s] * H;
   };
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.

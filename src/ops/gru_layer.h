@@ -43,6 +43,8 @@ int gru_team_size(int64_t H, int64_t unit);
 // input rows at x + t * N * ldx, ldx apart, and writes its N states at h + t * N * ldh, ldh
 // apart (a direction's columns of a bidirectional layer's output). h0s's rows are then ldh
 // apart too.
+// x_step / h_step: the distance between two times' first rows (0: N rows, N * ldx / N * ldh;
+// more for a part of a batch).
 template <typename T>
 struct DenseIo {
   const T* x;
@@ -50,6 +52,7 @@ struct DenseIo {
   T* h;
   int64_t ldh;
   bool reverse;
+  int64_t x_step = 0, h_step = 0;
 };
 
 // Forward over all steps of one layer-direction.
