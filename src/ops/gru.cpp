@@ -308,20 +308,22 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
                                                              : int64_t(sizeof(T)));
       const int nt = std::min<int64_t>(omp_get_max_threads(), N / 8);
       if (dense && nt > 1 && !omp_in_parallel() && hh_bytes <= cpu::l2_cache_bytes() / 2) {
+        // Part t: rows [n0, n1) of every step; its g, aux and gh are the rows of the whole
+        // batch's buffers from T n0 (g, aux) and n0 (gh) on. Nothing allocated in the region.
+        std::vector<ops::SeqLayout> parts(nt);
+        for (int t = 0; t < nt; ++t)
+          parts[t] = ops::make_seq_layout(T_, (t + 1) * N / nt - t * N / nt, nullptr);
 #pragma omp parallel num_threads(nt)
-        {
-          const int t = omp_get_thread_num(), n_t = omp_get_num_threads();
-          const int64_t n0 = t * N / n_t, n1 = (t + 1) * N / n_t, Nt = n1 - n0;
-          const ops::SeqLayout lay_t = ops::make_seq_layout(T_, Nt, nullptr);
-          Tensor g_t = Tensor::empty({T_ * Nt, 3 * H}, dt), aux_t = Tensor::empty({T_ * Nt, H}, dt);
-          Tensor gh_t = Tensor::empty({Nt, 3 * H}, dt);
+        for (int t = omp_get_thread_num(); t < nt; t += omp_get_num_threads()) {
+          const int64_t n0 = t * N / nt;
           ops::DenseIo<T> io_t = io;
           io_t.x = io.x + n0 * io.ldx;
           io_t.h = io.h + n0 * io.ldh;
           io_t.x_step = N * io.ldx;
           io_t.h_step = N * io.ldh;
-          ops::gru_layer_forward<T>(k, P, lay_t, nullptr, h0s + n0 * ldh0, g_t.data<T>(),
-                                    aux_t.data<T>(), nullptr, gh_t.data<T>(), nullptr, 1, &io_t);
+          ops::gru_layer_forward<T>(k, P, parts[t], nullptr, h0s + n0 * ldh0,
+                                    g.data<T>() + T_ * n0 * 3 * H, aux.data<T>() + T_ * n0 * H,
+                                    nullptr, gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
         }
       } else {
         ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
