@@ -64,7 +64,8 @@ void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
 
 template <typename T>
 void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn_in,
-                 const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev) {
+                 const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev, T* dg_sum,
+                 T* dgh_sum) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
@@ -82,10 +83,19 @@ void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
       c.store(dr, dgb + cr);
       c.store(dz, dgb + cz);
       c.store(dn, dgb + cn);
+      const auto dn_r = hn::Mul(dn, r);
       c.store(dr, dghb + cr);
       c.store(dz, dghb + cz);
-      c.store(hn::Mul(dn, r), dghb + cn);
+      c.store(dn_r, dghb + cn);
       c.store(hn::Mul(dhv, z), dh_prev + b * H + j);
+      if (dg_sum) {
+        c.store(hn::Add(c.load(dg_sum + cr), dr), dg_sum + cr);
+        c.store(hn::Add(c.load(dg_sum + cz), dz), dg_sum + cz);
+        c.store(hn::Add(c.load(dg_sum + cn), dn), dg_sum + cn);
+        c.store(hn::Add(c.load(dgh_sum + cr), dr), dgh_sum + cr);
+        c.store(hn::Add(c.load(dgh_sum + cz), dz), dgh_sum + cz);
+        c.store(hn::Add(c.load(dgh_sum + cn), dn_r), dgh_sum + cn);
+      }
     });
   }
 }
@@ -179,8 +189,8 @@ void RbBackwardR(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
     LbrForward(B, H, b0, b1, g, gh, bh, hp, h, hn, ldh);                                           \
   }                                                                                                \
   void LbrBackward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn,       \
-                      const T* hp, const T* dh, T* dg, T* dgh, T* dhp) {                           \
-    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);                                        \
+                      const T* hp, const T* dh, T* dg, T* dgh, T* dhp, T* sg, T* sgh) {            \
+    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp, sg, sgh);                               \
   }                                                                                                \
   void RbForwardRz##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,           \
                       const T* bh, const T* hp, T* rh, int64_t ldh) {                              \
@@ -239,8 +249,9 @@ template int64_t gate_col2<double>(int64_t, int64_t, int64_t);
   }                                                                                               \
   template <>                                                                                     \
   void gru_gates_lbr_backward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,        \
-                                 const T* hn, const T* hp, const T* dh, T* dg, T* dgh, T* dhp) {  \
-    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp);              \
+                                 const T* hn, const T* hp, const T* dh, T* dg, T* dgh, T* dhp,    \
+                                 T* sg, T* sgh) {                                                 \
+    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp, sg, sgh);     \
   }                                                                                               \
   template <>                                                                                     \
   void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T * g,            \

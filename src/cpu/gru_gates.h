@@ -31,9 +31,12 @@ GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64
                                          int64_t ldh);
 // Its backward given dh = dL/dh': dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr,
 // dz, dn * r], dh_prev = dh * z (the direct path only; the caller adds dgh W_hh).
+// dg_sum, dgh_sum (3H, the columns of dg; both null or both set): each row of dg and dgh is
+// added to them, rows in order (the bias gradients, summed while the rows are in registers).
 template <typename T>
 GRUX_INTERNAL void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
-                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev);
+                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev,
+                            T* dg_sum = nullptr, T* dgh_sum = nullptr);
 
 // Reset-before, in two phases around the second recurrent GEMM:
 //   rz: ghrz (B x 2H, [r | z] blocks) = h_prev W_h{r,z}^T. Writes r, z into g and

@@ -143,14 +143,17 @@ void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Tea
 // Backward step given dh = dL/dh (B x H, complete). Writes dg (B x 3H), the recurrent-side
 // gradient (dgh for linear-before-reset; dn (B x H) and drz (B x 2H) for reset-before) and
 // dh_prev (B x H). drh: scratch (B x H). Ends with a barrier: dh_prev is complete on return.
+// Linear-before-reset: dg_sum and dgh_sum (3H, or null) gain the rows of dg and dgh of my
+// blocks (the bias gradients; cpu::gru_gates_lbr_backward).
 template <typename T>
 void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
                        int64_t B, const T* h_prev, const T* g, const T* aux, const T* dh, T* dg,
-                       T* dgh, T* dn, T* drz, T* drh, T* dh_prev) {
+                       T* dgh, T* dn, T* drz, T* drh, T* dh_prev, T* dg_sum = nullptr,
+                       T* dgh_sum = nullptr) {
   const int64_t H = P.H;
   if (P.form == GruForm::linear_before_reset) {
     // 1. pointwise (my blocks). 2. (all dgh ready) dh_prev += dgh W_hh (my output panels).
-    k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dg, dgh, dh_prev);
+    k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dg, dgh, dh_prev, dg_sum, dgh_sum);
     me.sync();
     k.gemm(B, dgh, 3 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.b0, me.b1);
   } else {

@@ -49,7 +49,7 @@ void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, c
 template <typename T>
 void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
                             const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh,
-                            T* dh_prev) {
+                            T* dh_prev, T* dg_sum, T* dgh_sum) {
   for (int64_t b = 0; b < B; ++b) {
     const int64_t o = b * 3 * H;
     for_units<T>(H, b0, b1, [&](int64_t j) {
@@ -64,6 +64,10 @@ void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const 
       dg[cr] = dr, dg[cz] = dz, dg[cn] = dn;
       dgh[cr] = dr, dgh[cz] = dz, dgh[cn] = dn * r;
       dh_prev[i] = d * z;
+      if (dg_sum) {  // the bias gradients: rows added in order
+        dg_sum[cr - o] += dr, dg_sum[cz - o] += dz, dg_sum[cn - o] += dn;
+        dgh_sum[cr - o] += dr, dgh_sum[cz - o] += dz, dgh_sum[cn - o] += dn * r;
+      }
     });
   }
 }
@@ -131,7 +135,7 @@ void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const
   template void gru_gates_lbr_forward<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,         \
                                          const T*, const T*, T*, T*, int64_t);                     \
   template void gru_gates_lbr_backward<T>(int64_t, int64_t, int64_t, int64_t, const T*, const T*,  \
-                                          const T*, const T*, T*, T*, T*);                         \
+                                          const T*, const T*, T*, T*, T*, T*, T*);                 \
   template void gru_gates_rb_forward_rz<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,       \
                                            const T*, const T*, T*, int64_t);                       \
   template void gru_gates_rb_forward_n<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,        \

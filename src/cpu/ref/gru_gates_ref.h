@@ -11,7 +11,8 @@ void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, c
                            const T* b_hh, const T* h_prev, T* h, T* hn, int64_t ldh);
 template <typename T>
 void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
-                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev);
+                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev,
+                            T* dg_sum = nullptr, T* dgh_sum = nullptr);
 template <typename T>
 void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,
                              const T* b_hh, const T* h_prev, T* rh, int64_t ldh);
