@@ -117,6 +117,23 @@ TEST(GemmPacked, ChunkedAlongKOnlyChangesTheBlockingNotTheBits) {
 // it gets alone (one row of op(A), read in place, unchunked), and the bits of the same op(A)
 // stored untransposed. One and three units per panel, with and without bias; with the old C
 // added (accumulate: that path keeps K whole and reads A in place).
+TEST(GemmPacked, PanelForPadsLeastPreferringTwoUnitsThenThree) {
+  constexpr int64_t U = cpu::kUnit<float>;
+  EXPECT_EQ(cpu::gemm_panel_for<float>(256), 2 * U);  // W4's dW_ih: not 3 units (288 columns)
+  EXPECT_EQ(cpu::gemm_panel_for<float>(512), 2 * U);  // a tie with 1 unit
+  EXPECT_EQ(cpu::gemm_panel_for<float>(144), 3 * U);
+  EXPECT_EQ(cpu::gemm_panel_for<float>(U), U);
+  for (int64_t N = 1; N <= 20 * U; ++N) {
+    const int64_t p = cpu::gemm_panel_for<float>(N);
+    const int64_t padded = cpu::packed_size<float>(1, N, p);
+    for (int64_t q : {U, 2 * U, 3 * U}) {
+      EXPECT_LE(padded, cpu::packed_size<float>(1, N, q)) << "N " << N << " panel " << p;
+      if (q != p && padded == cpu::packed_size<float>(1, N, q))  // a tie: 2 units, then 3
+        EXPECT_TRUE(p == 2 * U || (p == 3 * U && q == U)) << "N " << N << " panel " << p;
+    }
+  }
+}
+
 TEST(GemmPacked, ChunkedTransposedAIsCopiedChunkByChunkWithTheSameBits) {
   std::mt19937_64 rng(5);
   const int64_t K = 520, N = 53;
@@ -126,7 +143,7 @@ TEST(GemmPacked, ChunkedTransposedAIsCopiedChunkByChunkWithTheSameBits) {
   std::vector<float> At(M * K);  // op(A) row-major
   for (int64_t k = 0; k < K; ++k)
     for (int64_t m = 0; m < M; ++m) At[m * K + k] = A[k * M + m];
-  for (int64_t units : {1, 3}) {
+  for (int64_t units : {1, 2, 3}) {
     const int64_t panel = units * cpu::kUnit<float>;
     Tensor packed = Tensor::empty({cpu::packed_size<float>(K, N, panel)}, DType::f32);
     cpu::pack_b<float>(K, N, panel, src.data(), N, 1, nullptr, nullptr, packed.data<float>());

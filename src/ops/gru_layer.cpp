@@ -108,7 +108,9 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
     specs.push_back({&P.hn, H, H, U, whn, 1, H, nullptr, nullptr});
   }
   if (backward) {
-    specs.push_back({&P.ih_t, 3 * H, in, 3 * U, wih, in, 1, P.map3.data(), nullptr});
+    // dL/dx's panels need not hold whole units (f32: the low precisions pack in 3 units).
+    const int64_t panel = precision == Precision::f32 ? cpu::gemm_panel_for<T>(in) : 3 * U;
+    specs.push_back({&P.ih_t, 3 * H, in, panel, wih, in, 1, P.map3.data(), nullptr});
     if (!rb) {
       specs.push_back({&P.hh_t, 3 * H, H, U, whh, H, 1, P.map3.data(), nullptr});
     } else {
@@ -222,10 +224,10 @@ void gradient_gemm(const GruKernels<T>& k, bool bf16, int64_t rows, int64_t M, c
   if constexpr (std::is_same_v<T, float>) {
     if (bf16) return k.gemm_at_b_bf16(M, N, rows, A, lda, B, N, b_rows, C, N);
   }
-  constexpr int64_t U = cpu::kUnit<T>;
-  Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, 3 * U)}, dtype_of<T>());
-  cpu::pack_b<T>(rows, N, 3 * U, B, N, 1, b_rows, nullptr, packed.data<T>());
-  k.gemm_all(M, A, lda, true, {rows, N, 3 * U, packed.data<T>()}, nullptr, false, C, N);
+  const int64_t panel = cpu::gemm_panel_for<T>(N);
+  Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, panel)}, dtype_of<T>());
+  cpu::pack_b<T>(rows, N, panel, B, N, 1, b_rows, nullptr, packed.data<T>());
+  k.gemm_all(M, A, lda, true, {rows, N, panel, packed.data<T>()}, nullptr, false, C, N);
 }
 }  // namespace
 
