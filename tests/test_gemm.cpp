@@ -128,8 +128,9 @@ TEST(GemmPacked, PanelForPadsLeastPreferringTwoUnitsThenThree) {
     const int64_t padded = cpu::packed_size<float>(1, N, p);
     for (int64_t q : {U, 2 * U, 3 * U}) {
       EXPECT_LE(padded, cpu::packed_size<float>(1, N, q)) << "N " << N << " panel " << p;
-      if (q != p && padded == cpu::packed_size<float>(1, N, q))  // a tie: 2 units, then 3
+      if (q != p && padded == cpu::packed_size<float>(1, N, q)) {  // a tie: 2 units, then 3
         EXPECT_TRUE(p == 2 * U || (p == 3 * U && q == U)) << "N " << N << " panel " << p;
+      }
     }
   }
 }

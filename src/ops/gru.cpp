@@ -389,10 +389,21 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   Tensor dh0 = Tensor::zeros({L * D, N, H}, dt);
   Tensor dyp = Tensor::empty({rows, H}, dt), dh0s = Tensor::empty({N, H}, dt);
   Tensor d_above = dout;  // dL/d(output of layer l), (T, N, D*H) time-major, or undefined
+  // One direction over sequences of one length: the packed rows are the time-major rows, so
+  // dL/dx is written straight into dL/d(layer input) and a contiguous layer input is read in
+  // place (no copy of either; the same values).
+  bool direct = D == 1 && rows == T_ * N;
+  for (int64_t j = 0; j < N; ++j) direct = direct && lay.perm[j] == j;
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t in = c.layer_input_size(l);
-    Tensor dlayer_in = Tensor::zeros({T_, N, in}, dt);
-    Tensor xp = Tensor::empty({rows, in}, dt), dxp = Tensor::empty({rows, in}, dt);
+    const Tensor& layer_in = tape.layer_inputs[l];
+    const bool x_in_place = direct && layer_in.stride(2) == 1 && layer_in.stride(1) == in &&
+                            layer_in.stride(0) == N * in;
+    Tensor dlayer_in = direct ? Tensor::empty({T_, N, in}, dt) : Tensor::zeros({T_, N, in}, dt);
+    Tensor xp = x_in_place ? Tensor() : Tensor::empty({rows, in}, dt);
+    Tensor dxp = direct ? Tensor() : Tensor::empty({rows, in}, dt);
+    const T* x_rows = x_in_place ? layer_in.data<T>() : xp.data<T>();
+    T* dx_rows = direct ? dlayer_in.data<T>() : dxp.data<T>();
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
       T* dy = dyp.data<T>();
@@ -401,7 +412,7 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       else
         std::memset(dy, 0, rows * H * sizeof(T));
       if (dhn.defined()) add_sorted_rows<T>(lay, dhn.select(0, ld), dy, true);
-      gather_packed<T>(lay, d, tape.layer_inputs[l], 0, in, xp.data<T>());
+      if (!x_in_place) gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
       GruLayerWeights& dw = grads.dweights[ld];
       dw.w_ih = Tensor::empty({3 * H, in}, dt);
       dw.w_hh = Tensor::empty({3 * H, H}, dt);
@@ -410,10 +421,10 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         dw.b_hh = Tensor::empty({3 * H}, dt);
       }
       const ops::PackedLayer<T>& P = tape.packed<T>()[ld];
-      ops::gru_layer_backward<T>(k, P, lay, xp.data<T>(), tape.states[ld].data<T>(),
-                                 tape.g[ld].data<T>(), tape.aux[ld].data<T>(), dy, dxp.data<T>(),
-                                 dw, dh0s.data<T>());
-      scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
+      ops::gru_layer_backward<T>(k, P, lay, x_rows, tape.states[ld].data<T>(),
+                                 tape.g[ld].data<T>(), tape.aux[ld].data<T>(), dy, dx_rows, dw,
+                                 dh0s.data<T>());
+      if (!direct) scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
       for (int64_t j = 0; j < N; ++j)
         std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,
                     H * sizeof(T));
