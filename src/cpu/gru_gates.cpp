@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include <hwy/contrib/math/math-inl.h>
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -80,9 +81,18 @@ void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
       const auto dz = hn::Mul(hn::Mul(dhv, hn::Sub(c.load(h_prev + b * H + j), n)),
                               hn::Mul(z, hn::Sub(one, z)));
       const auto dr = hn::Mul(hn::Mul(dn, c.load(hn_in + b * H + j)), hn::Mul(r, hn::Sub(one, r)));
-      c.store(dr, dgb + cr);
-      c.store(dz, dgb + cz);
-      c.store(dn, dgb + cn);
+      // dg is read again only after the time loop (by the weight-gradient and dL/dx
+      // products): streamed to memory, its lines are not fetched first (W4 training: 1.5%).
+      // dgh is read at once, by this step's dL/dh_prev product: stored through the cache.
+      const auto put = [&](auto v, T* q) {
+        if (c.full && reinterpret_cast<uintptr_t>(q) % (hn::Lanes(d) * sizeof(T)) == 0)
+          hn::Stream(v, d, q);
+        else
+          c.store(v, q);
+      };
+      put(dr, dgb + cr);
+      put(dz, dgb + cz);
+      put(dn, dgb + cn);
       const auto dn_r = hn::Mul(dn, r);
       c.store(dr, dghb + cr);
       c.store(dz, dghb + cz);
@@ -98,6 +108,7 @@ void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
       }
     });
   }
+  hwy::FlushStream();  // the streamed stores are visible to the other threads after the barrier
 }
 
 template <typename T>
