@@ -55,6 +55,7 @@ void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
       const auto n = GateTanh(d, hn::MulAdd(r, hn_v, c.load(gb + cn)));
       const auto hp = c.load(h_prev + b * ldh + j);
       c.store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), h + b * ldh + j);
+      if (!hn_out) return;  // inference: g's lines stay clean (no write-back of 3H a row)
       c.store(hn_v, hn_out + b * H + j);
       c.store(r, gb + cr);
       c.store(z, gb + cz);

@@ -23,8 +23,9 @@
 
 namespace grux::cpu {
 
-// Linear-before-reset: n = tanh(g_n + r * (gh_n + b_hn)). Writes r, z, n into g,
-// h' = (1 - z) n + z h_prev into h, and hn = gh_n + b_hn (B x H).
+// Linear-before-reset: n = tanh(g_n + r * (gh_n + b_hh_n)). Writes r, z, n into g,
+// h' = (1 - z) n + z h_prev into h, and hn = gh_n + b_hh_n (B x H). hn null (inference):
+// writes h' only (g is left as it was).
 template <typename T>
 GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
                                          const T* gh, const T* b_hh, const T* h_prev, T* h, T* hn,

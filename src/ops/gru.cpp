@@ -294,7 +294,11 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       T* hs = dense ? nullptr : h0s + N * H;
       std::memset(h0s, 0, N * ldh0 * sizeof(T));
       if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s, false, ldh0);
-      Tensor g = Tensor::empty({rows, 3 * H}, dt), aux = Tensor::empty({rows, H}, dt);
+      // aux: hn for backward (linear-before-reset; inference writes neither it nor the gates'
+      // values back into g) or r * h_prev (reset-before, its second product reads it).
+      const bool need_aux = tape != nullptr || c.form == GruForm::reset_before;
+      Tensor g = Tensor::empty({rows, 3 * H}, dt);
+      Tensor aux = need_aux ? Tensor::empty({rows, H}, dt) : Tensor();
       ops::PackedLayer<T> packed_here;
       if (!prepacked)
         packed_here = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr, precision);
@@ -322,12 +326,14 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
           io_t.x_step = N * io.ldx;
           io_t.h_step = N * io.ldh;
           ops::gru_layer_forward<T>(k, P, parts[t], nullptr, h0s + n0 * ldh0,
-                                    g.data<T>() + T_ * n0 * 3 * H, aux.data<T>() + T_ * n0 * H,
+                                    g.data<T>() + T_ * n0 * 3 * H,
+                                    need_aux ? aux.data<T>() + T_ * n0 * H : nullptr,
                                     nullptr, gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
         }
       } else {
         ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
-                                  g.data<T>(), aux.data<T>(), hs, gh.data<T>(), nullptr, 0,
+                                  g.data<T>(), need_aux ? aux.data<T>() : nullptr, hs,
+                                  gh.data<T>(), nullptr, 0,
                                   dense ? &io : nullptr);
       }
       if (!dense) scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);

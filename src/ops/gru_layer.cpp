@@ -187,7 +187,8 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
     for (int64_t s = 0; s < lay.S; ++s) {
       const int64_t o = lay.off[s];
       const T* h_prev = s == 0 ? h0s : states(s - 1);
-      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux + o * H, states(s), ldh,
+      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux ? aux + o * H : nullptr,
+                       states(s), ldh,
                        /*sync_end=*/s + 1 < lay.S);
     }
   });

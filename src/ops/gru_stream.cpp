@@ -119,7 +119,8 @@ struct GRUX_INTERNAL GruStream::Impl {
     const DType dt = dtype;
     xp = Tensor::empty({rows, I}, dt);
     g = Tensor::empty({rows, 3 * H}, dt);
-    aux = Tensor::empty({rows, H}, dt);
+    // Reset-before's second product reads r * h_prev from aux; linear-before-reset needs none.
+    if (c.form == GruForm::reset_before) aux = Tensor::empty({rows, H}, dt);
     gh = Tensor::empty({N, 3 * H}, dt);
     reorder = Tensor::empty({rows, H}, dt);
     hs.assign(L, Tensor());
@@ -181,8 +182,9 @@ struct GRUX_INTERNAL GruStream::Impl {
     for (int64_t l = 0; l < c.num_layers; ++l) {
       T* st = state.data<T>() + l * N * H;
       T* h = hs[l].data<T>();
-      ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(), aux.data<T>(), h,
-                                gh.data<T>(), frames_team, frames_team ? frames_team->size() : 1);
+      ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(),
+                                aux.defined() ? aux.data<T>() : nullptr, h, gh.data<T>(),
+                                frames_team, frames_team ? frames_team->size() : 1);
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }

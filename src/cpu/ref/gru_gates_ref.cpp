@@ -40,6 +40,7 @@ void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, c
       const T hn_j = ghb[cn] + bias(b_hh, cn);
       const T n = std::tanh(gb[cn] + r * hn_j);
       h[b * ldh + j] = (T(1) - z) * n + z * h_prev[b * ldh + j];
+      if (!hn) return;  // inference: nothing but h'
       hn[b * H + j] = hn_j;
       gb[cr] = r, gb[cz] = z, gb[cn] = n;
     });
