@@ -269,21 +269,28 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   // input rows where they are (when they are evenly spaced) and writes its states straight
   // into its columns of the layer's output (ops::DenseIo): no copy in or out (W5: 7% of the
   // time). Training keeps the packed buffers, which the tape holds for backward.
-  bool dense = tape == nullptr && rows == T_ * N;
-  for (int64_t j = 0; j < N; ++j) dense = dense && lay.perm[j] == j;
+  bool one_length = rows == T_ * N;
+  for (int64_t j = 0; j < N; ++j) one_length = one_length && lay.perm[j] == j;
+  const bool dense = tape == nullptr && one_length;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = c.layer_input_size(l);
     // Every row is written below (valid ones copied, padding ones zeroed), by direction.
     Tensor out = Tensor::empty({T_, N, D * H}, dt);
-    const bool in_place =
-        dense && layer_in.stride(2) == 1 && layer_in.stride(0) == N * layer_in.stride(1);
-    Tensor xp = in_place ? Tensor() : Tensor::empty({rows, in}, dt);
+    const bool even = layer_in.stride(2) == 1 && layer_in.stride(0) == N * layer_in.stride(1);
+    const bool in_place = dense && even;
+    // Training over one direction and one length: the packed rows are the time-major rows,
+    // so the input is read in place too (the states still go to the packed buffer the tape
+    // keeps).
+    const bool train_in_place = tape != nullptr && one_length && D == 1 && even;
+    Tensor xp = in_place || train_in_place ? Tensor() : Tensor::empty({rows, in}, dt);
     // Dense: copied once, in time order, for both directions.
     if (dense && !in_place) gather_packed<T>(lay, 0, layer_in, 0, in, xp.data<T>());
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
-      if (!dense) gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      const ops::DenseIo<T> io{in_place ? layer_in.data<T>() : xp.data<T>(),
+      if (!dense && !train_in_place) gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
+      const ops::DenseIo<T> io{in_place        ? layer_in.data<T>()
+                               : xp.defined() ? xp.data<T>()
+                                              : nullptr,
                                in_place ? layer_in.stride(1) : in, out.data<T>() + d * H, D * H,
                                d == 1};
       // The initial state (N rows, sorted order) and then every step's state (rows); dense:
@@ -331,10 +338,13 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
                                     nullptr, gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
         }
       } else {
+        const ops::DenseIo<T> train_io{layer_in.data<T>(), layer_in.stride(1), hs, H, false};
         ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
                                   g.data<T>(), need_aux ? aux.data<T>() : nullptr, hs,
                                   gh.data<T>(), nullptr, 0,
-                                  dense ? &io : nullptr);
+                                  dense            ? &io
+                                  : train_in_place ? &train_io
+                                                   : nullptr);
       }
       if (!dense) scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
       for (int64_t j = 0; j < N; ++j) {
