@@ -1,19 +1,56 @@
 // The persistent thread team that runs a stream's frames: every member runs every job once,
 // run() returns only after all have finished, and sleeping workers wake for the next job.
+// The spinning barrier of the teams' time steps: nobody passes before everyone arrived.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "core/spin_barrier.h"
 #include "core/thread_team.h"
 
 namespace grux {
 namespace {
+
+// Every thread writes its own slot for round i, waits, then reads every other slot: each must
+// hold round i (a thread that left early reads i - 1 somewhere), and none may yet hold i + 1
+// (a thread that ran ahead) since a second barrier separates the reads from the next
+// writes. Teams of 1 to 9 threads, more threads than cores, spin-only and yielding, reset()
+// between uses.
+TEST(SpinBarrier, NobodyPassesBeforeEveryoneArrivedAtEveryTeamSize) {
+  SpinBarrier barrier;
+  for (int n : {1, 2, 3, 4, 5, 7, 9}) {
+    for (bool spin_only : {false, true}) {
+      // More threads than cores: spinning only would wait for the scheduler's time slices.
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      if (spin_only && n > cores) continue;
+      barrier.reset(n, spin_only);
+      const int rounds = n > cores ? 200 : 2000;
+      std::vector<std::atomic<int>> seen(n);
+      std::atomic<int> errors{0};
+      auto member = [&](int tid) {
+        for (int i = 1; i <= rounds; ++i) {
+          seen[tid].store(i, std::memory_order_relaxed);
+          barrier.wait();
+          for (int j = 0; j < n; ++j)
+            if (seen[j].load(std::memory_order_relaxed) != i) errors.fetch_add(1);
+          barrier.wait();
+        }
+      };
+      std::vector<std::thread> threads;
+      for (int t = 1; t < n; ++t) threads.emplace_back(member, t);
+      member(0);
+      for (auto& t : threads) t.join();
+      EXPECT_EQ(errors.load(), 0) << n << " threads, spin_only " << spin_only;
+    }
+  }
+}
 
 TEST(ThreadTeam, EveryMemberRunsEveryJobOnceAndRunWaitsForAll) {
   for (int size : {1, 2, 3}) {
