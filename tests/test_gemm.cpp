@@ -200,21 +200,40 @@ TEST(GemmPacked, RowBlockFitsBesideThePanelsInL2) {
   EXPECT_TRUE(some_fewer) << "no panel count between fitting easily and not at all";
 }
 
+// One and two threads, op(A) plain and transposed, small and larger than half the L2 (where
+// one thread, too, takes the rows in blocks, and a transposed A is copied in chunks of K).
 TEST(GemmPacked, ParallelEqualsSerialBitwise) {
   std::mt19937_64 rng(3);
-  const int64_t M = 500, N = 300, K = 400, panel = 3 * cpu::kUnit<float>;
-  auto A = random_vec<float>(M * K, rng), W = random_vec<float>(N * K, rng);
-  Tensor packed = Tensor::empty({cpu::packed_size<float>(K, N, panel)}, DType::f32);
-  cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, packed.data<float>());
-  const cpu::PackedB<float> B{K, N, panel, packed.data<float>()};
-  std::vector<float> serial(M * N), parallel(M * N);
-  cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, serial.data(), N, 0, B.panels());
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(2);
-  cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, nullptr, false, parallel.data(), N);
-  omp_set_num_threads(before);
-  EXPECT_EQ(serial, parallel);
+  const int64_t K = 400, panel = 3 * cpu::kUnit<float>;
+  const int64_t big = cpu::l2_cache_bytes() / 2 / (K * int64_t(sizeof(float))) + 37;
+  for (const int64_t M : {int64_t(500), big})
+    for (const int64_t N : {int64_t(300), int64_t(53)}) {
+      auto A = random_vec<float>(M * K, rng), W = random_vec<float>(N * K, rng);
+      Tensor packed = Tensor::empty({cpu::packed_size<float>(K, N, panel)}, DType::f32);
+      cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, packed.data<float>());
+      const cpu::PackedB<float> B{K, N, panel, packed.data<float>()};
+      for (bool ta : {false, true}) {
+        const int64_t lda = ta ? M : K;  // the same values read as op(A) = A or (A^T)^T
+        std::vector<float> Ao(M * K);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) Ao[ta ? k * M + m : m * K + k] = A[m * K + k];
+        std::vector<float> serial(M * N);
+        cpu::gemm_packed<float>(M, Ao.data(), lda, ta, B, nullptr, false, serial.data(), N, 0,
+                                B.panels());
+        const int before = omp_get_max_threads();
+        for (int threads : {1, 2}) {
+          std::vector<float> parallel(M * N);
+          omp_set_num_threads(threads);
+          cpu::gemm_packed_parallel<float>(M, Ao.data(), lda, ta, B, nullptr, false,
+                                           parallel.data(), N);
+          omp_set_num_threads(before);
+          EXPECT_EQ(serial, parallel) << "M " << M << " N " << N << " transposed " << ta << ", "
+                                      << threads << " threads";
+        }
+      }
+    }
 }
+
 
 // pack_b with each source column contiguous along k (W^T, the transposing path, 4 x 4 tiles in
 // registers): every packed element, at K and N around the tile and the panel, with a column map.

@@ -29,11 +29,26 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (M 64, K 512) unchunked runs 3% faster alone and 5% faster between the gates (one thread,
 // Intel Xeon, 2 MiB L2).
 constexpr int64_t kKc = 256;
+// K in equal chunks of at most `most`.
+inline int64_t EqualChunks(int64_t K, int64_t most) {
+  const int64_t chunks = (K + most - 1) / most;
+  return chunks <= 1 ? K : (K + chunks - 1) / chunks;
+}
 template <typename T>
 int64_t ChunkLength(int64_t M, int64_t K) {
   if (M * K * int64_t(sizeof(T)) <= l2_cache_bytes() / 2) return K;
-  const int64_t chunks = (K + kKc - 1) / kKc;
-  return chunks <= 1 ? K : (K + chunks - 1) / chunks;
+  return EqualChunks(K, kKc);
+}
+// The chunks of a transposed A copied k-major (GemmPanelsChunked): as long as the copy (M x kc)
+// takes at most a quarter of the L2, at least kKc. Every chunk ends with C written and the
+// next begins by reading it back, and every micro-tile pays its start and its end once per
+// chunk: longer chunks halve both. W4's weight gradients on a 2-core Xeon (2 MiB L2, 96-row
+// tiles): dW_hh (M 1536, K 6400, N 512) 258 -> 285 GFLOP/s with chunks of 1280 instead of
+// 256; the copy no longer fitting in L2 (M 1536 on one thread, chunks of 1600) costs half.
+template <typename T>
+int64_t TransposedChunkLength(int64_t M, int64_t K) {
+  const int64_t fit = l2_cache_bytes() / 4 / (std::max<int64_t>(M, 1) * int64_t(sizeof(T)));
+  return EqualChunks(K, std::max(kKc, fit));
 }
 
 // ---- Operands ----------------------------------------------------------------------------
@@ -211,7 +226,8 @@ constexpr int kMaxMr = 8;
 // [kb, ke) (all of them by default).
 template <int NP, int S, class AOp, class BOp, typename T>
 void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int64_t n_cols,
-                     const T* bias, bool accumulate, T* C, int64_t ldc, int64_t kb, int64_t ke) {
+                     const T* bias, bool accumulate, T* C, int64_t ldc, int64_t kb, int64_t ke,
+                     int64_t kc) {
   constexpr int64_t P = S * kUnit<T>;
   constexpr int64_t L = HWY_LANES(T);
   constexpr int64_t NV = P / L > 0 ? P / L : 1;
@@ -220,7 +236,6 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   constexpr int kMr = std::clamp<int>((kRegs - NP * NV - 1) / (NP * NV), 1, kMaxMr);
   // Accumulating into C across K chunks needs the old C kept aside: rows of up to kMr
   // are saved in a small buffer (C's old values are added after the last chunk).
-  const int64_t kc = ChunkLength<T>(M, K);
   const bool chunked = kc < K;
   HWY_ALIGN T saved[kMr * NP * P];
   const int64_t cols = std::min<int64_t>(n_cols, NP * P);
@@ -264,13 +279,13 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
 template <int S, class AOp, class BOp, typename T>
 void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, const T* bias,
                 bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1, int64_t kb,
-                int64_t ke) {
+                int64_t ke, int64_t kc) {
   constexpr int64_t P = S * kUnit<T>;
   int64_t p = p0;
   auto run = [&](auto np_tag) {
     constexpr int NP = decltype(np_tag)::value;
     RowsTimesPanels<NP, S>(M, K, a, b.from_panel(p), N - p * P, bias ? bias + p * P : nullptr,
-                           accumulate, C + p * P, ldc, kb, ke);
+                           accumulate, C + p * P, ldc, kb, ke, kc);
   };
   // Few rows, or narrow panels: several panels at once give the FMA pipes enough independent
   // chains (a panel's element chains are the same whichever panels it is grouped with).
@@ -301,20 +316,21 @@ void GemmPanelsChunked(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp&
                        int64_t p1) {
   const int64_t kc = ChunkLength<T>(M, K);
   if (accumulate || kc == K || M < 12)
-    return GemmPanels<S>(M, K, N, a, b, bias, accumulate, C, ldc, p0, p1, 0, K);
+    return GemmPanels<S>(M, K, N, a, b, bias, accumulate, C, ldc, p0, p1, 0, K, kc);
   if constexpr (std::is_same_v<AOp, APlain<true, T>>) {
-    auto chunk = hwy::AllocateAligned<T>(static_cast<size_t>(M * kc));
+    const int64_t kt = TransposedChunkLength<T>(M, K);
+    auto chunk = hwy::AllocateAligned<T>(static_cast<size_t>(M * kt));
     if (!chunk) throw std::bad_alloc();
-    for (int64_t k0 = 0; k0 < K; k0 += kc) {
-      const int64_t k1 = std::min(K, k0 + kc);
+    for (int64_t k0 = 0; k0 < K; k0 += kt) {
+      const int64_t k1 = std::min(K, k0 + kt);
       for (int64_t k = k0; k < k1; ++k)
         std::memcpy(chunk.get() + (k - k0) * M, a.A + k * a.lda, M * sizeof(T));
       GemmPanels<S>(M, K, N, AChunkT<T>{chunk.get(), M, k0}, b, bias, false, C, ldc, p0, p1, k0,
-                    k0 + 1);
+                    k0 + 1, kt);
     }
   } else {
     for (int64_t k0 = 0; k0 < K; k0 += kc)
-      GemmPanels<S>(M, K, N, a, b, bias, false, C, ldc, p0, p1, k0, k0 + 1);
+      GemmPanels<S>(M, K, N, a, b, bias, false, C, ldc, p0, p1, k0, k0 + 1, kc);
   }
 }
 
@@ -626,8 +642,19 @@ void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, cons
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
   const int threads = double(M) * B.N * B.K > 4e6 ? omp_get_max_threads() : 1;
   const bool by_rows = row_blocks >= threads;
-  if (threads == 1)  // no OpenMP region at all: it would cost more than a small product
-    return gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, 0, panels);
+  if (threads == 1) {  // no OpenMP region at all: it would cost more than a small product
+    if (M * B.K * int64_t(sizeof(T)) <= l2_cache_bytes() / 2)
+      return gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, 0, panels);
+    // An op(A) larger than half the L2 in the row blocks threads take (one thread, A^T B of
+    // W4's dW_hh: 112 -> 140 GFLOP/s against all 1536 rows at once, whose transposed chunks
+    // no longer fit in L2).
+    for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+      const int64_t m1 = std::min(M, m0 + kRowBlock);
+      gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias,
+                     accumulate, C + m0 * ldc, ldc, 0, panels);
+    }
+    return;
+  }
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
