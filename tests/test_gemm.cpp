@@ -227,13 +227,12 @@ TEST(GemmPacked, ParallelEqualsSerialBitwise) {
           cpu::gemm_packed_parallel<float>(M, Ao.data(), lda, ta, B, nullptr, false,
                                            parallel.data(), N);
           omp_set_num_threads(before);
-          EXPECT_EQ(serial, parallel) << "M " << M << " N " << N << " transposed " << ta << ", "
-                                      << threads << " threads";
+          EXPECT_EQ(serial, parallel)
+              << "M " << M << " N " << N << " transposed " << ta << ", " << threads << " threads";
         }
       }
     }
 }
-
 
 // pack_b with each source column contiguous along k (W^T, the transposing path, 4 x 4 tiles in
 // registers): every packed element, at K and N around the tile and the panel, with a column map.

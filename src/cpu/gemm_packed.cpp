@@ -278,8 +278,8 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
 
 template <int S, class AOp, class BOp, typename T>
 void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, const T* bias,
-                bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1, int64_t kb,
-                int64_t ke, int64_t kc) {
+                bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1, int64_t kb, int64_t ke,
+                int64_t kc) {
   constexpr int64_t P = S * kUnit<T>;
   int64_t p = p0;
   auto run = [&](auto np_tag) {
@@ -650,8 +650,8 @@ void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, cons
     // no longer fit in L2).
     for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
       const int64_t m1 = std::min(M, m0 + kRowBlock);
-      gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias,
-                     accumulate, C + m0 * ldc, ldc, 0, panels);
+      gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias, accumulate,
+                     C + m0 * ldc, ldc, 0, panels);
     }
     return;
   }
