@@ -22,7 +22,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // A product whose op(A) (M x K) is larger than half the L2 is processed in equal chunks of K
-// of at most kKc, so that a chunk of A's rows stays in L2 while every panel passes
+// of at most kKc (a transposed A, copied chunk by chunk, in longer ones:
+// TransposedChunkLength), so that a chunk of A's rows stays in L2 while every panel passes
 // (GemmPanelsChunked) and a panel's chunk stays near L1. Partial sums pass between chunks
 // through C exactly (they are already rounded to T), so chunking does not change results.
 // A smaller op(A) stays in L2 whole, and there chunks only cost: the recurrent product of W3
@@ -40,11 +41,12 @@ int64_t ChunkLength(int64_t M, int64_t K) {
   return EqualChunks(K, kKc);
 }
 // The chunks of a transposed A copied k-major (GemmPanelsChunked): as long as the copy (M x kc)
-// takes at most a quarter of the L2, at least kKc. Every chunk ends with C written and the
+// takes at most a quarter of the L2, and at least kKc. Every chunk ends with C written and the
 // next begins by reading it back, and every micro-tile pays its start and its end once per
-// chunk: longer chunks halve both. W4's weight gradients on a 2-core Xeon (2 MiB L2, 96-row
-// tiles): dW_hh (M 1536, K 6400, N 512) 258 -> 285 GFLOP/s with chunks of 1280 instead of
-// 256; the copy no longer fitting in L2 (M 1536 on one thread, chunks of 1600) costs half.
+// chunk: fewer, longer chunks pay both less often. W4's weight gradients on a 2-core Xeon
+// (2 MiB L2, 96-row tiles): dW_hh (M 1536, K 6400, N 512) 258 -> 285 GFLOP/s with chunks of
+// 1280 instead of 256. A copy too large for the L2 loses more than that (M 1536 on one
+// thread: 116 GFLOP/s with chunks of 256, 61 with chunks of 1600).
 template <typename T>
 int64_t TransposedChunkLength(int64_t M, int64_t K) {
   const int64_t fit = l2_cache_bytes() / 4 / (std::max<int64_t>(M, 1) * int64_t(sizeof(T)));
