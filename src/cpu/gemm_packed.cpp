@@ -644,28 +644,27 @@ void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, cons
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
   const int threads = double(M) * B.N * B.K > 4e6 ? omp_get_max_threads() : 1;
   const bool by_rows = row_blocks >= threads;
+  // Row blocks [rb0, rb1).
+  const auto blocks = [&](int64_t rb0, int64_t rb1) {
+    for (int64_t rb = rb0; rb < rb1; ++rb) {
+      const int64_t m0 = rb * kRowBlock, m1 = std::min(M, m0 + kRowBlock);
+      gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias, accumulate,
+                     C + m0 * ldc, ldc, 0, panels);
+    }
+  };
   if (threads == 1) {  // no OpenMP region at all: it would cost more than a small product
     if (M * B.K * int64_t(sizeof(T)) <= l2_cache_bytes() / 2)
       return gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, 0, panels);
     // An op(A) larger than half the L2 in the row blocks threads take (one thread, A^T B of
     // W4's dW_hh: 112 -> 140 GFLOP/s against all 1536 rows at once, whose transposed chunks
     // no longer fit in L2).
-    for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
-      const int64_t m1 = std::min(M, m0 + kRowBlock);
-      gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias, accumulate,
-                     C + m0 * ldc, ldc, 0, panels);
-    }
-    return;
+    return blocks(0, row_blocks);
   }
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     if (by_rows) {
-      for (int64_t rb = t * row_blocks / nt; rb < (t + 1) * row_blocks / nt; ++rb) {
-        const int64_t m0 = rb * kRowBlock, m1 = std::min(M, m0 + kRowBlock);
-        gemm_packed<T>(m1 - m0, trans_a ? A + m0 : A + m0 * lda, lda, trans_a, B, bias,
-                       accumulate, C + m0 * ldc, ldc, 0, panels);
-      }
+      blocks(t * row_blocks / nt, (t + 1) * row_blocks / nt);
     } else {
       gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, t * panels / nt,
                      (t + 1) * panels / nt);

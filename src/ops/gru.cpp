@@ -269,8 +269,7 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   // input rows where they are (when they are evenly spaced) and writes its states straight
   // into its columns of the layer's output (ops::DenseIo): no copy in or out (W5: 7% of the
   // time). Training keeps the packed buffers, which the tape holds for backward.
-  bool one_length = rows == T_ * N;
-  for (int64_t j = 0; j < N; ++j) one_length = one_length && lay.perm[j] == j;
+  const bool one_length = lay.time_major();
   const bool dense = tape == nullptr && one_length;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = c.layer_input_size(l);
@@ -288,17 +287,21 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
     for (int d = 0; d < D; ++d) {
       const int64_t ld = l * D + d;
       if (!dense && !train_in_place) gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      const ops::DenseIo<T> io{in_place        ? layer_in.data<T>()
-                               : xp.defined() ? xp.data<T>()
-                                              : nullptr,
-                               in_place ? layer_in.stride(1) : in, out.data<T>() + d * H, D * H,
-                               d == 1};
       // The initial state (N rows, sorted order) and then every step's state (rows); dense:
       // the initial state alone, its rows D H apart as the output's.
       const int64_t ldh0 = dense ? D * H : H;
       Tensor states = dense ? Tensor::empty({N, ldh0}, dt) : Tensor::empty({N + rows, H}, dt);
       T* h0s = states.data<T>();
       T* hs = dense ? nullptr : h0s + N * H;
+      // Where the time loop reads its input and writes its states in place, if anywhere:
+      // dense, the (gathered or caller's) input and the output's columns; training in place,
+      // the caller's input and the packed states the tape keeps.
+      const ops::DenseIo<T> io =
+          dense ? ops::DenseIo<T>{in_place ? layer_in.data<T>() : xp.data<T>(),
+                                  in_place ? layer_in.stride(1) : in, out.data<T>() + d * H, D * H,
+                                  d == 1}
+                : ops::DenseIo<T>{layer_in.data<T>(), layer_in.stride(1), hs, H, false};
+      const ops::DenseIo<T>* io_used = dense || train_in_place ? &io : nullptr;
       std::memset(h0s, 0, N * ldh0 * sizeof(T));
       if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s, false, ldh0);
       // aux: hn for backward (linear-before-reset; inference writes neither it nor the gates'
@@ -338,13 +341,9 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
                                     nullptr, gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
         }
       } else {
-        const ops::DenseIo<T> train_io{layer_in.data<T>(), layer_in.stride(1), hs, H, false};
         ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
-                                  g.data<T>(), need_aux ? aux.data<T>() : nullptr, hs,
-                                  gh.data<T>(), nullptr, 0,
-                                  dense            ? &io
-                                  : train_in_place ? &train_io
-                                                   : nullptr);
+                                  g.data<T>(), need_aux ? aux.data<T>() : nullptr, hs, gh.data<T>(),
+                                  nullptr, 0, io_used);
       }
       if (!dense) scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
       for (int64_t j = 0; j < N; ++j) {
@@ -408,8 +407,7 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
   // One direction over sequences of one length: the packed rows are the time-major rows, so
   // dL/dx is written straight into dL/d(layer input) and a contiguous layer input is read in
   // place (no copy of either; the same values).
-  bool direct = D == 1 && rows == T_ * N;
-  for (int64_t j = 0; j < N; ++j) direct = direct && lay.perm[j] == j;
+  const bool direct = D == 1 && lay.time_major();
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t in = c.layer_input_size(l);
     const Tensor& layer_in = tape.layer_inputs[l];

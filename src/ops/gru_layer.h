@@ -23,6 +23,14 @@ struct SeqLayout {
   std::vector<int64_t> bs;      // active rows at step s (S entries; bs[0] == N)
   std::vector<int64_t> off;     // first packed row of step s (S + 1 entries)
   int64_t rows() const { return off[S]; }
+  // Every sequence of length T and none reordered: packed row s * N + n is (time s, batch n),
+  // the time-major row of the caller's (T, N, .) arrays.
+  bool time_major() const {
+    if (rows() != T * N) return false;
+    for (int64_t j = 0; j < N; ++j)
+      if (perm[j] != j) return false;
+    return true;
+  }
   // Time index of packed row (s, j) in direction dir (0 forward, 1 reverse).
   int64_t time(int64_t s, int64_t j, int dir) const { return dir == 0 ? s : len[perm[j]] - 1 - s; }
   // Its inverse: the step of time t of original sequence n (valid when t < len[n]).
