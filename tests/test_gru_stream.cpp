@@ -219,7 +219,34 @@ TEST(StreamApi, GruCellBatchOneIsTheStreamsStepInAnyLayout) {
       EXPECT_EQ(max_abs_diff(cell.forward(x), want0), 0.0) << at;
       EXPECT_EQ(max_abs_diff(cell.forward(xs.select(0, 0)), want0.select(0, 0)), 0.0) << at;
       EXPECT_EQ(cell.forward(x.select(0, 0)).shape(), (Shape{H})) << at;
+      // From raw memory: the same bits, into other memory or in place, from h or from zeros.
+      std::vector<float> out(H, -1.0f), inplace(h.data<float>(), h.data<float>() + H);
+      cell.forward(x.data<float>(), h.data<float>(), out.data());
+      EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, out), want), 0.0) << at;
+      cell.forward(x.data<float>(), inplace.data(), inplace.data());
+      EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, inplace), want), 0.0) << at;
+      cell.forward(x.data<float>(), nullptr, out.data());
+      EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, out), want0), 0.0) << at;
     }
+}
+
+// The raw-memory step refuses what it cannot take, in one line naming it.
+TEST(StreamApi, GruCellRawStepErrors) {
+  const auto expect_error = [](auto fn, const std::string& piece) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one saying: " << piece;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+    }
+  };
+  const GruCell cell(3, 4);
+  std::vector<float> x(3), h(4);
+  expect_error([&] { cell.forward(nullptr, h.data(), h.data()); }, "input is null");
+  expect_error([&] { cell.forward(x.data(), h.data(), nullptr); }, "h_new is null");
+  expect_error([&] { cell.forward(x.data(), h.data(), h.data(), -1); }, "threads is -1");
+  const GruCell f64(3, 4, true, GruForm::linear_before_reset, DType::f64);
+  expect_error([&] { f64.forward(x.data(), h.data(), h.data()); }, "takes an f32 cell");
 }
 
 // A cell whose weights take most of the L2 (sized from the L2 the OS reports) runs its
@@ -244,6 +271,9 @@ TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
   EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
   EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)), 0.0)
       << at;
+  std::vector<float> raw(H);
+  cell.forward(x.data<float>(), h.data<float>(), raw.data(), 2);
+  EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, raw), want), 0.0) << at;
   const Tensor alone = cell.forward(x, h, 1);
   EXPECT_LT(max_abs_diff(alone, want), 1e-5) << at;
   EXPECT_GT(max_abs_diff(alone, want), 0.0) << at << ": one thread should be the real-time kernel";

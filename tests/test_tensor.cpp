@@ -71,6 +71,18 @@ TEST(Tensor, FromBlobViewsTheCallersMemoryAndHoldsItsOwner) {
               ThrowsMessage<Error>(HasSubstr("too large")));
 }
 
+// With no owner the memory stays the caller's: the tensor never frees it or hands it on (to
+// grux's cache of freed blocks, from which a new tensor would get it).
+TEST(Tensor, FromBlobWithoutOwnerLeavesTheMemoryToTheCaller) {
+  alignas(64) static float mem[64];
+  { Tensor t = Tensor::from_blob(mem, {64}, {1}, DType::f32, nullptr); }
+  std::vector<Tensor> fresh;
+  for (int i = 0; i < 4; ++i) {
+    fresh.push_back(Tensor::empty({64}, DType::f32));
+    EXPECT_NE(fresh.back().raw_data(), static_cast<void*>(mem));
+  }
+}
+
 TEST(Tensor, ReshapeIsAViewWhenStridesAllowOtherwiseACopy) {
   Tensor a = arange({2, 3, 4});
   Tensor v = a.reshape({6, 4});

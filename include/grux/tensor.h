@@ -57,7 +57,7 @@ class Storage {
  public:
   Storage(size_t nbytes, Device device);
   // Memory owned elsewhere, on the CPU: `owner` is held (and released) with the storage; the
-  // bytes are not freed by it.
+  // bytes are never freed by it. A null owner: the caller keeps the memory valid meanwhile.
   Storage(void* data, size_t nbytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -70,7 +70,8 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  std::shared_ptr<void> owner_;  // set for memory owned elsewhere
+  std::shared_ptr<void> owner_;  // what keeps memory owned elsewhere alive, if anything
+  bool owned_ = false;           // grux's own block (freed with the storage)
 };
 
 class Tensor {
@@ -87,7 +88,8 @@ class Tensor {
   // A tensor over memory the caller owns, without a copy (a NumPy array, a torch tensor):
   // data points to element (0, ..., 0), strides in elements (>= 0), data aligned to the
   // element size. `owner` is kept alive while any tensor views the memory; the caller keeps
-  // the memory valid until then. Writes through the tensor write the caller's memory.
+  // the memory valid until then (with a null owner, by its own means). The memory is never
+  // freed through the tensor. Writes through the tensor write the caller's memory.
   static Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
                           std::shared_ptr<void> owner);
 

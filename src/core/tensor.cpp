@@ -122,7 +122,7 @@ BlockCache& block_cache() {
 }
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
   if (device.kind != Device::Kind::cpu)
     throw Error(fmt::format("device {} is not available in this build", device.str()));
   data_ = block_cache().take(BlockCache::rounded(nbytes));
@@ -133,7 +133,7 @@ Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
     : data_(data), nbytes_(nbytes), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
-  if (!owner_) block_cache().give(data_, BlockCache::rounded(nbytes_));
+  if (owned_) block_cache().give(data_, BlockCache::rounded(nbytes_));
 }
 
 namespace {

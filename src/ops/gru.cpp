@@ -852,10 +852,10 @@ bool cell_on_team(int64_t I, int64_t H, int threads) {
   return team > 1 && 3 * H * (I + H) * int64_t(sizeof(float)) > cpu::l2_cache_bytes() / 4 * 3;
 }
 
-// One step of the real-time kernel from x (I floats) and h (H floats, or null: zeros) into a
-// new Tensor of shape (H) (unbatched) or (1, H).
-Tensor cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const float* x,
-                      const float* h, bool unbatched) {
+// One step of the real-time kernel from x (I floats) and h (H floats, or null: zeros) into
+// out (H floats; may be h).
+void cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const float* x, const float* h,
+                    float* out) {
   // The state and the kernel's scratch on the stack where they fit in 16 KB (H up to about
   // 580): a heap block of that size per call cost 40-250 ns (I8H16-I64H256).
   const int64_t floats = 2 * L.Hp + cpu::gru_stream_scratch(L, 1);
@@ -869,8 +869,14 @@ Tensor cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const flo
   float* state = heap_buf ? heap_buf.get() : stack_buf;  // h, padded to the kernel's Hp
   std::memset(state, 0, 2 * L.Hp * sizeof(float));
   if (h != nullptr) std::memcpy(state, h, H * sizeof(float));
+  cpu::gru_stream_forward(L, 1, 0, x, I, state, {out, H}, state + 2 * L.Hp);
+}
+
+// The same into a new Tensor of shape (H) (unbatched) or (1, H).
+Tensor cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const float* x,
+                      const float* h, bool unbatched) {
   Tensor out = Tensor::empty(unbatched ? Shape{H} : Shape{1, H}, DType::f32);
-  cpu::gru_stream_forward(L, 1, 0, x, I, state, {out.data<float>(), H}, state + 2 * L.Hp);
+  cell_step_fast(L, I, H, x, h, out.data<float>());
   return out;
 }
 }  // namespace
@@ -895,6 +901,27 @@ Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const
   }
   Tensor h_new = plan_->engine->forward(p.x, p.h, {}, threads).h_n.select(0, 0);
   return p.unbatched ? h_new.select(0, 0) : h_new;
+}
+
+void GruCell::forward(const float* input, const float* h, float* h_new, int threads) const {
+  const int64_t H = hidden_size_, I = input_size_;
+  if (w_.w_ih.dtype() != DType::f32)
+    throw Error(
+        fmt::format("gru cell: forward from float pointers takes an f32 cell; this one "
+                    "is {}",
+                    dtype_name(w_.w_ih.dtype())));
+  if (input == nullptr || h_new == nullptr)
+    throw Error(fmt::format("gru cell: {} is null, expected {} floats",
+                            input == nullptr ? "input" : "h_new", input == nullptr ? I : H));
+  if (threads < 0)
+    throw Error(fmt::format("gru cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
+  if (!cell_on_team(I, H, threads)) return cell_step_fast(plan_->fast, I, H, input, h, h_new);
+  // The team's step reads Tensors: views of the caller's memory, the result copied out.
+  const Tensor x = Tensor::from_blob(const_cast<float*>(input), {I}, {1}, DType::f32, nullptr);
+  const Tensor hv =
+      h ? Tensor::from_blob(const_cast<float*>(h), {H}, {1}, DType::f32, nullptr) : Tensor();
+  const Tensor r = forward(x, hv, threads).contiguous();
+  std::memcpy(h_new, r.data<float>(), H * sizeof(float));
 }
 
 GruCell::Grads GruCell::backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
