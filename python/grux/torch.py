@@ -207,6 +207,7 @@ class GRUCell(nn.Module):
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self._packed = None  # (key, grux cell): see _cell
+        self._fast = None  # _grux._cell_forward's handle for that cell, or None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -252,19 +253,28 @@ class GRUCell(nn.Module):
             {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before)
         self._packed = (list(weights), [w.data_ptr() for w in weights],
                         [w._version for w in weights], stamp, cell)
+        self._fast = _grux._cell_handle(cell, names[:len(weights)], weights) \
+            if stamp is not None else None
         return cell
 
     def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
         state = self.__dict__.copy()
-        state["_packed"] = None
+        state["_packed"] = state["_fast"] = None
         return state
 
     def reset_packed_weights(self):
         """Forget the packed copy of the weights: needed only after writing them through
         .data (which PyTorch does not count as a change); any other change is seen."""
-        self._packed = None
+        self._packed = self._fast = None
 
     def forward(self, input, hx=None):
+        # Without autograd, one sequence in f32 on torch tensors: one call into C++, which
+        # checks the weights' stamps itself (None: anything else, or weights changed).
+        fast = self.__dict__.get("_fast")
+        if fast is not None and not torch.is_grad_enabled():
+            out = _grux._cell_forward(fast, self._parameters, input, hx)
+            if out is not None:
+                return out
         weights = self._weights()
         cell = self._cell(weights)
         if torch.is_grad_enabled() and any(

@@ -56,6 +56,8 @@ std::optional<RawArray> raw_array(const py::handle& obj);
 // wraps it with torch.from_numpy).
 std::optional<py::object> new_torch_result(grux::DType dtype, int ndim, const int64_t* shape,
                                            void** data);
+// grux._torch_access's functions where it is in use (use_torch_access), else null.
+const TorchAccess* torch_access_in_use();
 // Sets whether grux._torch_access is used (when `enable` is given) and says whether it is in
 // use now: loaded (torch imported, the module built for this torch) and enabled.
 bool use_torch_access(std::optional<bool> enable);

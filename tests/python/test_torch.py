@@ -10,6 +10,7 @@ from torch.nn.utils.rnn import pack_sequence
 
 import grux
 import grux.torch as gt
+from grux import _grux
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(num_layers=2, bidirectional=True),
@@ -185,6 +186,52 @@ def test_gru_cell_inference_path(dtype):
             ours(torch.randn(1, 6, dtype=dtype), torch.randn(1, 7, dtype=torch.float16))
 
 
+def test_gru_cell_fast_path():
+    """Without autograd, a batch-1 or unbatched f32 step on torch tensors goes through one C
+    call (_grux._cell_forward), with the same bits as the general path; anything else (a
+    batch, other dtypes or layouts, NumPy, changed weights) gets None from it and takes the
+    general path, whose errors name the argument."""
+    if not grux._grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    torch.manual_seed(23)
+    cell = gt.GRUCell(6, 40)
+    x, h = torch.randn(1, 6), torch.randn(1, 40)
+    with torch.no_grad():
+        cell(x, h)
+        fast = cell._fast
+        assert fast is not None
+        general = cell._cell(cell._weights())
+        for a, b in [(x, h), (x, None), (x[0], h[0]), (x[0], None)]:
+            got = _grux._cell_forward(fast, cell._parameters, a, b)
+            assert type(got) is torch.Tensor and got.shape == (a.shape[:-1] + (40,))
+            assert torch.equal(got, general.forward(a, b))
+            assert torch.equal(cell(a, b), got)
+        for a, b in [(torch.randn(2, 6), None),                  # a batch
+                     (x.double(), h.double()),                    # another dtype
+                     (x.numpy(), None),                           # NumPy
+                     (torch.randn(6, 2)[:, 0], None),             # strided
+                     (x, h[0]), (x, torch.randn(1, 41)), (x[:, :5], None)]:  # shapes
+            assert _grux._cell_forward(fast, cell._parameters, a, b) is None
+        with pytest.raises(grux.Error, match="hx"):
+            cell(x, torch.randn(1, 41))
+        # Changed weights: None, and the next call repacks (a new handle).
+        cell.weight_hh.mul_(0.5)
+        assert _grux._cell_forward(fast, cell._parameters, x, h) is None
+        want = torch.nn.GRUCell(6, 40)
+        want.load_state_dict(cell.state_dict())
+        assert (cell(x, h) - want(x, h)).abs().max() < 3e-6
+        assert cell._fast is not None and cell._fast is not fast
+        assert _grux._cell_forward(cell._fast, {}, x, h) is None  # weights not found
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        _grux._cell_forward(fast, cell._parameters, x)
+    with pytest.raises(ValueError):
+        _grux._cell_forward(object(), cell._parameters, x, h)
+    # With autograd on, the general path (a graph to backpropagate through).
+    x.requires_grad_(True)
+    out = cell(x, h)
+    assert out.grad_fn is not None
+
+
 def test_torch_errors():
     with pytest.raises(grux.Error, match="grux runs on the CPU"):
         gt.GRU(3, 4, device="meta")
@@ -197,8 +244,9 @@ def test_torch_errors():
         gru(torch.randn(5, 2, 3), torch.randn(1, 2, 4, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("access", [True, False], ids=["libtorch", "attributes"])
-def test_gru_cell_sees_every_weight_change(access):
+def test_gru_cell_sees_every_weight_change(access, dtype):
     """The packed weights are reused between calls and repacked after any change PyTorch
     counts: an optimizer step, load_state_dict, a write under no_grad, a new Parameter;
     writes through .data after reset_packed_weights(). Checked through grux._torch_access's
@@ -207,21 +255,24 @@ def test_gru_cell_sees_every_weight_change(access):
         pytest.skip("grux._torch_access is not in use here")
     grux._grux._torch_access(access)
     try:
-        _check_gru_cell_sees_every_weight_change()
+        _check_gru_cell_sees_every_weight_change(dtype)
     finally:
         grux._grux._torch_access(True)
 
 
-def _check_gru_cell_sees_every_weight_change():
+def _check_gru_cell_sees_every_weight_change(dtype):
+    # f64 on a batch of 2 (the engine), f32 on one sequence (in f32 with grux._torch_access,
+    # the fast path: _grux._cell_forward checks the weights).
     torch.manual_seed(11)
-    ref = torch.nn.GRUCell(3, 5).double()
-    cell = gt.GRUCell(3, 5, dtype=torch.float64)
+    ref = torch.nn.GRUCell(3, 5).to(dtype)
+    cell = gt.GRUCell(3, 5, dtype=dtype)
     cell.load_state_dict(ref.state_dict())
-    x, h = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 5, dtype=torch.float64)
+    n, atol = (2, 1e-12) if dtype == torch.float64 else (1, 3e-6)
+    x, h = torch.randn(n, 3, dtype=dtype), torch.randn(n, 5, dtype=dtype)
 
     def check():
         with torch.no_grad():
-            torch.testing.assert_close(cell(x, h), ref(x, h), atol=1e-12, rtol=0)
+            torch.testing.assert_close(cell(x, h), ref(x, h), atol=atol, rtol=0)
 
     check()
     for m in (ref, cell):  # an optimizer step on the same gradients
@@ -233,10 +284,10 @@ def _check_gru_cell_sees_every_weight_change():
         ref.weight_hh.mul_(0.5)
         cell.weight_hh.mul_(0.5)
     check()
-    ref.load_state_dict(torch.nn.GRUCell(3, 5).double().state_dict())
+    ref.load_state_dict(torch.nn.GRUCell(3, 5).to(dtype).state_dict())
     cell.load_state_dict(ref.state_dict())
     check()
-    new = torch.randn(15, 3, dtype=torch.float64)
+    new = torch.randn(15, 3, dtype=dtype)
     ref.weight_ih = torch.nn.Parameter(new.clone())
     cell.weight_ih = torch.nn.Parameter(new.clone())
     check()
