@@ -366,7 +366,9 @@ py::object to_like_result(const Tensor& t, const py::handle& like) {
   return to_like(t, like);
 }
 
-const TorchAccess* torch_access_in_use() { return access_in_use(); }
+const TorchAccess* torch_access_in_use() {
+  return access_in_use();
+}
 
 py::object weights_stamp(const py::sequence& weights) {
   const TorchAccess* a = access_in_use();

@@ -233,10 +233,9 @@ py::object cell_handle(const py::object& cell_obj, const py::sequence& names,
     f->data.push_back(data);
     f->versions.push_back(version);
   }
-  return py::capsule(f.release(), kCellHandle,
-                     [](PyObject* c) {
-                       delete static_cast<CellFast*>(PyCapsule_GetPointer(c, kCellHandle));
-                     });
+  return py::capsule(f.release(), kCellHandle, [](PyObject* c) {
+    delete static_cast<CellFast*>(PyCapsule_GetPointer(c, kCellHandle));
+  });
 }
 
 // A contiguous f32 torch tensor of shape (n) (unbatched) or (1, n), or nullopt.
@@ -255,7 +254,8 @@ std::optional<RawArray> cell_row(const py::handle& obj, int64_t n, int ndim) {
 // fifth of a W1 step (I 64, H 256) from Python.
 PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "_cell_forward(handle, parameters, input, hx) takes 4 arguments");
+    PyErr_SetString(PyExc_TypeError,
+                    "_cell_forward(handle, parameters, input, hx) takes 4 arguments");
     return nullptr;
   }
   auto* f = static_cast<CellFast*>(PyCapsule_GetPointer(args[0], kCellHandle));
@@ -274,8 +274,8 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
       }
     }
     const int64_t I = f->cell->input_size(), H = f->cell->hidden_size();
-    const std::optional<RawArray> x = cell_row(args[2], I, 1) ? cell_row(args[2], I, 1)
-                                                               : cell_row(args[2], I, 2);
+    const std::optional<RawArray> x =
+        cell_row(args[2], I, 1) ? cell_row(args[2], I, 1) : cell_row(args[2], I, 2);
     if (!x) Py_RETURN_NONE;
     std::optional<RawArray> h;
     if (args[3] != Py_None && !(h = cell_row(args[3], H, x->ndim))) Py_RETURN_NONE;
@@ -307,8 +307,8 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 }
 
 PyMethodDef kCellForwardDef = {
-    "_cell_forward",
-    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cell_forward_fast)), METH_FASTCALL,
+    "_cell_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cell_forward_fast)),
+    METH_FASTCALL,
     "_cell_forward(handle, parameters, input, hx): grux.torch.GRUCell's step on torch tensors, "
     "or None (its general path then)."};
 
@@ -337,14 +337,12 @@ PYBIND11_MODULE(_grux, m) {
       "What the per-frame fast path reads of an array or tensor: (dtype, shape, data address, "
       "is torch, requires grad), or None where it takes the general path (for tests).");
   bind_gru(m);
-  m.add_object("_step_frame",
-               py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kStepFrameDef, nullptr,
-                                                                   m.ptr())));
+  m.add_object("_step_frame", py::reinterpret_steal<py::object>(
+                                  PyCFunction_NewEx(&kStepFrameDef, nullptr, m.ptr())));
   m.def("_cell_handle", &cell_handle, py::arg("cell"), py::arg("names"), py::arg("weights"),
         "grux.torch.GRUCell's handle for _cell_forward, or None where it has no fast path.");
-  m.add_object("_cell_forward",
-               py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kCellForwardDef, nullptr,
-                                                                   m.ptr())));
+  m.add_object("_cell_forward", py::reinterpret_steal<py::object>(
+                                    PyCFunction_NewEx(&kCellForwardDef, nullptr, m.ptr())));
   bind_scan(m);
   bind_mingru(m);
   bind_conv(m);

@@ -906,10 +906,8 @@ Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const
 void GruCell::forward(const float* input, const float* h, float* h_new, int threads) const {
   const int64_t H = hidden_size_, I = input_size_;
   if (w_.w_ih.dtype() != DType::f32)
-    throw Error(
-        fmt::format("gru cell: forward from float pointers takes an f32 cell; this one "
-                    "is {}",
-                    dtype_name(w_.w_ih.dtype())));
+    throw Error(fmt::format("gru cell: forward from float pointers takes an f32 cell, not {}",
+                            dtype_name(w_.w_ih.dtype())));
   if (input == nullptr || h_new == nullptr)
     throw Error(fmt::format("gru cell: {} is null, expected {} floats",
                             input == nullptr ? "input" : "h_new", input == nullptr ? I : H));
