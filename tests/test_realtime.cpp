@@ -24,6 +24,7 @@
 #include <new>
 #include <thread>
 
+#include "cpu/gemm_packed.h"  // l2_cache_bytes
 #include "grux/grux.h"
 #include "grux/gru.h"
 #include "test_util.h"
@@ -264,6 +265,32 @@ TEST(Realtime, StreamProcessAndStepIntoAllocateNothing) {
               0)
         << "step_into, H " << H;
     EXPECT_EQ(allocations_in([&] { stream.reset(); }), 0) << "reset, H " << H;
+  }
+}
+
+// GruCell's step from raw memory on the real-time kernel (one thread, or any number where
+// the weights take less than 3/4 of the L2): nothing allocated or blocked on, into other
+// memory or in place, from h or zeros.
+TEST(Realtime, GruCellRawStepAllocatesNothing) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
+  for (int64_t H : {8, 24, 64, 128, 256}) {
+    const GruCell cell(16, H, true, GruForm::linear_before_reset, DType::f32, 3);
+    std::mt19937_64 rng(4);
+    const Tensor x = random_tensor({16}, DType::f32, rng);
+    std::vector<float> h(H, 0.25f), out(H);
+    for (const int threads : {1, 0}) {
+      // threads 0 takes the team (and allocates) where the weights fill 3/4 of the L2.
+      if (threads == 0 && 3 * H * (16 + H) * 4 > cpu::l2_cache_bytes() / 4 * 3) continue;
+      const auto steps = [&] {
+        for (int i = 0; i < 8; ++i) {
+          cell.forward(x.data<float>(), h.data(), out.data(), threads);
+          cell.forward(x.data<float>(), out.data(), out.data(), threads);
+          cell.forward(x.data<float>(), nullptr, h.data(), threads);
+        }
+      };
+      EXPECT_EQ(allocations_in(steps), 0) << "H " << H << ", threads " << threads;
+      EXPECT_EQ(blocking_calls_in(steps), 0) << "H " << H << ", threads " << threads;
+    }
   }
 }
 
