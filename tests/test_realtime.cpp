@@ -25,8 +25,8 @@
 #include <thread>
 
 #include "cpu/gemm_packed.h"  // l2_cache_bytes
-#include "grux/grux.h"
 #include "grux/gru.h"
+#include "grux/grux.h"
 #include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
