@@ -227,8 +227,9 @@ py::object cell_handle(const py::object& cell_obj, const py::sequence& names,
     void* data = nullptr;
     int64_t version = 0;
     if (a->stamp(weights[i].ptr(), &data, &version) != 1) return py::none();
-    f->names.push_back(py::reinterpret_steal<py::object>(
-        PyUnicode_InternFromString(names[i].cast<std::string>().c_str())));
+    PyObject* name = PyUnicode_InternFromString(names[i].cast<std::string>().c_str());
+    if (name == nullptr) throw py::error_already_set();
+    f->names.push_back(py::reinterpret_steal<py::object>(name));
     f->weights.push_back(weights[i]);
     f->data.push_back(data);
     f->versions.push_back(version);
@@ -238,12 +239,11 @@ py::object cell_handle(const py::object& cell_obj, const py::sequence& names,
   });
 }
 
-// A contiguous f32 torch tensor of shape (n) (unbatched) or (1, n), or nullopt.
-std::optional<RawArray> cell_row(const py::handle& obj, int64_t n, int ndim) {
-  std::optional<RawArray> r = raw_array(obj);
-  if (!r || !r->torch || r->dtype != DType::f32 || r->ndim != ndim) return std::nullopt;
-  if (r->shape[ndim - 1] != n || (ndim == 2 && r->shape[0] != 1)) return std::nullopt;
-  return r;
+// Whether r is a contiguous f32 torch tensor of shape (n) (unbatched) or (1, n) with ndim
+// dimensions (0: either).
+bool is_cell_row(const std::optional<RawArray>& r, int64_t n, int ndim) {
+  if (!r || !r->torch || r->dtype != DType::f32 || (ndim != 0 && r->ndim != ndim)) return false;
+  return (r->ndim == 1 || (r->ndim == 2 && r->shape[0] == 1)) && r->shape[r->ndim - 1] == n;
 }
 
 // _cell_forward(handle, parameters, input, hx): one step of a batch-1 or unbatched f32 cell
@@ -274,11 +274,10 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
       }
     }
     const int64_t I = f->cell->input_size(), H = f->cell->hidden_size();
-    const std::optional<RawArray> x =
-        cell_row(args[2], I, 1) ? cell_row(args[2], I, 1) : cell_row(args[2], I, 2);
-    if (!x) Py_RETURN_NONE;
+    const std::optional<RawArray> x = raw_array(args[2]);
+    if (!is_cell_row(x, I, 0)) Py_RETURN_NONE;
     std::optional<RawArray> h;
-    if (args[3] != Py_None && !(h = cell_row(args[3], H, x->ndim))) Py_RETURN_NONE;
+    if (args[3] != Py_None && !is_cell_row(h = raw_array(args[3]), H, x->ndim)) Py_RETURN_NONE;
     const int64_t shape[2] = {1, H};
     void* out = nullptr;
     std::optional<py::object> result =
