@@ -163,6 +163,24 @@ struct Tape {
 // grux.Error (grux::Error's Python type), set when the module is made.
 PyObject* g_error_type = PyExc_ValueError;
 
+// Inside a catch block of the plain CPython functions below: the Python error for the C++
+// exception being handled (grux::Error as grux.Error), as pybind11 sets it for its methods.
+void set_python_error() {
+  try {
+    throw;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const grux::Error& e) {
+    PyErr_SetString(g_error_type, e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "grux: an unknown C++ exception");
+  }
+}
+
 // A stream's handle for step_frame below: a capsule of the Stream, holding its Python object.
 constexpr const char* kStreamHandle = "grux.GruStream.handle";
 
@@ -181,14 +199,8 @@ PyObject* step_frame_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   try {
     if (auto r = s->step_raw(args[1], args[2], true)) return r->release().ptr();
     Py_RETURN_NONE;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const grux::Error& e) {
-    PyErr_SetString(g_error_type, e.what());
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    set_python_error();
   }
   return nullptr;
 }
@@ -293,14 +305,8 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
       f->cell->forward(xp, hp, op);
     }
     return result->release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const grux::Error& e) {
-    PyErr_SetString(g_error_type, e.what());
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    set_python_error();
   }
   return nullptr;
 }
