@@ -188,7 +188,7 @@ TEST(DistCli, ScansSplitAcrossRanksWriteOneFile) {
   std::mt19937_64 rng(5);
   write_npy(tmp.path + "/x.npy", test::random_tensor({3, 301, 2}, DType::f64, rng));
   write_npy(tmp.path + "/a.npy", test::random_tensor({3, 301, 2, 2}, DType::f64, rng, 0.5));
-  for (const std::string args :
+  for (const std::string& args :
        {"sum --input " + tmp.path + "/x.npy --dim 1",
         "logaddexp --input " + tmp.path + "/x.npy --dim -2 --reverse --exclusive",
         "affine --a " + tmp.path + "/a.npy --b " + tmp.path + "/x.npy --dim 1"}) {

@@ -2,6 +2,7 @@
 // chunk sizes, batched / unbatched / batch_first, layers, both forms, f32 and f64, with h0;
 // plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -395,6 +396,26 @@ TEST(StreamKernel, NarrowTilesAreBitIdenticalToWide) {
       for (int64_t i = 0; i < T * H; ++i)
         ASSERT_EQ(outs[0][i], outs[1][i])
             << "H " << H << (rb ? " reset-before" : "") << " at " << i;
+    }
+}
+
+// The tiles a layer takes when none are asked for: never narrow where the recurrent weights fit
+// in L1 (or for up to two unit groups); beyond it the choice timed on this machine, made once
+// per size and form, so that every later layer of that size takes the same tiles.
+TEST(StreamKernel, TilesAreChosenOncePerSize) {
+  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  for (int64_t H : {8, 16, 40, 64, 100, 128, 160})
+    for (bool rb : {false, true}) {
+      const bool first = cpu::stream_narrow_tiles(H, rb);
+      if (l1 > 0 && 3 * H * H * 4 <= l1) {
+        EXPECT_FALSE(first) << "H " << H;
+      }
+      for (int again = 0; again < 3; ++again)
+        ASSERT_EQ(cpu::stream_narrow_tiles(H, rb), first) << "H " << H << ": the choice changed";
+      std::vector<float> wih(3 * H), whh(3 * H * H, 0.01f);
+      const cpu::StreamLayer L =
+          cpu::gru_stream_pack(1, H, rb, wih.data(), whh.data(), nullptr, nullptr);
+      EXPECT_EQ(L.narrow_tiles, first && L.Hp / L.V > 2) << "H " << H;
     }
 }
 

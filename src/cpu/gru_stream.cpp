@@ -5,14 +5,18 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include <hwy/highway.h>
+#include <unistd.h>  // sysconf: the L1 cache size
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
-
-#include <unistd.h>  // sysconf: the L1 cache size
+#include <utility>
+#include <vector>
 
 #include "cpu/gate_math-inl.h"
 #include "cpu/gru_stream.h"
@@ -515,12 +519,64 @@ StreamLatencies measure_stream_latencies() {
 
 int64_t gru_stream_lanes() { return HWY_DYNAMIC_DISPATCH(StreamLanes)(); }
 
-bool stream_narrow_tiles(int64_t H) {
+namespace {
+// How much longer narrow tiles take than wide ones on a synthetic layer (I 1) of hidden size H:
+// the median, over `rounds` rounds, of the ratio of their times for a block of `frames`
+// frames, the two run back to back in each round (in alternating order), so that the ratio
+// sees the machine in the same state.
+double narrow_over_wide(int64_t H, bool reset_before, int64_t frames, int rounds) {
+  // Weights in (-1, 1) / sqrt(H) from a multiplicative hash (the speed does not depend on them).
+  const float a = 2.0f / std::sqrt(static_cast<float>(H)) / 256.0f;
+  std::vector<float> wih(3 * H), whh(3 * H * H), b(3 * H), x(frames, 0.5f), out(frames * H);
+  uint32_t i = 0;
+  for (auto* v : {&wih, &whh, &b})
+    for (float& w : *v) w = a * (static_cast<float>(((++i) * 2654435761u) >> 24) - 127.5f);
+  StreamLayer layers[2];
+  for (int n = 0; n < 2; ++n)
+    layers[n] =
+        gru_stream_pack(1, H, reset_before, wih.data(), whh.data(), b.data(), b.data(), n == 1);
+  auto scratch =
+      hwy::AllocateAligned<float>(static_cast<size_t>(gru_stream_scratch(layers[0], frames)));
+  auto state = hwy::AllocateAligned<float>(static_cast<size_t>(2 * layers[0].Hp));
+  if (!scratch || !state) throw std::bad_alloc();
+  const auto block_ns = [&](const StreamLayer& L) {
+    std::fill(state.get(), state.get() + 2 * L.Hp, 0.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    gru_stream_forward(L, frames, 0, x.data(), 1, state.get(), {out.data(), H}, scratch.get());
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  };
+  block_ns(layers[0]), block_ns(layers[1]);  // warm the caches
+  std::vector<double> ratios;
+  for (int r = 0; r < rounds; ++r) {
+    const bool narrow_first = r & 1;
+    const double first = block_ns(layers[narrow_first]), second = block_ns(layers[!narrow_first]);
+    ratios.push_back(narrow_first ? first / second : second / first);
+  }
+  std::nth_element(ratios.begin(), ratios.begin() + rounds / 2, ratios.end());
+  return ratios[rounds / 2];
+}
+}  // namespace
+
+bool stream_narrow_tiles(int64_t H, bool reset_before) {
   static const int64_t l1 = [] {
     const long s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
     return s > 0 ? int64_t(s) : int64_t(32) << 10;
   }();
-  return 3 * H * H * 4 > l1;
+  static const int64_t l2 = [] {
+    const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return s > 0 ? int64_t(s) : int64_t(1) << 20;
+  }();
+  const int64_t bytes = 3 * H * H * 4;
+  if (bytes <= l1) return false;
+  if (bytes > l2) return true;  // not timed: a step would read them from beyond the L2
+  static std::mutex mu;
+  static std::map<std::pair<int64_t, bool>, bool> chosen;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(H, reset_before);
+  if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+  // Blocks that stream about 1 MiB of weights (4 to 32 frames), 9 rounds.
+  const int64_t frames = std::clamp<int64_t>((int64_t(1) << 20) / bytes, 4, 32);
+  return chosen[key] = narrow_over_wide(H, reset_before, frames, 9) < 1.0;
 }
 
 bool stream_alternates(int64_t H) {
@@ -557,7 +613,7 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   // `slot` of unit u in a product of `per` vectors per group.
   const int64_t G = Hp / V;
   // Up to two groups keep the state in registers (no tiles).
-  L.narrow_tiles = G > 2 && narrow_tiles.value_or(stream_narrow_tiles(H));
+  L.narrow_tiles = G > 2 && (narrow_tiles ? *narrow_tiles : stream_narrow_tiles(H, reset_before));
   L.alternate = G > 2 && stream_alternates(H);
   auto tiled = [&](int64_t k, int64_t u, int64_t per, int64_t slot) {
     const int64_t tg = StreamTileGroups(per, L.narrow_tiles), j = u / V / tg * tg,

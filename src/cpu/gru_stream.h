@@ -62,10 +62,16 @@ constexpr int64_t StreamTileGroups(int64_t per, bool narrow) {
 // beyond it, reading from the last-used end saves more (147 against 180-200 ns at H 64 there).
 constexpr int64_t kStreamAlternateBytes = int64_t(32) << 10;
 GRUX_INTERNAL bool stream_alternates(int64_t H);
-// Whether a layer of hidden size H takes narrow tiles (one unit group each): where its
-// recurrent weights (3 H^2 floats) exceed the L1 data cache the OS reports, so that a step
-// streams them from L2, which narrow tiles do faster.
-GRUX_INTERNAL bool stream_narrow_tiles(int64_t H);
+// Whether a layer of hidden size H (and form) takes narrow tiles (one unit group each) rather
+// than wide ones. Never where its recurrent weights (3 H^2 floats) fit in the L1 data cache the
+// OS reports. Beyond it a step streams them from L2, and which tiles do that faster depends on
+// the core: narrow ones on an AMD Zen 5 (1555 -> 1000 ns a frame at H 128), wide ones by 3-8%
+// on an Intel Xeon (model 207) at H 72-256. So where they fit in the L2 cache, the first call
+// for an (H, form) times both on a synthetic layer of that size (it packs the two and runs 9
+// rounds of a block of each: 0.7 ms at H 80, 6 ms at H 256 there, with a mutex held) and every
+// later call returns that answer; beyond the L2, narrow. The tiles change the speed only:
+// their results are the same bits.
+GRUX_INTERNAL bool stream_narrow_tiles(int64_t H, bool reset_before);
 
 // One layer's weights in the kernel's layout for this process's SIMD target.
 struct StreamLayer {
@@ -73,7 +79,7 @@ struct StreamLayer {
   int64_t V = 0;   // f32 lanes of the target it was packed for
   int64_t Hp = 0;  // H rounded up to V
   bool reset_before = false;
-  bool narrow_tiles = false;  // stream_narrow_tiles(H) when packed
+  bool narrow_tiles = false;  // stream_narrow_tiles(H, reset_before) when packed
   bool alternate = false;     // stream_alternates(H), more than two unit groups
   // wx: I columns of 3 Hp (W_ih). wh, tile by tile: linear-before-reset, H columns of 3 Hp
   // (W_hh); reset-before, H columns of 2 Hp ([r_j | z_j]) followed by H columns of Hp (W_hn).
@@ -111,8 +117,8 @@ struct StreamOut {
 GRUX_INTERNAL int64_t gru_stream_lanes();
 
 // Packs PyTorch-layout weights: w_ih (3H x I), w_hh (3H x H) row-major, gate order r, z, n;
-// b_ih, b_hh (3H) or null for no bias. narrow_tiles: stream_narrow_tiles(H) unless given
-// (tests take both; the results are the same bits either way); never for up to 2 unit groups.
+// b_ih, b_hh (3H) or null for no bias. narrow_tiles: stream_narrow_tiles(H, reset_before) unless
+// given (tests take both; the results are the same bits either way); never for up to 2 unit groups.
 GRUX_INTERNAL StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before,
                                           const float* w_ih, const float* w_hh, const float* b_ih,
                                           const float* b_hh,
