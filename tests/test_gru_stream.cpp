@@ -399,6 +399,51 @@ TEST(StreamKernel, NarrowTilesAreBitIdenticalToWide) {
     }
 }
 
+// A call's frames projected in blocks (projection_frames, set where the projections of a few
+// frames fit in L1 beside the weights) or all at once: the same bits, for register-resident
+// and tiled states, both forms, with a head and residual, calls of 1 to 23 frames.
+TEST(StreamKernel, ProjectionBlocksAreBitIdentical) {
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  for (int64_t H : {8, 32, 40, 48, 100})
+    for (bool rb : {false, true}) {
+      const int64_t I = 3, T = 23, O = 2;
+      std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H), x(T * I),
+          hw(O * H), hb(O), res(T * O);
+      for (auto* v : {&wih, &whh, &bih, &bhh, &x, &hw, &hb, &res})
+        for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 2.0f);
+      const cpu::StreamHead head = cpu::gru_stream_pack_head(O, H, hw.data(), hb.data());
+      std::vector<float> outs[3], states[3];
+      for (int64_t k = 0; k < 3; ++k) {  // all at once; blocks of 4; blocks of 1
+        cpu::StreamLayer L =
+            cpu::gru_stream_pack(I, H, rb, wih.data(), whh.data(), bih.data(), bhh.data());
+        L.projection_frames = k == 0 ? 0 : k == 1 ? 4 : 1;
+        auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(L, T));
+        auto state = hwy::AllocateAligned<float>(2 * L.Hp);
+        std::fill(state.get(), state.get() + 2 * L.Hp, 0.0f);
+        outs[k].assign(T * O, 0.0f);
+        for (int64_t t0 = 0, n = 1; t0 < T; t0 += n, n = std::min(n + 7, T - t0))
+          cpu::gru_stream_forward(L, n, t0, x.data() + t0 * I, I, state.get(),
+                                  {outs[k].data() + t0 * O, O, &head, res.data() + t0 * O, O},
+                                  scratch.get());
+        states[k].assign(state.get(), state.get() + H);
+      }
+      for (int k = 1; k < 3; ++k) {
+        ASSERT_EQ(outs[k], outs[0]) << "H " << H << (rb ? " reset-before" : "") << ", blocks " << k;
+        ASSERT_EQ(states[k], states[0]) << "H " << H << (rb ? " reset-before" : "");
+      }
+    }
+  // Where the rule sets blocks: the weights in L1 with room for at least 4 frames beside them.
+  const int64_t V = cpu::gru_stream_lanes();
+  EXPECT_EQ(cpu::stream_projection_frames(1, 1024, 1024), 0);
+  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  if (l1 >= (int64_t(32) << 10)) {
+    const int64_t Hp = (48 + V - 1) / V * V, f = cpu::stream_projection_frames(1, 48, Hp);
+    EXPECT_GE(f, 4);
+    EXPECT_LE(3 * Hp * (1 + 48 + f) * 4, l1 / 4 * 3);
+  }
+}
+
 // The tiles a layer takes when none are asked for: never narrow where the recurrent weights fit
 // in L1 (or for up to two unit groups); beyond it the choice timed on this machine, made once
 // per size and form, so that every later layer of that size takes the same tiles.

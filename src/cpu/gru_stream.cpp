@@ -335,18 +335,17 @@ HWY_INLINE bool RegStepsFor(const StreamLayer& L, int64_t G, int S, int64_t t, c
   return true;
 }
 
-HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0,
-                                  const float* x, int64_t sx, float* state,
-                                  const StreamOut& out, float* scratch) {
+// t frames (at most L.projection_frames when set): their input projections, then their steps.
+HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, const float* x,
+                            int64_t sx, float* state, const StreamOut& out, float* scratch) {
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
-  if (L.V != kV) throw std::logic_error("gru stream kernel: packed for another SIMD target");
   const int64_t H = L.H, Hp = L.Hp, G = Hp / kV;
   float* gx = scratch;  // t x 3Hp
   float* zs = gx + t * 3 * Hp;  // Hp: z (reset-before)
   float* rh = zs + Hp;          // Hp: r * h (reset-before)
 
-  // The input projection of the whole block, before the recurrence.
+  // The input projection of the block, before the recurrence.
   const Plan px = PlanFor(3, G, L.I);
   for (int64_t f = 0; f < t; ++f) InputProjection(L, px, x + f * sx, gx + f * 3 * Hp);
   // Small states: in registers; S from the tiles' plan, at most 2 partial sums for two groups
@@ -432,6 +431,22 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
   }
   if (hc != state)
     for (int64_t c = 0; c < Hp; c += kV) hn::Store(hn::Load(d, hc + c), d, state + c);
+}
+
+// A call's frames in blocks of L.projection_frames (all of them when 0): the input
+// projections of a block are computed before its steps, and a block small enough that they
+// stay in L1 beside the weights.
+HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0, const float* x,
+                                  int64_t sx, float* state, const StreamOut& out, float* scratch) {
+  if (L.V != static_cast<int64_t>(hn::MaxLanes(DF())))
+    throw std::logic_error("gru stream kernel: packed for another SIMD target");
+  const int64_t c = L.projection_frames > 0 ? L.projection_frames : t;
+  for (int64_t f0 = 0; f0 < t; f0 += c) {
+    StreamOut o = out;
+    o.p += f0 * out.stride;
+    if (o.res) o.res += f0 * out.res_stride;
+    StreamBlock(L, std::min(c, t - f0), step0 + f0, x + f0 * sx, sx, state, o, scratch);
+  }
 }
 
 void DenseRows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,
@@ -557,11 +572,19 @@ double narrow_over_wide(int64_t H, bool reset_before, int64_t frames, int rounds
 }
 }  // namespace
 
-bool stream_narrow_tiles(int64_t H, bool reset_before) {
+namespace {
+// The L1 data cache the OS reports (32 KiB where it reports none).
+int64_t l1_data_bytes() {
   static const int64_t l1 = [] {
     const long s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
     return s > 0 ? int64_t(s) : int64_t(32) << 10;
   }();
+  return l1;
+}
+}  // namespace
+
+bool stream_narrow_tiles(int64_t H, bool reset_before) {
+  const int64_t l1 = l1_data_bytes();
   static const int64_t l2 = [] {
     const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return s > 0 ? int64_t(s) : int64_t(1) << 20;
@@ -581,6 +604,12 @@ bool stream_narrow_tiles(int64_t H, bool reset_before) {
 
 bool stream_alternates(int64_t H) {
   return 3 * H * H * 4 > kStreamAlternateBytes;
+}
+
+int64_t stream_projection_frames(int64_t I, int64_t H, int64_t Hp) {
+  const int64_t room = l1_data_bytes() / 4 * 3 - 3 * Hp * (I + H) * 4;  // beside the weights
+  const int64_t frames = room / (3 * Hp * 4);
+  return frames >= 4 ? frames : 0;
 }
 
 namespace {
@@ -615,6 +644,7 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   // Up to two groups keep the state in registers (no tiles).
   L.narrow_tiles = G > 2 && (narrow_tiles ? *narrow_tiles : stream_narrow_tiles(H, reset_before));
   L.alternate = G > 2 && stream_alternates(H);
+  L.projection_frames = stream_projection_frames(I, H, L.Hp);
   auto tiled = [&](int64_t k, int64_t u, int64_t per, int64_t slot) {
     const int64_t tg = StreamTileGroups(per, L.narrow_tiles), j = u / V / tg * tg,
                   g = std::min(tg, G - j);
