@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -591,9 +592,10 @@ bool stream_narrow_tiles(int64_t H, bool reset_before) {
   if (bytes <= l1_data_bytes()) return false;
   if (bytes > l2_bytes()) return true;  // not timed: a step would read them from beyond the L2
   static std::mutex mu;
-  static std::map<std::pair<int64_t, bool>, bool> chosen;
+  static std::map<std::tuple<int64_t, bool, int64_t>, bool> chosen;  // (H, form, SIMD target)
   const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(H, reset_before);
+  gru_stream_lanes();  // settles the dispatch target read below
+  const auto key = std::make_tuple(H, reset_before, int64_t(hwy::GetChosenTarget().GetIndex()));
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
   // Blocks that stream about 1 MiB of weights (4 to 32 frames), 9 rounds.
   const int64_t frames = std::clamp<int64_t>((int64_t(1) << 20) / bytes, 4, 32);

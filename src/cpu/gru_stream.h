@@ -67,10 +67,10 @@ GRUX_INTERNAL bool stream_alternates(int64_t H);
 // OS reports. Beyond it a step streams them from L2, and which tiles do that faster depends on
 // the core: narrow ones on an AMD Zen 5 (1555 -> 1000 ns a frame at H 128), wide ones by 3-8%
 // on an Intel Xeon (model 207) at H 72-256. So where they fit in the L2 cache, the first call
-// for an (H, form) times both on a synthetic layer of that size (it packs the two and runs 9
-// rounds of a block of each: 0.7 ms at H 80, 6 ms at H 256 there, with a mutex held) and every
-// later call returns that answer; beyond the L2, narrow. The tiles change the speed only:
-// their results are the same bits.
+// for an (H, form) on the SIMD target in use times both on a synthetic layer of that size (it
+// packs the two and runs 9 rounds of a block of each: 0.7 ms at H 80, 6 ms at H 256 there,
+// with a mutex held) and every later call returns that answer; beyond the L2, narrow. The
+// tiles change the speed only: their results are the same bits.
 GRUX_INTERNAL bool stream_narrow_tiles(int64_t H, bool reset_before);
 
 // How many frames of a call the kernel projects before their steps (0: all of them): where the
