@@ -5,7 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include <hwy/highway.h>
-#include <unistd.h>  // sysconf: the cache sizes
+#include <unistd.h>  // sysconf: the L1 cache size
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cpu/gate_math-inl.h"
+#include "cpu/gemm_packed.h"  // l2_cache_bytes
 #include "cpu/gru_stream.h"
 #include "cpu/simd_row-inl.h"
 
@@ -572,25 +573,21 @@ double narrow_over_wide(int64_t H, bool reset_before, int64_t frames, int rounds
   return ratios[rounds / 2];
 }
 
-// The cache sizes the OS reports (32 KiB and 1 MiB where it reports none).
-int64_t cache_bytes(int name, int64_t otherwise) {
-  const long s = sysconf(name);
-  return s > 0 ? int64_t(s) : otherwise;
-}
+// The L1 data cache the OS reports (32 KiB where it reports none).
 int64_t l1_data_bytes() {
-  static const int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, int64_t(32) << 10);
+  static const int64_t l1 = [] {
+    const long s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return s > 0 ? int64_t(s) : int64_t(32) << 10;
+  }();
   return l1;
-}
-int64_t l2_bytes() {
-  static const int64_t l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, int64_t(1) << 20);
-  return l2;
 }
 }  // namespace
 
 bool stream_narrow_tiles(int64_t H, bool reset_before) {
   const int64_t bytes = 3 * H * H * 4;
   if (bytes <= l1_data_bytes()) return false;
-  if (bytes > l2_bytes()) return true;  // not timed: a step would read them from beyond the L2
+  if (bytes > l2_cache_bytes())
+    return true;  // not timed: a step would read them from beyond the L2
   static std::mutex mu;
   static std::map<std::tuple<int64_t, bool, int64_t>, bool> chosen;  // (H, form, SIMD target)
   const std::lock_guard<std::mutex> lock(mu);
