@@ -250,34 +250,46 @@ TEST(StreamApi, GruCellRawStepErrors) {
   expect_error([&] { f64.forward(x.data(), h.data(), h.data()); }, "takes an f32 cell");
 }
 
-// A cell whose weights take most of the L2 (sized from the L2 the OS reports) runs its
-// batch-1 step on a team when two threads are allowed: bit-identical to Gru::forward (the
-// real-time kernel is not: it differs within f32 rounding), contiguous or strided, batched
-// or not; with threads 1 the real-time kernel, within the engine's tolerance.
+// A cell whose weights take most of the L2 (sized from the L2 the OS reports) shares its
+// batch-1 step among the threads when two are allowed: a linear-before-reset cell runs the
+// real-time kernel's step in parts, one a thread, the same bits as on one thread, contiguous
+// or strided, batched or not, from raw memory (in place too); a reset-before cell runs the
+// engine's team, bit-identical to Gru::forward.
 TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
   const int64_t I = 8;
   int64_t H = 16;
   while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * 3) H += 16;
   H += 3;  // a partial unit block too
-  const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 6);
-  const Gru gru = gru_of(cell);
-  std::mt19937_64 rng(12);
-  const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
-  const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
-  const Tensor want = gru.forward(x.unsqueeze(0), h.unsqueeze(0)).h_n.select(0, 0);
-  const Tensor xs = Tensor::zeros({1, 2 * I}, DType::f32).slice(1, 0, 2 * I, 2);
-  Tensor(xs).copy_from(x);
-  const std::string at = "H " + std::to_string(H);
-  EXPECT_EQ(max_abs_diff(cell.forward(x, h, 2), want), 0.0) << at;
-  EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
-  EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)), 0.0)
-      << at;
-  std::vector<float> raw(H);
-  cell.forward(x.data<float>(), h.data<float>(), raw.data(), 2);
-  EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, raw), want), 0.0) << at;
-  const Tensor alone = cell.forward(x, h, 1);
-  EXPECT_LT(max_abs_diff(alone, want), 1e-5) << at;
-  EXPECT_GT(max_abs_diff(alone, want), 0.0) << at << ": one thread should be the real-time kernel";
+  for (GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
+    const GruCell cell(I, H, true, form, DType::f32, 6);
+    const Gru gru = gru_of(cell);
+    std::mt19937_64 rng(12);
+    const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
+    const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
+    const Tensor engine = gru.forward(x.unsqueeze(0), h.unsqueeze(0)).h_n.select(0, 0);
+    const Tensor alone = cell.forward(x, h, 1);  // the real-time kernel on this thread
+    const bool lbr = form == GruForm::linear_before_reset;
+    const Tensor want = lbr ? alone : engine;
+    const Tensor xs = Tensor::zeros({1, 2 * I}, DType::f32).slice(1, 0, 2 * I, 2);
+    Tensor(xs).copy_from(x);
+    const std::string at = "H " + std::to_string(H) + (lbr ? "" : " reset-before");
+    EXPECT_EQ(max_abs_diff(cell.forward(x, h, 2), want), 0.0) << at;
+    EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
+    EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)), 0.0)
+        << at;
+    std::vector<float> raw(H), inplace(h.data<float>(), h.data<float>() + H);
+    cell.forward(x.data<float>(), h.data<float>(), raw.data(), 2);
+    EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, raw), want), 0.0) << at;
+    cell.forward(x.data<float>(), inplace.data(), inplace.data(), 2);
+    EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, inplace), want), 0.0) << at;
+    // From zeros: the same as from a zero state.
+    const Tensor zero = Tensor::zeros({1, H}, DType::f32);
+    EXPECT_EQ(max_abs_diff(cell.forward(x, {}, 2), cell.forward(x, zero, lbr ? 1 : 2)), 0.0) << at;
+    // The real-time kernel is within the engine's tolerance of Gru::forward, not its bits.
+    EXPECT_LT(max_abs_diff(alone, engine), 1e-5) << at;
+    EXPECT_GT(max_abs_diff(alone, engine), 0.0)
+        << at << ": one thread should be the real-time kernel";
+  }
 }
 
 // The real-time kernel's gates (a rational tanh and the sigmoid from it, cpu/gate_math-inl.h)
@@ -442,6 +454,56 @@ TEST(StreamKernel, ProjectionBlocksAreBitIdentical) {
     EXPECT_GE(f, 4);
     EXPECT_LE(3 * Hp * (1 + 48 + f) * 4, l1 / 4 * 3);
   }
+}
+
+// A layer's units in parts (one a thread in GruCell's shared step): each part's step, from
+// any state, is the same bits as the whole layer's first step for its units where the parts
+// have 4 or more unit groups; at tile edges (a partial last group, parts of other sizes than
+// the tiles'), with and without biases.
+TEST(StreamKernel, PartsAreTheWholeLayersStep) {
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  const int64_t V = cpu::gru_stream_lanes();
+  for (int64_t H : {8 * V, 8 * V + 5, 13 * V + 3})
+    for (int64_t I : {1, 7})
+      for (int64_t n : {2, 3}) {
+        const int64_t G = (H + V - 1) / V;
+        if (G / n < 4) continue;
+        const bool bias = I == 7;
+        std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H), x(I);
+        for (auto* v : {&wih, &whh, &bih, &bhh, &x})
+          for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 2.0f);
+        const float* bi = bias ? bih.data() : nullptr;
+        const float* bh = bias ? bhh.data() : nullptr;
+        const cpu::StreamLayer whole =
+            cpu::gru_stream_pack(I, H, false, wih.data(), whh.data(), bi, bh);
+        auto state = hwy::AllocateAligned<float>(2 * whole.Hp);
+        std::fill(state.get(), state.get() + 2 * whole.Hp, 0.0f);
+        for (int64_t k = 0; k < H; ++k) state[k] = u(rng);
+        const std::vector<float> h(state.get(), state.get() + whole.Hp);  // H, then zeros
+        auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(whole, 1));
+        std::vector<float> want(H);
+        cpu::gru_stream_forward(whole, 1, 0, x.data(), I, state.get(), {want.data(), H},
+                                scratch.get());
+        const std::string at = "H " + std::to_string(H) + " I " + std::to_string(I) + ", " +
+                               std::to_string(n) + " parts";
+        for (int64_t p = 0; p < n; ++p) {
+          const int64_t u0 = G * p / n * V, u1 = std::min(H, G * (p + 1) / n * V);
+          const cpu::StreamLayer part =
+              cpu::gru_stream_pack_part(I, H, u0, u1 - u0, wih.data(), whh.data(), bi, bh);
+          auto out = hwy::AllocateAligned<float>(part.Hp);
+          auto ps = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(part, 1));
+          cpu::gru_stream_part_step(part, x.data(), h.data(), out.get(), ps.get());
+          for (int64_t k = u0; k < u1; ++k)
+            ASSERT_EQ(out[k - u0], want[k]) << at << ", part " << p << ", unit " << k;
+        }
+      }
+  // Parts must start at a unit group and lie inside the layer.
+  std::vector<float> w(3 * 64 * 64);
+  EXPECT_THROW(cpu::gru_stream_pack_part(64, 64, 1, 32, w.data(), w.data(), nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(cpu::gru_stream_pack_part(64, 64, 0, 65, w.data(), w.data(), nullptr, nullptr),
+               std::invalid_argument);
 }
 
 // The tiles a layer takes when none are asked for: never narrow where the recurrent weights fit

@@ -279,7 +279,8 @@ TEST(Realtime, GruCellRawStepAllocatesNothing) {
     const Tensor x = random_tensor({16}, DType::f32, rng);
     std::vector<float> h(H, 0.25f), out(H);
     for (const int threads : {1, 0}) {
-      // threads 0 takes the team (and allocates) where the weights fill 3/4 of the L2.
+      // threads 0 shares the step among threads (an OpenMP region, which may wake sleeping
+      // workers: no promise) where the weights fill 3/4 of the L2.
       if (threads == 0 && 3 * H * (16 + H) * 4 > cpu::l2_cache_bytes() / 4 * 3) continue;
       const auto steps = [&] {
         for (int i = 0; i < 8; ++i) {

@@ -451,6 +451,43 @@ HWY_FLATTEN void GruStreamForward(const StreamLayer& L, int64_t t, int64_t step0
   }
 }
 
+// One step of a part of a layer (gru_stream_pack_part: units [u0, u0 + H) of a layer of K,
+// linear-before-reset): the tiles of StreamBlock over all K columns of the whole layer's
+// state h, the part's new state into h_out.
+void GruStreamPartStep(const StreamLayer& L, const float* x, const float* h, float* h_out,
+                       float* scratch) {
+  const DF d;
+  constexpr int64_t kV = hn::MaxLanes(d);
+  if (L.V != kV) throw std::logic_error("gru stream kernel: packed for another SIMD target");
+  const int64_t G = L.Hp / kV;
+  const V one = hn::Set(d, 1.0f);
+  float* gx = scratch;  // 3 Hp
+  InputProjection(L, PlanFor(3, G, L.I), x, gx);
+  const Plan p = PlanFor(3, G, L.K, L.narrow_tiles);
+  const float* bhn = L.bhn.get();
+  const float* hp0 = h + L.u0;
+  for (int64_t j = 0; j < G; j += p.g) {
+    const int64_t g = std::min(p.g, G - j);
+    const float* gj = gx + j * 3 * kV;
+    TileG<3>(
+        g, p.S, L.wh.get() + j * 3 * kV * L.K, 3 * kV * g, h, L.K, false,
+        [&](int r) {
+          const int q = r % 3, u = r / 3;
+          return q < 2 ? hn::Load(d, gj + r * kV) : hn::Load(d, bhn + (j + u) * kV);
+        },
+        [&](const V* sum) {
+          for (int64_t u = 0; u < g; ++u) {
+            const V r = StreamSigmoidOfHalf(d, sum[3 * u]);
+            const V z = StreamSigmoidOfHalf(d, sum[3 * u + 1]);
+            const V n =
+                StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
+            const V hp = hn::LoadU(d, hp0 + (j + u) * kV);
+            hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, h_out + (j + u) * kV);
+          }
+        });
+  }
+}
+
 void DenseRows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,
                const float* b, float* y, int64_t sy, bool accumulate) {
   const DF d;
@@ -522,6 +559,7 @@ namespace grux::cpu {
 
 HWY_EXPORT(StreamLanes);
 HWY_EXPORT(GruStreamForward);
+HWY_EXPORT(GruStreamPartStep);
 HWY_EXPORT(DenseRows);
 HWY_EXPORT(MeasureStreamLatencies);
 HWY_EXPORT(StreamGates);
@@ -618,13 +656,16 @@ hwy::AlignedFreeUniquePtr<float[]> zeros(int64_t n) {
 }
 }  // namespace
 
-StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float* w_ih,
-                            const float* w_hh, const float* b_ih, const float* b_hh,
-                            std::optional<bool> narrow_tiles) {
+namespace {
+// Units [u0, u0 + H) of a layer of K units (the whole layer: u0 0, H = K).
+StreamLayer pack_units(int64_t I, int64_t K, int64_t u0, int64_t H, bool reset_before,
+                       const float* w_ih, const float* w_hh, const float* b_ih, const float* b_hh,
+                       std::optional<bool> narrow_tiles) {
   StreamLayer L;
-  L.I = I, L.H = H, L.reset_before = reset_before;
+  L.I = I, L.H = H, L.K = K, L.u0 = u0, L.reset_before = reset_before;
   L.V = gru_stream_lanes();  // also settles the dispatch target read below
   L.forward = HWY_DISPATCH_TABLE(GruStreamForward)[hwy::GetChosenTarget().GetIndex()];
+  L.part_step = HWY_DISPATCH_TABLE(GruStreamPartStep)[hwy::GetChosenTarget().GetIndex()];
   L.Hp = (H + L.V - 1) / L.V * L.V;
   const int64_t V = L.V, Hp = L.Hp;
   // Row of gate q, unit u in PyTorch's layout -> offset in a column of `per` vectors per
@@ -634,36 +675,36 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
   for (int64_t k = 0; k < I; ++k)
     for (int64_t q = 0; q < 3; ++q)
       for (int64_t u = 0; u < H; ++u)
-        L.wx[k * 3 * Hp + at(u, 3, q)] = w_ih[(q * H + u) * I + k] * (q < 2 ? 0.5f : 1.0f);
+        L.wx[k * 3 * Hp + at(u, 3, q)] = w_ih[(q * K + u0 + u) * I + k] * (q < 2 ? 0.5f : 1.0f);
   // Recurrent products, tile by tile (see gru_stream.h): the offset of column k's gate vector
   // `slot` of unit u in a product of `per` vectors per group.
   const int64_t G = Hp / V;
   // Up to two groups keep the state in registers (no tiles).
-  L.narrow_tiles = G > 2 && (narrow_tiles ? *narrow_tiles : stream_narrow_tiles(H, reset_before));
-  L.alternate = G > 2 && stream_alternates(H);
+  L.narrow_tiles = G > 2 && (narrow_tiles ? *narrow_tiles : stream_narrow_tiles(K, reset_before));
+  L.alternate = G > 2 && stream_alternates(H) && K == H;  // a part takes one step at a time
   L.projection_frames = stream_projection_frames(I, H, L.Hp);
   auto tiled = [&](int64_t k, int64_t u, int64_t per, int64_t slot) {
     const int64_t tg = StreamTileGroups(per, L.narrow_tiles), j = u / V / tg * tg,
                   g = std::min(tg, G - j);
-    return j * per * V * H + k * per * V * g + (u / V - j) * per * V + slot * V + u % V;
+    return j * per * V * K + k * per * V * g + (u / V - j) * per * V + slot * V + u % V;
   };
-  L.wh = zeros(H * 3 * Hp);
-  for (int64_t k = 0; k < H; ++k)
+  L.wh = zeros(K * 3 * Hp);
+  for (int64_t k = 0; k < K; ++k)
     for (int64_t q = 0; q < 3; ++q)
       for (int64_t u = 0; u < H; ++u) {
-        const float v = w_hh[(q * H + u) * H + k] * (q < 2 ? 0.5f : 1.0f);
+        const float v = w_hh[(q * K + u0 + u) * K + k] * (q < 2 ? 0.5f : 1.0f);
         if (!reset_before)
           L.wh[tiled(k, u, 3, q)] = v;
         else if (q < 2)
           L.wh[tiled(k, u, 2, q)] = v;
         else
-          L.wh[H * 2 * Hp + tiled(k, u, 1, 0)] = v;
+          L.wh[K * 2 * Hp + tiled(k, u, 1, 0)] = v;
       }
   L.bx = zeros(3 * Hp);
   L.bhn = zeros(Hp);
   for (int64_t q = 0; q < 3; ++q)
     for (int64_t u = 0; u < H; ++u) {
-      const float bi = b_ih ? b_ih[q * H + u] : 0.0f, bh = b_hh ? b_hh[q * H + u] : 0.0f;
+      const float bi = b_ih ? b_ih[q * K + u0 + u] : 0.0f, bh = b_hh ? b_hh[q * K + u0 + u] : 0.0f;
       if (q < 2)
         L.bx[at(u, 3, q)] = (bi + bh) * 0.5f;
       else if (reset_before)
@@ -672,6 +713,23 @@ StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float
         L.bx[at(u, 3, q)] = bi, L.bhn[u] = bh;
     }
   return L;
+}
+}  // namespace
+
+StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_before, const float* w_ih,
+                            const float* w_hh, const float* b_ih, const float* b_hh,
+                            std::optional<bool> narrow_tiles) {
+  return pack_units(I, H, 0, H, reset_before, w_ih, w_hh, b_ih, b_hh, narrow_tiles);
+}
+
+StreamLayer gru_stream_pack_part(int64_t I, int64_t H, int64_t u0, int64_t units, const float* w_ih,
+                                 const float* w_hh, const float* b_ih, const float* b_hh) {
+  const int64_t V = gru_stream_lanes();
+  if (u0 < 0 || u0 % V != 0 || units < 1 || u0 + units > H)
+    throw std::invalid_argument(
+        "gru stream part: units [u0, u0 + units) must lie in [0, H), u0 a multiple of the SIMD "
+        "lanes");
+  return pack_units(I, H, u0, units, false, w_ih, w_hh, b_ih, b_hh, std::nullopt);
 }
 
 StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b) {

@@ -91,6 +91,9 @@ struct StreamLayer {
   bool narrow_tiles = false;  // stream_narrow_tiles(H, reset_before) when packed
   bool alternate = false;     // stream_alternates(H), more than two unit groups
   int64_t projection_frames = 0;  // stream_projection_frames(I, H, Hp)
+  // Columns of the recurrent product (the whole layer's hidden size) and the first of this
+  // layer's units among them: H and 0, except in a part (gru_stream_pack_part).
+  int64_t K = 0, u0 = 0;
   // wx: I columns of 3 Hp (W_ih). wh, tile by tile: linear-before-reset, H columns of 3 Hp
   // (W_hh); reset-before, H columns of 2 Hp ([r_j | z_j]) followed by H columns of Hp (W_hn).
   hwy::AlignedFreeUniquePtr<float[]> wx, wh;
@@ -100,6 +103,8 @@ struct StreamLayer {
   using Forward = void (*)(const StreamLayer&, int64_t, int64_t, const float*, int64_t, float*,
                            const StreamOut&, float*);
   Forward forward = nullptr;
+  using PartStep = void (*)(const StreamLayer&, const float*, const float*, float*, float*);
+  PartStep part_step = nullptr;
 };
 
 // A Linear head (O x H) on a layer's output, applied inside the kernel's step while h' is
@@ -133,6 +138,27 @@ GRUX_INTERNAL StreamLayer gru_stream_pack(int64_t I, int64_t H, bool reset_befor
                                           const float* w_ih, const float* w_hh, const float* b_ih,
                                           const float* b_hh,
                                           std::optional<bool> narrow_tiles = std::nullopt);
+
+// Packs units [u0, u0 + units) of a linear-before-reset layer of hidden size H (weights as
+// gru_stream_pack's) for gru_stream_part_step: a step of a layer shared among threads, each
+// thread one part, reading its part of the weights (from its own cache). u0 a multiple of
+// gru_stream_lanes(). Where the part has 4 or more unit groups (gru_stream_lanes() units each)
+// and the whole layer too, its units' results are the same bits as the whole layer's kernel
+// gives in the first step since its state was set (the same tiles' sums: S partial sums,
+// columns in order).
+GRUX_INTERNAL StreamLayer gru_stream_pack_part(int64_t I, int64_t H, int64_t u0, int64_t units,
+                                               const float* w_ih, const float* w_hh,
+                                               const float* b_ih, const float* b_hh);
+
+// One step of a part: x (I floats), h (the whole layer's state: H floats, then zeros up to H
+// rounded up to gru_stream_lanes()), h_out (the part's Hp floats, aligned as scratch: its
+// units' new state, then padding). scratch: gru_stream_scratch(part, 1) floats, 64-byte
+// aligned. Allocates nothing, takes no lock; parts may run at once on other threads (each
+// only reads h and the part, and writes its h_out and scratch).
+inline void gru_stream_part_step(const StreamLayer& part, const float* x, const float* h,
+                                 float* h_out, float* scratch) {
+  part.part_step(part, x, h, h_out, scratch);
+}
 
 // Packs a head: w (O x H) row-major, b (O) or null; H the layer's hidden size.
 GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w,

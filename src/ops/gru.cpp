@@ -732,9 +732,18 @@ GruCell::GruCell(int64_t input_size, int64_t hidden_size, bool bias, GruForm for
 struct GruCellPlan {
   std::optional<GruInference> engine;
   cpu::StreamLayer fast;  // f32 only
+  // f32 linear-before-reset cells whose weights take most of the L2 (cell_on_team): the
+  // units in parts of 4 or more unit groups, one part a thread (cell_step_parts); empty where
+  // the units make fewer than two such parts.
+  std::vector<cpu::StreamLayer> parts;
 };
 
 namespace {
+// Whether a cell's weights (3H (I + H) floats) take more than 3/4 of this core's L2.
+bool weights_fill_l2(int64_t I, int64_t H) {
+  return 3 * H * (I + H) * int64_t(sizeof(float)) > cpu::l2_cache_bytes() / 4 * 3;
+}
+
 std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
                                              const GruLayerWeights& w) {
   auto plan = std::make_shared<GruCellPlan>();
@@ -746,6 +755,18 @@ std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
     plan->fast = cpu::gru_stream_pack(I, H, form == GruForm::reset_before, wih.data<float>(),
                                       whh.data<float>(), bih.defined() ? bih.data<float>() : nullptr,
                                       bhh.defined() ? bhh.data<float>() : nullptr);
+    // Parts for the threads a call may take (one a processor, at least 2), each of 4 or more
+    // unit groups (then the same bits as `fast`, cpu/gru_stream.h).
+    const int64_t V = plan->fast.V, G = plan->fast.Hp / V;
+    const int64_t n = std::min<int64_t>(std::max(2, omp_get_num_procs()), G / 4);
+    if (form == GruForm::linear_before_reset && weights_fill_l2(I, H) && n >= 2)
+      for (int64_t p = 0; p < n; ++p) {
+        const int64_t g0 = G * p / n, g1 = G * (p + 1) / n;
+        plan->parts.push_back(cpu::gru_stream_pack_part(
+            I, H, g0 * V, std::min(H, g1 * V) - g0 * V, wih.data<float>(), whh.data<float>(),
+            bih.defined() ? bih.data<float>() : nullptr,
+            bhh.defined() ? bhh.data<float>() : nullptr));
+      }
   }
   return plan;
 }
@@ -849,7 +870,7 @@ bool cell_fast_case(const Tensor& x, const Tensor& h, int64_t I, int64_t H, DTyp
 // (1.97 MiB) 37.7 against 20.6; H 512 121 against 38.7; H 1024 498 against 246.
 bool cell_on_team(int64_t I, int64_t H, int threads) {
   const int team = threads > 0 ? threads : omp_get_max_threads();
-  return team > 1 && 3 * H * (I + H) * int64_t(sizeof(float)) > cpu::l2_cache_bytes() / 4 * 3;
+  return team > 1 && weights_fill_l2(I, H);
 }
 
 // One step of the real-time kernel from x (I floats) and h (H floats, or null: zeros) into
@@ -879,6 +900,42 @@ Tensor cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const flo
   cell_step_fast(L, I, H, x, h, out.data<float>());
   return out;
 }
+
+// One step of the parts on up to `threads` threads (0: all cores), each part on one thread
+// reading its part of the weights: the same bits as cell_step_fast. The whole state, the
+// parts' outputs and scratch on the stack where they fit in 16 KB, as cell_step_fast's.
+void cell_step_parts(const std::vector<cpu::StreamLayer>& parts, int threads, int64_t H,
+                     const float* x, const float* h, float* out) {
+  const int64_t V = parts[0].V, Hp = (H + V - 1) / V * V;
+  if (V != cpu::gru_stream_lanes())
+    throw std::logic_error("gru stream kernel: packed for another SIMD target");
+  const int64_t n = static_cast<int64_t>(parts.size());
+  // Part p's scratch at scratch_at(p), after h and h'.
+  const auto scratch_at = [&](int64_t p) {
+    int64_t at = 2 * Hp;
+    for (int64_t q = 0; q < p; ++q) at += cpu::gru_stream_scratch(parts[q], 1);
+    return at;
+  };
+  const int64_t floats = scratch_at(n);
+  constexpr int64_t kStackFloats = 4096;
+  alignas(64) float stack_buf[kStackFloats];
+  hwy::AlignedFreeUniquePtr<float[]> heap_buf;
+  if (floats > kStackFloats) {
+    heap_buf = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
+    if (!heap_buf) throw Error("gru cell: out of memory");
+  }
+  float* buf = heap_buf ? heap_buf.get() : stack_buf;
+  float* hin = buf;        // h, padded with zeros to Hp
+  float* hout = buf + Hp;  // h', part p's units at parts[p].u0
+  std::memset(hin, 0, Hp * sizeof(float));
+  if (h != nullptr) std::memcpy(hin, h, H * sizeof(float));
+  const int team =
+      static_cast<int>(std::min<int64_t>(threads > 0 ? threads : omp_get_max_threads(), n));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t p = 0; p < n; ++p)
+    cpu::gru_stream_part_step(parts[p], x, hin, hout + parts[p].u0, buf + scratch_at(p));
+  std::memcpy(out, hout, H * sizeof(float));
+}
 }  // namespace
 
 Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const {
@@ -886,18 +943,30 @@ Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const
   const int64_t H = hidden_size_, I = input_size_;
   // One sequence: the real-time kernel, one step, unless the weights are better shared.
   const bool team = dt == DType::f32 && threads >= 0 && cell_on_team(I, H, threads);
-  if (threads >= 0 && !team && cell_fast_case(input, h, I, H, dt))
-    return cell_step_fast(plan_->fast, I, H, input.data<float>(),
-                          h.defined() ? h.data<float>() : nullptr, input.dim() == 1);
+  const bool parts = team && !plan_->parts.empty();  // the real-time kernel shared
+  if (threads >= 0 && (!team || parts) && cell_fast_case(input, h, I, H, dt)) {
+    if (!parts)
+      return cell_step_fast(plan_->fast, I, H, input.data<float>(),
+                            h.defined() ? h.data<float>() : nullptr, input.dim() == 1);
+    Tensor out = Tensor::empty(input.dim() == 1 ? Shape{H} : Shape{1, H}, DType::f32);
+    cell_step_parts(plan_->parts, threads, H, input.data<float>(),
+                    h.defined() ? h.data<float>() : nullptr, out.data<float>());
+    return out;
+  }
   CellProblem p = cell_problem(input, h, I, H);
   if (threads < 0)
     throw Error(fmt::format("gru cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
   check_same_dtype("gru cell", "weights", w_.w_ih, "input", input);
   if (h.defined()) check_same_dtype("gru cell", "weights", w_.w_ih, "hx", h);
-  if (dt == DType::f32 && p.x.size(1) == 1 && !team) {  // batch 1 in another layout (strided)
+  if (dt == DType::f32 && p.x.size(1) == 1 && (!team || parts)) {  // batch 1, another layout
     const Tensor x = p.x.contiguous(), hc = p.h.defined() ? p.h.contiguous() : Tensor();
-    return cell_step_fast(plan_->fast, I, H, x.data<float>(),
-                          hc.defined() ? hc.data<float>() : nullptr, p.unbatched);
+    if (!parts)
+      return cell_step_fast(plan_->fast, I, H, x.data<float>(),
+                            hc.defined() ? hc.data<float>() : nullptr, p.unbatched);
+    Tensor out = Tensor::empty(p.unbatched ? Shape{H} : Shape{1, H}, DType::f32);
+    cell_step_parts(plan_->parts, threads, H, x.data<float>(),
+                    hc.defined() ? hc.data<float>() : nullptr, out.data<float>());
+    return out;
   }
   Tensor h_new = plan_->engine->forward(p.x, p.h, {}, threads).h_n.select(0, 0);
   return p.unbatched ? h_new.select(0, 0) : h_new;
@@ -914,6 +983,7 @@ void GruCell::forward(const float* input, const float* h, float* h_new, int thre
   if (threads < 0)
     throw Error(fmt::format("gru cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
   if (!cell_on_team(I, H, threads)) return cell_step_fast(plan_->fast, I, H, input, h, h_new);
+  if (!plan_->parts.empty()) return cell_step_parts(plan_->parts, threads, H, input, h, h_new);
   // The team's step reads Tensors: views of the caller's memory, the result copied out.
   const Tensor x = Tensor::from_blob(const_cast<float*>(input), {I}, {1}, DType::f32, nullptr);
   const Tensor hv =
