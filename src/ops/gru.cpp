@@ -862,12 +862,13 @@ bool cell_fast_case(const Tensor& x, const Tensor& h, int64_t I, int64_t H, DTyp
          (h.dim() == 1 || h.size(0) == 1);
 }
 
-// Whether a batch-1 f32 step runs the engine on a team of threads rather than the real-time
-// kernel on the calling thread: where the weights (3H (I + H) floats) take more than 3/4 of
-// this core's L2 and more than one thread may share them (`threads`, 0: all cores), each
-// thread then reading its share from its own L2. Measured on a 2-core Xeon (2 MiB L2), I 64,
-// one thread against two: H 320 (1.47 MiB of weights) 15.0 us a step against 17.3; H 384
-// (1.97 MiB) 37.7 against 20.6; H 512 121 against 38.7; H 1024 498 against 246.
+// Whether a batch-1 f32 step is shared among a team of threads (the plan's parts, or the
+// engine's team where it has none) rather than run by the real-time kernel on the calling
+// thread alone: where the weights (3H (I + H) floats) take more than 3/4 of this core's L2
+// and more than one thread may share them (`threads`, 0: all cores), each thread then reading
+// its share from its own L2. On a 2-core Zen 5 (1 MiB L2), I 64, one thread against the
+// parts on two: H 256 (0.94 MiB of weights) 6.9 us a step against 3.9; H 320 13.7 against
+// 5.2; H 512 37.5 against 18.4 (the engine's team before them: 6.6, 8.6, 24.4).
 bool cell_on_team(int64_t I, int64_t H, int threads) {
   const int team = threads > 0 ? threads : omp_get_max_threads();
   return team > 1 && weights_fill_l2(I, H);
