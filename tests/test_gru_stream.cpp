@@ -250,46 +250,53 @@ TEST(StreamApi, GruCellRawStepErrors) {
   expect_error([&] { f64.forward(x.data(), h.data(), h.data()); }, "takes an f32 cell");
 }
 
-// A cell whose weights take most of the L2 (sized from the L2 the OS reports) shares its
-// batch-1 step among the threads when two are allowed: a linear-before-reset cell runs the
-// real-time kernel's step in parts, one a thread, the same bits as on one thread, contiguous
-// or strided, batched or not, from raw memory (in place too); a reset-before cell runs the
-// engine's team, bit-identical to Gru::forward.
+// A cell whose weights take much of the L2 (sized from the L2 the OS reports) shares its
+// batch-1 step among the threads when two are allowed. Past a quarter of the L2 a
+// linear-before-reset cell runs the real-time kernel's step in parts, one a thread: the same
+// bits as on one thread, contiguous or strided, batched or not, from raw memory (in place
+// too). Past 3/4 a reset-before cell runs the engine's team, bit-identical to Gru::forward;
+// below that, the real-time kernel on the calling thread.
 TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
   const int64_t I = 8;
-  int64_t H = 16;
-  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * 3) H += 16;
-  H += 3;  // a partial unit block too
-  for (GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
-    const GruCell cell(I, H, true, form, DType::f32, 6);
-    const Gru gru = gru_of(cell);
-    std::mt19937_64 rng(12);
-    const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
-    const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
-    const Tensor engine = gru.forward(x.unsqueeze(0), h.unsqueeze(0)).h_n.select(0, 0);
-    const Tensor alone = cell.forward(x, h, 1);  // the real-time kernel on this thread
-    const bool lbr = form == GruForm::linear_before_reset;
-    const Tensor want = lbr ? alone : engine;
-    const Tensor xs = Tensor::zeros({1, 2 * I}, DType::f32).slice(1, 0, 2 * I, 2);
-    Tensor(xs).copy_from(x);
-    const std::string at = "H " + std::to_string(H) + (lbr ? "" : " reset-before");
-    EXPECT_EQ(max_abs_diff(cell.forward(x, h, 2), want), 0.0) << at;
-    EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
-    EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)), 0.0)
-        << at;
-    std::vector<float> raw(H), inplace(h.data<float>(), h.data<float>() + H);
-    cell.forward(x.data<float>(), h.data<float>(), raw.data(), 2);
-    EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, raw), want), 0.0) << at;
-    cell.forward(x.data<float>(), inplace.data(), inplace.data(), 2);
-    EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, inplace), want), 0.0) << at;
-    // From zeros: the same as from a zero state.
-    const Tensor zero = Tensor::zeros({1, H}, DType::f32);
-    EXPECT_EQ(max_abs_diff(cell.forward(x, {}, 2), cell.forward(x, zero, lbr ? 1 : 2)), 0.0) << at;
-    // The real-time kernel is within the engine's tolerance of Gru::forward, not its bits.
-    EXPECT_LT(max_abs_diff(alone, engine), 1e-5) << at;
-    EXPECT_GT(max_abs_diff(alone, engine), 0.0)
-        << at << ": one thread should be the real-time kernel";
-  }
+  const auto past = [&](int64_t quarters) {
+    int64_t H = 16;
+    while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * quarters) H += 16;
+    return H + 3;  // a partial unit block too
+  };
+  for (const int64_t H : {past(1), past(3)})
+    for (GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
+      const GruCell cell(I, H, true, form, DType::f32, 6);
+      const Gru gru = gru_of(cell);
+      std::mt19937_64 rng(12);
+      const Tensor x = test::random_tensor({1, I}, DType::f32, rng);
+      const Tensor h = test::random_tensor({1, H}, DType::f32, rng);
+      const Tensor engine = gru.forward(x.unsqueeze(0), h.unsqueeze(0)).h_n.select(0, 0);
+      const Tensor alone = cell.forward(x, h, 1);  // the real-time kernel on this thread
+      const bool lbr = form == GruForm::linear_before_reset;
+      const bool on_engine = !lbr && 3 * H * (I + H) * 4 > cpu::l2_cache_bytes() / 4 * 3;
+      const Tensor want = on_engine ? engine : alone;
+      const Tensor xs = Tensor::zeros({1, 2 * I}, DType::f32).slice(1, 0, 2 * I, 2);
+      Tensor(xs).copy_from(x);
+      const std::string at = "H " + std::to_string(H) + (lbr ? "" : " reset-before");
+      EXPECT_EQ(max_abs_diff(cell.forward(x, h, 2), want), 0.0) << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(xs, h, 2), want), 0.0) << at;
+      EXPECT_EQ(max_abs_diff(cell.forward(x.select(0, 0), h.select(0, 0), 2), want.select(0, 0)),
+                0.0)
+          << at;
+      std::vector<float> raw(H), inplace(h.data<float>(), h.data<float>() + H);
+      cell.forward(x.data<float>(), h.data<float>(), raw.data(), 2);
+      EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, raw), want), 0.0) << at;
+      cell.forward(x.data<float>(), inplace.data(), inplace.data(), 2);
+      EXPECT_EQ(max_abs_diff(Tensor::from_vector({1, H}, inplace), want), 0.0) << at;
+      // From zeros: the same as from a zero state.
+      const Tensor zero = Tensor::zeros({1, H}, DType::f32);
+      EXPECT_EQ(max_abs_diff(cell.forward(x, {}, 2), cell.forward(x, zero, on_engine ? 2 : 1)), 0.0)
+          << at;
+      // The real-time kernel is within the engine's tolerance of Gru::forward, not its bits.
+      EXPECT_LT(max_abs_diff(alone, engine), 1e-5) << at;
+      EXPECT_GT(max_abs_diff(alone, engine), 0.0)
+          << at << ": one thread should be the real-time kernel";
+    }
 }
 
 // The real-time kernel's gates (a rational tanh and the sigmoid from it, cpu/gate_math-inl.h)

@@ -269,8 +269,8 @@ TEST(Realtime, StreamProcessAndStepIntoAllocateNothing) {
 }
 
 // GruCell's step from raw memory on the real-time kernel (one thread, or any number where
-// the weights take less than 3/4 of the L2): nothing allocated or blocked on, into other
-// memory or in place, from h or zeros.
+// the weights take less than a quarter of the L2): nothing allocated or blocked on, into
+// other memory or in place, from h or zeros.
 TEST(Realtime, GruCellRawStepAllocatesNothing) {
   if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
   for (int64_t H : {8, 24, 64, 128, 256}) {
@@ -280,8 +280,8 @@ TEST(Realtime, GruCellRawStepAllocatesNothing) {
     std::vector<float> h(H, 0.25f), out(H);
     for (const int threads : {1, 0}) {
       // threads 0 shares the step among threads (an OpenMP region, which may wake sleeping
-      // workers: no promise) where the weights fill 3/4 of the L2.
-      if (threads == 0 && 3 * H * (16 + H) * 4 > cpu::l2_cache_bytes() / 4 * 3) continue;
+      // workers: no promise) where the weights take more than a quarter of the L2.
+      if (threads == 0 && 3 * H * (16 + H) * 4 > cpu::l2_cache_bytes() / 4) continue;
       const auto steps = [&] {
         for (int i = 0; i < 8; ++i) {
           cell.forward(x.data<float>(), h.data(), out.data(), threads);

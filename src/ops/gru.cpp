@@ -732,16 +732,16 @@ GruCell::GruCell(int64_t input_size, int64_t hidden_size, bool bias, GruForm for
 struct GruCellPlan {
   std::optional<GruInference> engine;
   cpu::StreamLayer fast;  // f32 only
-  // f32 linear-before-reset cells whose weights take most of the L2 (cell_on_team): the
-  // units in parts of 4 or more unit groups, one part a thread (cell_step_parts); empty where
-  // the units make fewer than two such parts.
+  // f32 linear-before-reset cells whose weights take more than a quarter of the L2
+  // (weights_exceed_l2): the units in parts of 4 or more unit groups, one part a thread
+  // (cell_step_parts); empty where the units make fewer than two such parts.
   std::vector<cpu::StreamLayer> parts;
 };
 
 namespace {
-// Whether a cell's weights (3H (I + H) floats) take more than 3/4 of this core's L2.
-bool weights_fill_l2(int64_t I, int64_t H) {
-  return 3 * H * (I + H) * int64_t(sizeof(float)) > cpu::l2_cache_bytes() / 4 * 3;
+// Whether a cell's weights (3H (I + H) floats) take more than quarters/4 of this core's L2.
+bool weights_exceed_l2(int64_t I, int64_t H, int64_t quarters) {
+  return 3 * H * (I + H) * int64_t(sizeof(float)) > cpu::l2_cache_bytes() / 4 * quarters;
 }
 
 std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
@@ -759,7 +759,7 @@ std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
     // unit groups (then the same bits as `fast`, cpu/gru_stream.h).
     const int64_t V = plan->fast.V, G = plan->fast.Hp / V;
     const int64_t n = std::min<int64_t>(std::max(2, omp_get_num_procs()), G / 4);
-    if (form == GruForm::linear_before_reset && weights_fill_l2(I, H) && n >= 2)
+    if (form == GruForm::linear_before_reset && weights_exceed_l2(I, H, 1) && n >= 2)
       for (int64_t p = 0; p < n; ++p) {
         const int64_t g0 = G * p / n, g1 = G * (p + 1) / n;
         plan->parts.push_back(cpu::gru_stream_pack_part(
@@ -862,16 +862,20 @@ bool cell_fast_case(const Tensor& x, const Tensor& h, int64_t I, int64_t H, DTyp
          (h.dim() == 1 || h.size(0) == 1);
 }
 
-// Whether a batch-1 f32 step is shared among a team of threads (the plan's parts, or the
-// engine's team where it has none) rather than run by the real-time kernel on the calling
-// thread alone: where the weights (3H (I + H) floats) take more than 3/4 of this core's L2
-// and more than one thread may share them (`threads`, 0: all cores), each thread then reading
-// its share from its own L2. On a 2-core Zen 5 (1 MiB L2), I 64, one thread against the
-// parts on two: H 256 (0.94 MiB of weights) 6.9 us a step against 3.9; H 320 13.7 against
-// 5.2; H 512 37.5 against 18.4 (the engine's team before them: 6.6, 8.6, 24.4).
-bool cell_on_team(int64_t I, int64_t H, int threads) {
+// Whether a batch-1 f32 step is shared among the threads `threads` allows (0: all cores)
+// rather than run by the real-time kernel on the calling thread alone, each thread then
+// reading its share of the weights from its own L2: in the plan's parts where it has them
+// (weights past a quarter of the L2), on the engine's team where the weights take more than
+// 3/4 of it and there are no parts (its call costs about 4 us more). GruCell::forward from
+// raw memory in a loop, I 64, on a 2-core Zen 5 (1 MiB L2, handoffs of about 0.5 us a round
+// trip), one thread against parts on two: H 128 (288 KB of weights) 1.93 us a step against
+// 1.42 (medians of 5 interleaved runs), H 192 4.24 against 2.38, H 256 6.57 against 3.51 (the
+// engine's team: 6.6), H 512 31.7 against 17.5 (24.4); I 8 H 144 (262 KB) 1.51 against
+// 1.31. Below a quarter of the L2 the parts gain less (their step alone, I 8 H 128, 204 KB:
+// 1.17 against 0.99-1.06 us) and lose below about 150 KB (I 8 H 96 on AVX2: 0.68 against 0.80).
+bool cell_shares_step(const GruCellPlan& plan, int64_t I, int64_t H, int threads) {
   const int team = threads > 0 ? threads : omp_get_max_threads();
-  return team > 1 && weights_fill_l2(I, H);
+  return team > 1 && (!plan.parts.empty() || weights_exceed_l2(I, H, 3));
 }
 
 // One step of the real-time kernel from x (I floats) and h (H floats, or null: zeros) into
@@ -943,7 +947,7 @@ Tensor GruCell::forward(const Tensor& input, const Tensor& h, int threads) const
   const DType dt = w_.w_ih.dtype();
   const int64_t H = hidden_size_, I = input_size_;
   // One sequence: the real-time kernel, one step, unless the weights are better shared.
-  const bool team = dt == DType::f32 && threads >= 0 && cell_on_team(I, H, threads);
+  const bool team = dt == DType::f32 && threads >= 0 && cell_shares_step(*plan_, I, H, threads);
   const bool parts = team && !plan_->parts.empty();  // the real-time kernel shared
   if (threads >= 0 && (!team || parts) && cell_fast_case(input, h, I, H, dt)) {
     if (!parts)
@@ -983,7 +987,8 @@ void GruCell::forward(const float* input, const float* h, float* h_new, int thre
                             input == nullptr ? "input" : "h_new", input == nullptr ? I : H));
   if (threads < 0)
     throw Error(fmt::format("gru cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
-  if (!cell_on_team(I, H, threads)) return cell_step_fast(plan_->fast, I, H, input, h, h_new);
+  if (!cell_shares_step(*plan_, I, H, threads))
+    return cell_step_fast(plan_->fast, I, H, input, h, h_new);
   if (!plan_->parts.empty()) return cell_step_parts(plan_->parts, threads, H, input, h, h_new);
   // The team's step reads Tensors: views of the caller's memory, the result copied out.
   const Tensor x = Tensor::from_blob(const_cast<float*>(input), {I}, {1}, DType::f32, nullptr);
