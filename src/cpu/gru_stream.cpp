@@ -154,6 +154,15 @@ HWY_INLINE void InputProjection(const StreamLayer& L, const Plan& p, const float
   }
 }
 
+// h' of one unit group, linear-before-reset, from the step's sums for it (r and z halved, n's
+// W_hn h + b_hn), its gx_n and h.
+HWY_INLINE V LbrUnit(DF d, const V* sum, V gx_n, V hp, V one) {
+  const V r = StreamSigmoidOfHalf(d, sum[0]);
+  const V z = StreamSigmoidOfHalf(d, sum[1]);
+  const V n = StreamTanh(d, hn::MulAdd(r, sum[2], gx_n));
+  return hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp));
+}
+
 // The sum of v's lanes, of which only the first n can be nonzero: zero upper halves are left
 // out of the reduction (fewer levels, the same sum: adding zeros changes nothing).
 HWY_INLINE float SumLanes(V v, int64_t n) {
@@ -282,12 +291,8 @@ HWY_INLINE void RegSteps(const StreamLayer& L, int64_t t, const float* HWY_RESTR
       }
       RegProduct<3, kG, S>(L.wh.get(), 3 * Hp, h, H, init, sum);
 #pragma GCC unroll 2
-      for (int u = 0; u < kG; ++u) {
-        const V r = StreamSigmoidOfHalf(d, sum[3 * u]);
-        const V z = StreamSigmoidOfHalf(d, sum[3 * u + 1]);
-        const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, g + (3 * u + 2) * kV)));
-        h[u] = hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, h[u]));
-      }
+      for (int u = 0; u < kG; ++u)
+        h[u] = LbrUnit(d, sum + 3 * u, hn::Load(d, g + (3 * u + 2) * kV), h[u], one);
       EmitRow(out, H, kG, hv, f);
     }
   } else {
@@ -381,13 +386,10 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
               return q < 2 ? hn::Load(d, gj + r * kV) : hn::Load(d, bhn + (j + u) * kV);
             },
             [&](const V* sum) {
-              for (int64_t u = 0; u < g; ++u) {
-                const V r = StreamSigmoidOfHalf(d, sum[3 * u]);
-                const V z = StreamSigmoidOfHalf(d, sum[3 * u + 1]);
-                const V n = StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
-                const V hp = hn::Load(d, hc + (j + u) * kV);
-                hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, dst + (j + u) * kV);
-              }
+              for (int64_t u = 0; u < g; ++u)
+                hn::Store(LbrUnit(d, sum + 3 * u, hn::Load(d, gj + (3 * u + 2) * kV),
+                                  hn::Load(d, hc + (j + u) * kV), one),
+                          d, dst + (j + u) * kV);
             });
       }
       if (!in_place) std::swap(hc, hn_buf);
@@ -476,14 +478,10 @@ void GruStreamPartStep(const StreamLayer& L, const float* x, const float* h, flo
           return q < 2 ? hn::Load(d, gj + r * kV) : hn::Load(d, bhn + (j + u) * kV);
         },
         [&](const V* sum) {
-          for (int64_t u = 0; u < g; ++u) {
-            const V r = StreamSigmoidOfHalf(d, sum[3 * u]);
-            const V z = StreamSigmoidOfHalf(d, sum[3 * u + 1]);
-            const V n =
-                StreamTanh(d, hn::MulAdd(r, sum[3 * u + 2], hn::Load(d, gj + (3 * u + 2) * kV)));
-            const V hp = hn::LoadU(d, hp0 + (j + u) * kV);
-            hn::Store(hn::MulAdd(hn::Sub(one, z), n, hn::Mul(z, hp)), d, h_out + (j + u) * kV);
-          }
+          for (int64_t u = 0; u < g; ++u)
+            hn::Store(LbrUnit(d, sum + 3 * u, hn::Load(d, gj + (3 * u + 2) * kV),
+                              hn::LoadU(d, hp0 + (j + u) * kV), one),
+                      d, h_out + (j + u) * kV);
         });
   }
 }

@@ -878,21 +878,31 @@ bool cell_shares_step(const GruCellPlan& plan, int64_t I, int64_t H, int threads
   return team > 1 && (!plan.parts.empty() || weights_exceed_l2(I, H, 3));
 }
 
+// A cell step's state and scratch: on the stack where they fit in 16 KB (H up to about 580
+// for one layer), else one heap block (a heap block of that size per call cost 40-250 ns,
+// I8H16-I64H256).
+class StepBuffer {
+ public:
+  explicit StepBuffer(int64_t floats) {
+    if (floats > kStackFloats) {
+      heap_ = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
+      if (!heap_) throw Error("gru cell: out of memory");
+    }
+  }
+  float* get() { return heap_ ? heap_.get() : stack_; }
+
+ private:
+  static constexpr int64_t kStackFloats = 4096;
+  alignas(64) float stack_[kStackFloats];
+  hwy::AlignedFreeUniquePtr<float[]> heap_;
+};
+
 // One step of the real-time kernel from x (I floats) and h (H floats, or null: zeros) into
 // out (H floats; may be h).
 void cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const float* x, const float* h,
                     float* out) {
-  // The state and the kernel's scratch on the stack where they fit in 16 KB (H up to about
-  // 580): a heap block of that size per call cost 40-250 ns (I8H16-I64H256).
-  const int64_t floats = 2 * L.Hp + cpu::gru_stream_scratch(L, 1);
-  constexpr int64_t kStackFloats = 4096;
-  alignas(64) float stack_buf[kStackFloats];
-  hwy::AlignedFreeUniquePtr<float[]> heap_buf;
-  if (floats > kStackFloats) {
-    heap_buf = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
-    if (!heap_buf) throw Error("gru cell: out of memory");
-  }
-  float* state = heap_buf ? heap_buf.get() : stack_buf;  // h, padded to the kernel's Hp
+  StepBuffer buf(2 * L.Hp + cpu::gru_stream_scratch(L, 1));
+  float* state = buf.get();  // h, padded to the kernel's Hp
   std::memset(state, 0, 2 * L.Hp * sizeof(float));
   if (h != nullptr) std::memcpy(state, h, H * sizeof(float));
   cpu::gru_stream_forward(L, 1, 0, x, I, state, {out, H}, state + 2 * L.Hp);
@@ -908,7 +918,7 @@ Tensor cell_step_fast(const cpu::StreamLayer& L, int64_t I, int64_t H, const flo
 
 // One step of the parts on up to `threads` threads (0: all cores), each part on one thread
 // reading its part of the weights: the same bits as cell_step_fast. The whole state, the
-// parts' outputs and scratch on the stack where they fit in 16 KB, as cell_step_fast's.
+// parts' outputs and their scratch in one StepBuffer.
 void cell_step_parts(const std::vector<cpu::StreamLayer>& parts, int threads, int64_t H,
                      const float* x, const float* h, float* out) {
   const int64_t V = parts[0].V, Hp = (H + V - 1) / V * V;
@@ -921,15 +931,8 @@ void cell_step_parts(const std::vector<cpu::StreamLayer>& parts, int threads, in
     for (int64_t q = 0; q < p; ++q) at += cpu::gru_stream_scratch(parts[q], 1);
     return at;
   };
-  const int64_t floats = scratch_at(n);
-  constexpr int64_t kStackFloats = 4096;
-  alignas(64) float stack_buf[kStackFloats];
-  hwy::AlignedFreeUniquePtr<float[]> heap_buf;
-  if (floats > kStackFloats) {
-    heap_buf = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
-    if (!heap_buf) throw Error("gru cell: out of memory");
-  }
-  float* buf = heap_buf ? heap_buf.get() : stack_buf;
+  StepBuffer step_buf(scratch_at(n));
+  float* buf = step_buf.get();
   float* hin = buf;        // h, padded with zeros to Hp
   float* hout = buf + Hp;  // h', part p's units at parts[p].u0
   std::memset(hin, 0, Hp * sizeof(float));
