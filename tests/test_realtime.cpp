@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "cpu/gemm_packed.h"  // l2_cache_bytes
+#include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "grux/grux.h"
 #include "test_util.h"
@@ -293,6 +294,24 @@ TEST(Realtime, GruCellRawStepAllocatesNothing) {
       EXPECT_EQ(blocking_calls_in(steps), 0) << "H " << H << ", threads " << threads;
     }
   }
+}
+
+// A part's step (GruCell's shared step, one part a thread): nothing allocated or blocked on.
+TEST(Realtime, StreamPartStepAllocatesNothing) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
+  const int64_t I = 8, H = 8 * cpu::gru_stream_lanes() + 3, u0 = 4 * cpu::gru_stream_lanes();
+  std::vector<float> wih(3 * H * I, 0.01f), whh(3 * H * H, -0.02f), b(3 * H, 0.1f), x(I, 0.5f);
+  const cpu::StreamLayer part =
+      cpu::gru_stream_pack_part(I, H, u0, H - u0, wih.data(), whh.data(), b.data(), b.data());
+  auto h = hwy::AllocateAligned<float>(2 * H), out = hwy::AllocateAligned<float>(part.Hp);
+  auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(part, 1));
+  std::fill(h.get(), h.get() + 2 * H, 0.25f);
+  const auto steps = [&] {
+    for (int i = 0; i < 8; ++i)
+      cpu::gru_stream_part_step(part, x.data(), h.get(), out.get(), scratch.get());
+  };
+  EXPECT_EQ(allocations_in(steps), 0);
+  EXPECT_EQ(blocking_calls_in(steps), 0);
 }
 
 // The C API's stream: a GRU stack, a Linear head and the residual (golden/capi's model).
