@@ -249,8 +249,10 @@ class GruCell {
   Tensor forward(const Tensor& input, const Tensor& h = {}, int threads = 0) const;
   // One sequence's step from raw memory (f32 cells): input (I floats), h (H floats, or null:
   // zeros) into h_new (H floats; may be h itself). The same bits as forward() of the same
-  // values, without its checks and Tensors: where the real-time kernel runs (see above) it
-  // allocates nothing. An f64 cell or a null input or h_new is an error.
+  // values, without its checks and Tensors: where the real-time kernel runs on the calling
+  // thread alone (see above) it allocates nothing; a step shared among threads opens an
+  // OpenMP region, which promises no such thing. An f64 cell or a null input or h_new is an
+  // error.
   void forward(const float* input, const float* h, float* h_new, int threads = 0) const;
 
   struct Grads {
