@@ -608,6 +608,14 @@ void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
                                       accumulate, C, ldc, p0, p1);
 }
 
+int64_t l1d_cache_bytes() {
+  static const int64_t bytes = [] {
+    const long s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return s > 0 ? int64_t(s) : int64_t(32) << 10;
+  }();
+  return bytes;
+}
+
 int64_t l2_cache_bytes() {
   static const int64_t bytes = [] {
     const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);

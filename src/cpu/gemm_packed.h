@@ -89,6 +89,8 @@ int64_t simd_target_bit();
 
 // The L2 cache's size (bytes) as the OS reports it for CPU 0; 512 KiB when it does not say.
 int64_t l2_cache_bytes();
+// The L1 data cache's size (bytes) likewise; 32 KiB when the OS does not say.
+int64_t l1d_cache_bytes();
 
 // Rows of A per block for a thread that multiplies many rows (one block after another) by
 // the panels [p0, p1) of B, an A of `a_cols` columns of `a_bytes` each and a C of T: the
