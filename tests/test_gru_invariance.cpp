@@ -262,11 +262,10 @@ TEST(PackedOnce, KeepsItsWeightsAndChecksInputs) {
   }
 }
 
-
 // Optimized against reference kernels, forward and every gradient, at the shapes where the
 // optimized code paths change: batch 1 and 2 (several panels per micro-kernel call), unit
-// block tails, K above the L1 chunk (H = 300: the recurrent K and the backward's 3H), and
-// thread splits (1 and 2 threads).
+// block tails, K above the L1 chunk (H = 300: the recurrent K and the backward's 3H), thread
+// splits (1 and 2 threads), and the input projection in chunks of steps (batch 64).
 struct PathCase {
   const char* name;
   GruForm form;
@@ -312,6 +311,9 @@ const PathCase kPathCases[] = {
     {"batch7_rb_f32_H33",        RB,  DType::f32, 7,  20, 33,  false, true},
     {"batch13_lbr_f32_H300_len", LBR, DType::f32, 13, 5,  300, true,  true},
     {"batch13_rb_f64_H300_len",  RB,  DType::f64, 13, 5,  300, false, true},
+    // A step's rows of g (64 x 600 floats, 154 KB) fill much of a quarter of the L2: the
+    // input projection runs in chunks of one to three steps, the lengths ending mid-chunk.
+    {"batch64_lbr_f32_H200_len", LBR, DType::f32, 64, 5,  200, false, true},
 };
 // clang-format on
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,

@@ -176,20 +176,35 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
   run_team(team, H, cpu::kUnit<T>, max_threads, [&](const TeamShare& me) {
-    // 1. Input projection of every step at once (for my units): g = xp W_ih^T + b_ih, in
-    //    row blocks that leave my panels in L2 from one block to the next.
+    // 1. Input projection (for my units): g = xp W_ih^T + b_ih, in row blocks that leave my
+    //    panels in L2 from one block to the next, never across a run of consecutive rows.
     const int64_t row_block = cpu::gemm_row_block(P.ih, me.b0, me.b1, P.in, sizeof(T));
-    for (int64_t r0 = 0; r0 < rows; r0 += run)
-      for (int64_t m0 = r0; m0 < r0 + run; m0 += row_block)
-        k.gemm(std::min(row_block, r0 + run - m0), x_row(m0), ldx, false, P.ih, b_ih, false,
-               g + m0 * G, G, me.b0, me.b1);
-    // 2. The recurrence; the active rows of step s are a prefix of those of step s - 1.
-    for (int64_t s = 0; s < lay.S; ++s) {
-      const int64_t o = lay.off[s];
-      const T* h_prev = s == 0 ? h0s : states(s - 1);
-      gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux ? aux + o * H : nullptr,
-                       states(s), ldh,
-                       /*sync_end=*/s + 1 < lay.S);
+    const auto project = [&](int64_t ra, int64_t rb) {
+      for (int64_t m0 = ra; m0 < rb;) {
+        const int64_t m1 = std::min({m0 + row_block, rb, (m0 / run + 1) * run});
+        k.gemm(m1 - m0, x_row(m0), ldx, false, P.ih, b_ih, false, g + m0 * G, G, me.b0, me.b1);
+        m0 = m1;
+      }
+    };
+    // 2. The recurrence; the active rows of step s are a prefix of those of step s - 1. Steps
+    //    in chunks, each projected just before it runs, whose rows of g take at most a
+    //    quarter of the L2 (at least one step): a chunk's g is read back by the gates while
+    //    it is still in cache, not from memory. Only this thread reads its units' columns of
+    //    g, so no barrier. (W3, 39 MB of g, two threads of a Zen 5 with 1 MiB of L2, five
+    //    interleaved rounds: bf16 19.5 -> 17.8 ms, int8 12.0 -> 10.8, f32 33.2 -> 32.7.)
+    const int64_t chunk_rows = cpu::l2_cache_bytes() / 4 / (G * int64_t(sizeof(T)));
+    for (int64_t s0 = 0; s0 < lay.S;) {
+      int64_t s1 = s0 + 1;
+      while (s1 < lay.S && lay.off[s1 + 1] - lay.off[s0] <= chunk_rows) ++s1;
+      project(lay.off[s0], lay.off[s1]);
+      for (int64_t s = s0; s < s1; ++s) {
+        const int64_t o = lay.off[s];
+        const T* h_prev = s == 0 ? h0s : states(s - 1);
+        gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux ? aux + o * H : nullptr,
+                         states(s), ldh,
+                         /*sync_end=*/s + 1 < lay.S);
+      }
+      s0 = s1;
     }
   });
 }
