@@ -294,6 +294,16 @@ TEST_P(KernelPaths, OptimizedMatchesReference) {
   Tensor lengths = k.lengths ? Tensor::from_vector<int64_t>({k.N}, len) : Tensor();
   Tensor dy = test::random_tensor({T, k.N, D * k.H}, k.dtype, rng);
   const auto opt = train_once(gru, x, h0, lengths, dy, threads);
+  {
+    // Inference (its input projection in chunks of steps) gives the training forward's bits.
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    const GruOutput inf = gru.forward(x, h0, lengths);
+    omp_set_num_threads(before);
+    const std::string where = std::string(k.name) + " inference threads " + std::to_string(threads);
+    EXPECT_TRUE(test::all_close(where, "output", inf.output, opt[0], {0, 0}));
+    EXPECT_TRUE(test::all_close(where, "h_n", inf.h_n, opt[1], {0, 0}));
+  }
   set_reference_kernels(true);
   const auto ref = train_once(gru, x, h0, lengths, dy, threads);
   set_reference_kernels(false);

@@ -68,7 +68,8 @@ struct DenseIo {
 //   Outputs: g (rows x 3H) gate activations (interleaved), aux (rows x H) hn or rh,
 //   hs (rows x H) states. gh (N x 3H): scratch.
 // With `io` (a layout of one length only), xp and hs are not used: io says where the steps'
-// rows are. The results are the same bits either way.
+// rows are. The results are the same bits either way. Inference (aux null) projects the
+// input a chunk of steps at a time, just before the chunk's steps run.
 // `team`, when given and of gru_team_size(), runs the time loop instead of an OpenMP region
 // (the stream's frames are too short for OpenMP's fork and join). `max_threads` > 0 caps the
 // threads (1: the calling thread only, no OpenMP region at all).
