@@ -324,6 +324,9 @@ const PathCase kPathCases[] = {
     // A step's rows of g (64 x 600 floats, 154 KB) fill much of a quarter of the L2: the
     // input projection runs in chunks of one to three steps, the lengths ending mid-chunk.
     {"batch64_lbr_f32_H200_len", LBR, DType::f32, 64, 5,  200, false, true},
+    // The same in both directions, one length: inference reads the input in place, the
+    // reverse direction a step at a time.
+    {"batch64_rb_f32_H200_bidir", RB, DType::f32, 64, 5,  200, true,  false},
 };
 // clang-format on
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,
