@@ -267,13 +267,16 @@ GRUX_AVX512_VNNI void Int8Block(int64_t groups, const uint32_t* a, int64_t as,
     _Pragma("GCC unroll 16")
     for (int r = 0; r < MR; ++r) {
       const __m512i x = _mm512_set1_epi32(static_cast<int>(a[r * as + g]));
-      _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) Dpbusd(acc[r][v], x, bv[v]);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) Dpbusd(acc[r][v], x, bv[v]);
     }
   }
-  _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r)
-      _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v)
-          Int8Store(acc[r][v], rq[r], cols - 16 * v, scale + 16 * v, colsum + 16 * v,
-                    bias ? bias + 16 * v : nullptr, accumulate, C + r * ldc + 16 * v);
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v)
+      Int8Store(acc[r][v], rq[r], cols - 16 * v, scale + 16 * v, colsum + 16 * v,
+                bias ? bias + 16 * v : nullptr, accumulate, C + r * ldc + 16 * v);
 }
 
 // One row of A against one panel of S vectors (S <= 3), the groups split four ways (12
@@ -287,21 +290,26 @@ GRUX_AVX512_VNNI void Int8Row(int64_t groups, const uint32_t* a, const RowQuant&
                               const int32_t* colsum, const float* bias, bool accumulate, float* C) {
   constexpr int kSplit = 4;
   __m512i acc[kSplit][S];
-  _Pragma("GCC unroll 16") for (int k = 0; k < kSplit; ++k)
-      _Pragma("GCC unroll 16") for (int v = 0; v < S; ++v) acc[k][v] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int k = 0; k < kSplit; ++k)
+#pragma GCC unroll 16
+    for (int v = 0; v < S; ++v) acc[k][v] = _mm512_setzero_si512();
   int64_t g = 0;
   for (; g + kSplit <= groups; g += kSplit)
-    _Pragma("GCC unroll 16") for (int k = 0; k < kSplit; ++k) {
+#pragma GCC unroll 16
+    for (int k = 0; k < kSplit; ++k) {
       const __m512i x = _mm512_set1_epi32(static_cast<int>(a[g + k]));
-      _Pragma("GCC unroll 16") for (int v = 0; v < S; ++v)
-          Dpbusd(acc[k][v], x, _mm512_loadu_si512(b + (g + k) * P + 16 * v));
+#pragma GCC unroll 16
+      for (int v = 0; v < S; ++v)
+        Dpbusd(acc[k][v], x, _mm512_loadu_si512(b + (g + k) * P + 16 * v));
     }
   for (; g < groups; ++g) {
     const __m512i x = _mm512_set1_epi32(static_cast<int>(a[g]));
-    _Pragma("GCC unroll 16") for (int v = 0; v < S; ++v)
-        Dpbusd(acc[0][v], x, _mm512_loadu_si512(b + g * P + 16 * v));
+#pragma GCC unroll 16
+    for (int v = 0; v < S; ++v) Dpbusd(acc[0][v], x, _mm512_loadu_si512(b + g * P + 16 * v));
   }
-  _Pragma("GCC unroll 16") for (int v = 0; v < S; ++v) {
+#pragma GCC unroll 16
+  for (int v = 0; v < S; ++v) {
     const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(acc[0][v], acc[1][v]),
                                          _mm512_add_epi32(acc[2][v], acc[3][v]));
     Int8Store(sum, rq, cols - 16 * v, scale + 16 * v, colsum + 16 * v,
