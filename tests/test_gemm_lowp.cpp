@@ -141,25 +141,16 @@ void check_all(Precision prec, bool portable) {
   if (portable && cpu::lowp_kernel(prec) != std::string("portable"))
     GTEST_SKIP() << "no SIMD target below AVX-512 to run the portable kernels on";
   std::mt19937_64 rng(prec == Precision::bf16 ? 11 : 12);
+  // clang-format off
   for (int64_t units : {1, 2, 3})
-    for (Shape3 s : {Shape3{1, 17, 5},
-                     {1, 200, 64},
-                     {1, 600, 255},
-                     {2, 200, 33},
-                     {2, 97, 4},
-                     {3, 48, 1},
-                     {5, 49, 191},
-                     {7, 95, 257},
-                     {8, 48, 256},
-                     {9, 33, 3},
-                     {13, 16, 300},
-                     {17, 64, 2},
-                     {20, 130, 513},
+    for (Shape3 s : {Shape3{1, 17, 5}, {1, 200, 64}, {1, 600, 255}, {2, 200, 33}, {2, 97, 4},
+                     {3, 48, 1}, {5, 49, 191}, {7, 95, 257}, {8, 48, 256}, {9, 33, 3},
+                     {13, 16, 300}, {17, 64, 2}, {20, 130, 513},
                      // More rows than one slab of prepared rows takes (at most 32, fewer as
                      // K grows and the L1 shrinks): a slab's last rows and the next's first.
-                     {40, 50, 700},
-                     {70, 20, 64}})
+                     {40, 50, 700}, {70, 20, 64}})
       check(prec, s, units, (s.M + units) % 2 == 0, s.K % 2 == 1, units != 2, rng);
+  // clang-format on
 }
 
 TEST(GemmLowp, Bf16MatchesReferenceAtTileEdges) { check_all(Precision::bf16, false); }

@@ -41,6 +41,15 @@ std::vector<Tensor> train_once(const Gru& gru, const Tensor& x, const Tensor& h0
   return out;
 }
 
+GruOutput infer_once(const Gru& gru, const Tensor& x, const Tensor& h0, const Tensor& lengths,
+                     int threads) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  GruOutput y = gru.forward(x, h0, lengths);
+  omp_set_num_threads(before);
+  return y;
+}
+
 GruConfig config_for(const InvCase& k) {
   GruConfig c;
   c.input_size = 7;
@@ -296,10 +305,7 @@ TEST_P(KernelPaths, OptimizedMatchesReference) {
   const auto opt = train_once(gru, x, h0, lengths, dy, threads);
   {
     // Inference (its input projection in chunks of steps) gives the training forward's bits.
-    const int before = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    const GruOutput inf = gru.forward(x, h0, lengths);
-    omp_set_num_threads(before);
+    const GruOutput inf = infer_once(gru, x, h0, lengths, threads);
     const std::string where = std::string(k.name) + " inference threads " + std::to_string(threads);
     EXPECT_TRUE(test::all_close(where, "output", inf.output, opt[0], {0, 0}));
     EXPECT_TRUE(test::all_close(where, "h_n", inf.h_n, opt[1], {0, 0}));
