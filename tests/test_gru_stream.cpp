@@ -2,6 +2,7 @@
 // chunk sizes, batched / unbatched / batch_first, layers, both forms, f32 and f64, with h0;
 // plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cpu/gemm_packed.h"
@@ -297,6 +299,45 @@ TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
       EXPECT_GT(max_abs_diff(alone, engine), 0.0)
           << at << ": one thread should be the real-time kernel";
     }
+}
+
+// The shared step's threads (a team the cell starts at its first shared step and keeps) serve
+// one caller at a time: callers on four threads at once (the others take an OpenMP region) and
+// callers inside an OpenMP region get the same bits as one thread, step after step.
+TEST(StreamApi, GruCellSharedStepFromSeveralThreadsAtOnce) {
+  const int64_t I = 8;
+  int64_t H = 16;
+  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4) H += 16;
+  const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 7);
+  std::mt19937_64 rng(13);
+  const Tensor x = test::random_tensor({I}, DType::f32, rng);
+  const Tensor h0 = test::random_tensor({H}, DType::f32, rng);
+  constexpr int kSteps = 40;
+  // Each step's state on one thread.
+  std::vector<std::vector<float>> want(kSteps + 1, std::vector<float>(H));
+  std::copy(h0.data<float>(), h0.data<float>() + H, want[0].begin());
+  for (int s = 0; s < kSteps; ++s)
+    cell.forward(x.data<float>(), want[s].data(), want[s + 1].data(), 1);
+  ASSERT_NE(want[kSteps], want[0]);
+  const auto run = [&](int64_t* mismatches) {
+    std::vector<float> h = want[0];
+    for (int s = 0; s < kSteps; ++s) {
+      cell.forward(x.data<float>(), h.data(), h.data(), 2);
+      if (h != want[s + 1]) ++*mismatches;
+    }
+  };
+  int64_t alone = 0;
+  run(&alone);
+  EXPECT_EQ(alone, 0) << "H " << H << ": the team's steps differ from one thread's";
+  std::vector<int64_t> mismatches(4, 0);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) callers.emplace_back(run, &mismatches[t]);
+  for (auto& c : callers) c.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "caller " << t;
+  std::vector<int64_t> nested(2, 0);
+#pragma omp parallel num_threads(2)
+  run(&nested[omp_get_thread_num()]);
+  EXPECT_EQ(nested[0] + nested[1], 0) << "inside an OpenMP region";
 }
 
 // The real-time kernel's gates (a rational tanh and the sigmoid from it, cpu/gate_math-inl.h)

@@ -230,10 +230,13 @@ class GruInference {
 // (3H (I + H) floats) take more than a quarter of the L2 cache and `threads` (0: all cores)
 // allows more than one, a linear-before-reset cell shares the step's units among the threads,
 // each reading its part of the weights from its own L2: the real-time kernel's step in parts
-// of 4 or more whole unit groups of the SIMD width, one part a thread (an OpenMP region a
-// call), the same bits as on one thread (I 64 on a 2-core Zen 5: H 128 1.93 -> 1.42 us a
-// step, H 256 6.6 -> 3.5). Where the weights take more than 3/4 of the L2 and there are no
-// such parts (a reset-before cell, whose n product needs every unit's r first, or too few
+// of 4 or more whole unit groups of the SIMD width, one part a thread, the same bits as on one
+// thread (I 64 on a 2-core Zen 5: H 128 1.9 -> 1.0 us a step, H 256 6.7 -> 3.0). The threads
+// are the cell's own, started at its first shared step and kept while it (or a copy) lives:
+// after a step they spin for 20 us, yield until 200 us, then sleep. One caller at a time uses
+// them; another caller at the same moment, or one inside an OpenMP region, takes an OpenMP
+// region instead (0.4-0.5 us more a step). Where the weights take more than 3/4 of the L2 and there
+// are no such parts (a reset-before cell, whose n product needs every unit's r first, or too few
 // units), the engine's team shares the step instead, bit-identical to Gru::forward. Every
 // other call runs the engine's kernels.
 struct GruCellPlan;
@@ -250,8 +253,8 @@ class GruCell {
   // One sequence's step from raw memory (f32 cells): input (I floats), h (H floats, or null:
   // zeros) into h_new (H floats; may be h itself). The same bits as forward() of the same
   // values, without its checks and Tensors: where the real-time kernel runs on the calling
-  // thread alone (see above) it allocates nothing; a step shared among threads opens an
-  // OpenMP region, which promises no such thing. An f64 cell or a null input or h_new is an
+  // thread alone (see above) it allocates nothing; a step shared among threads (the cell's
+  // threads or an OpenMP region) promises no such thing. An f64 cell or a null input or h_new is an
   // error.
   void forward(const float* input, const float* h, float* h_new, int threads = 0) const;
 
