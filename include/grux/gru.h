@@ -235,10 +235,10 @@ class GruInference {
 // are the cell's own, started at its first shared step and kept while it (or a copy) lives:
 // after a step they spin for 20 us, yield until 200 us, then sleep. One caller at a time uses
 // them; another caller at the same moment, or one inside an OpenMP region, takes an OpenMP
-// region instead (0.4-0.5 us more a step). Where the weights take more than 3/4 of the L2 and there
-// are no such parts (a reset-before cell, whose n product needs every unit's r first, or too few
-// units), the engine's team shares the step instead, bit-identical to Gru::forward. Every
-// other call runs the engine's kernels.
+// region instead (0.4-0.5 us more a step). Where the weights take more than 3/4 of the L2
+// and there are no such parts (a reset-before cell, whose n product needs every unit's r
+// first, or too few units), the engine's team shares the step instead, bit-identical to
+// Gru::forward. Every other call runs the engine's kernels.
 struct GruCellPlan;
 class GruCell {
  public:
@@ -254,8 +254,8 @@ class GruCell {
   // zeros) into h_new (H floats; may be h itself). The same bits as forward() of the same
   // values, without its checks and Tensors: where the real-time kernel runs on the calling
   // thread alone (see above) it allocates nothing; a step shared among threads (the cell's
-  // threads or an OpenMP region) promises no such thing. An f64 cell or a null input or h_new is an
-  // error.
+  // threads or an OpenMP region) promises no such thing. An f64 cell or a null input or h_new
+  // is an error.
   void forward(const float* input, const float* h, float* h_new, int threads = 0) const;
 
   struct Grads {
