@@ -3,8 +3,10 @@
 // plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -340,10 +342,58 @@ TEST(StreamApi, GruCellSharedStepFromSeveralThreadsAtOnce) {
   EXPECT_EQ(nested[0] + nested[1], 0) << "inside an OpenMP region";
 }
 
+// A process that forks after its streams and cells started their threads: the child has none
+// of those threads, and its streams and cells still run (the stream's frames on the calling
+// thread, the cell's step on a team of the child's own), with the same bits, instead of
+// waiting forever for workers that exist only in the parent.
+TEST(StreamApi, StreamsAndCellsMadeBeforeForkRunInTheChild) {
+  GruConfig c;
+  c.input_size = 5;
+  c.hidden_size = 80;  // large enough for a thread team
+  std::mt19937_64 rng(17);
+  const Gru gru(c, DType::f32, 3);
+  const Tensor x3 = test::random_tensor({4, 3, 5}, DType::f32, rng);
+  const Tensor x1 = test::random_tensor({4, 1, 5}, DType::f32, rng);
+  GruStream batched(gru, 3, {}, 2), single(gru, 1, {}, 2);
+  const Tensor want3 = gru.forward(x3).output;  // the streams' bits (engine kernels)
+  const Tensor want1 = gru.forward(x1).output;
+  const int64_t I = 8;
+  int64_t H = 16;
+  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4) H += 16;  // a shared step
+  const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 7);
+  const Tensor xc = test::random_tensor({I}, DType::f32, rng);
+  std::vector<float> want_h(H, 0.0f), h(H, 0.0f);
+  for (int s = 0; s < 3; ++s) cell.forward(xc.data<float>(), want_h.data(), want_h.data(), 1);
+  // The parent's threads run once before the fork.
+  EXPECT_EQ(max_abs_diff(batched.step(x3), want3), 0.0);
+  EXPECT_EQ(max_abs_diff(single.step(x1), want1), 0.0);
+  cell.forward(xc.data<float>(), h.data(), h.data(), 2);
+  batched.reset();
+  single.reset();
+  std::fill(h.begin(), h.end(), 0.0f);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);  // a hang fails the test instead of blocking it
+    int failed = 0;
+    if (max_abs_diff(batched.step(x3), want3) != 0.0) failed |= 1;
+    if (max_abs_diff(single.step(x1), want1) != 0.0) failed |= 2;
+    for (int s = 0; s < 3; ++s) cell.forward(xc.data<float>(), h.data(), h.data(), 2);
+    if (h != want_h) failed |= 4;
+    _exit(failed);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: batched stream, 2: batch-1 stream, 4: cell";
+  EXPECT_EQ(max_abs_diff(batched.step(x3), want3), 0.0);  // the parent's threads still run
+}
+
 // The real-time kernel's gates (a rational tanh and the sigmoid from it, cpu/gate_math-inl.h)
 // against f64 over the whole range: within 4e-7 absolute everywhere (measured 3.0e-7 and
-// 2.2e-7 on the SIMD targets), within 4 ulp relative for tanh near 0 (measured 3.5) (where outputs are small), saturation reached
-// (|tanh| within 4e-7 of 1 beyond the clamp, sigmoid within 4e-7 of 0 and 1), NaN passed on.
+// 2.2e-7 on the SIMD targets), within 4 ulp relative for tanh near 0, where outputs are small
+// (measured 3.5), saturation reached (|tanh| within 4e-7 of 1 beyond the clamp, sigmoid
+// within 4e-7 of 0 and 1), NaN passed on.
 TEST(StreamKernel, GatesWithinTheirBounds) {
   std::vector<float> xs = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f, 8.99f, 9.0f, 9.01f,
                            17.99f, 18.0f, 18.01f, 88.0f, -88.0f, 1e4f, -1e4f,

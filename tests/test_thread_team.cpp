@@ -2,18 +2,22 @@
 // run() returns only after all have finished, and sleeping workers wake for the next job.
 // The spinning barrier of the teams' time steps: nobody passes before everyone arrived.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/spin_barrier.h"
 #include "core/thread_team.h"
+#include "grux/error.h"
 
 namespace grux {
 namespace {
@@ -140,6 +144,82 @@ TEST(ThreadTeam, AChildProcessAfterForkGetsATeamOfItsOwn) {
   ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_EQ(&calling_thread_team(2), &parent);  // the parent keeps its team
+}
+
+// A team that a stream or a cell made before fork() has no workers in the child: it says so
+// (usable() false) and can be destroyed there without waiting for them, whether they were
+// spinning or asleep on the team's condition variable at the fork; a new team works.
+TEST(ThreadTeam, ATeamMadeBeforeForkIsUnusableInTheChildAndDestroyedWithoutWaiting) {
+  for (const int kind : {0, 1, 2}) {
+    const auto idle = kind == 2 ? ThreadTeam::Idle::spin : ThreadTeam::Idle::sleep;
+    auto team = std::make_unique<ThreadTeam>(2, idle);
+    auto nothing = [](int) {};
+    team->run(nothing);
+    ASSERT_TRUE(team->usable());
+    // Longer than the workers spin and yield: asleep when the process forks.
+    if (kind == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      alarm(10);  // a hang fails the test instead of blocking it
+      const bool unusable = !team->usable();
+      team.reset();  // must neither join the parent's worker nor terminate
+      int ran = 0;
+      auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+      ThreadTeam fresh(2, idle);
+      fresh.run(body);
+      _exit(unusable && fresh.usable() && ran == 2 ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "kind " << kind;
+    EXPECT_TRUE(team->usable());  // the parent's team is untouched
+    team->run(nothing);
+  }
+}
+
+// When the system cannot start the workers (here: the child's address space capped just above
+// its size, so no thread stack fits), the team throws grux::Error with one line, having
+// stopped the workers it did start, instead of std::system_error.
+TEST(ThreadTeam, ThreadsThatCannotStartGiveAGruxError) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer needs more address space than the cap leaves";
+#else
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(10);
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    if (pages <= 0) _exit(3);
+    // Room for one 8 MiB stack with its guard page, not for many (glibc may reuse a few stacks
+    // of the parent's finished threads: the team asks for more).
+    const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (12 << 20);
+    const rlimit limit{cap, cap};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(4);
+    try {
+      ThreadTeam team(64);
+      _exit(5);  // 63 threads started: the cap did not hold
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      _exit(what.find("could not start a team of 64 threads") != std::string::npos &&
+                    what.find('\n') == std::string::npos
+                ? 0
+                : 6);
+    } catch (...) {
+      _exit(7);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no /proc/self/statm, 4: setrlimit failed, 5: no "
+                                       "error, 6: wrong message, 7: another exception";
+#endif
 }
 
 TEST(ThreadTeam, HandoffRoundTripIsMeasuredBetweenTwoMembers) {

@@ -235,10 +235,12 @@ class GruInference {
 // are the cell's own, started at its first shared step and kept while it (or a copy) lives:
 // after a step they spin for 20 us, yield until 200 us, then sleep. One caller at a time uses
 // them; another caller at the same moment, or one inside an OpenMP region, takes an OpenMP
-// region instead (0.4-0.5 us more a step). Where the weights take more than 3/4 of the L2
-// and there are no such parts (a reset-before cell, whose n product needs every unit's r
-// first, or too few units), the engine's team shares the step instead, bit-identical to
-// Gru::forward. Every other call runs the engine's kernels.
+// region instead (0.4-0.5 us more a step). A child process forked after they started starts
+// threads of its own (the parent's do not exist there); if none can be started, forward()
+// throws grux::Error. Where the weights take more than 3/4 of the L2 and there are no such
+// parts (a reset-before cell, whose n product needs every unit's r first, or too few units),
+// the engine's team shares the step instead, bit-identical to Gru::forward. Every other call
+// runs the engine's kernels.
 struct GruCellPlan;
 class GruCell {
  public:
@@ -303,7 +305,9 @@ class GruCell {
 // spin (x86 `pause`) on an atomic counter for the stream's whole life, never sleeping, and
 // the caller spins until they finish each step: give them their own cores and the caller's
 // real-time priority, or the caller waits whenever the OS preempts one. The destructor joins
-// them (it locks a mutex and makes system calls: not on the audio thread).
+// them (it locks a mutex and makes system calls: not on the audio thread). The constructor
+// throws grux::Error if they cannot be started. In a child process forked after the stream
+// was made, the workers do not exist: there the caller runs every frame alone (same bits).
 //
 // Kernels and results. One sequence (batch 1 or unbatched) in f32 on one thread runs the
 // real-time kernel (hidden sizes up to 256): a fused step per group of units, its results

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
+#include <system_error>
 #include <vector>
+
+#include "grux/error.h"
 
 namespace grux {
 
@@ -24,37 +28,57 @@ constexpr auto kWaitFor = std::chrono::microseconds(200);
 // Bumped in a child process after fork(): the child has none of the parent's workers, so a
 // team made before the fork must not be used (it would wait forever) nor joined.
 std::atomic<unsigned> fork_generation{0};
-}  // namespace
 
-ThreadTeam& calling_thread_team(int size) {
+unsigned current_fork_generation() {
   static const bool registered = [] {
     pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
     return true;
   }();
   (void)registered;
+  return fork_generation.load(std::memory_order_relaxed);
+}
+}  // namespace
+
+ThreadTeam& calling_thread_team(int size) {
   thread_local std::unique_ptr<ThreadTeam> team;
-  thread_local unsigned team_generation = 0;
-  const unsigned generation = fork_generation.load();
-  if (team && team_generation != generation)
-    (void)team.release();  // the parent's: its threads do not exist here
-  if (!team || team->size() != size) {
-    team.reset();
-    team = std::make_unique<ThreadTeam>(size);
-    team_generation = generation;
-  }
+  if (!team || !team->usable() || team->size() != size)
+    team = std::make_unique<ThreadTeam>(size);  // the old one destroyed after
   return *team;
 }
 
-ThreadTeam::ThreadTeam(int size, Idle idle) : spin_(idle == Idle::spin) {
-  for (int m = 1; m < size; ++m) workers_.emplace_back([this, m] { worker(m); });
+ThreadTeam::ThreadTeam(int size, Idle idle)
+    : spin_(idle == Idle::spin), generation_(current_fork_generation()) {
+  try {
+    for (int m = 1; m < size; ++m) workers_.emplace_back([this, m] { worker(m); });
+  } catch (const std::system_error& e) {
+    const int started = static_cast<int>(workers_.size());
+    stop_and_join();
+    delete sleep_;
+    throw Error("could not start a team of " + std::to_string(size) + " threads (" +
+                std::to_string(started + 1) + " running): " + e.what());
+  }
+}
+
+bool ThreadTeam::usable() const {
+  return fork_generation.load(std::memory_order_relaxed) == generation_;
 }
 
 ThreadTeam::~ThreadTeam() {
+  if (!usable()) {  // a child after fork(): the workers are the parent's (joining them, or
+    // destroying the condition variable they sleep on, would wait forever): leak both
+    new std::vector<std::thread>(std::move(workers_));
+    return;
+  }
+  stop_and_join();
+  delete sleep_;
+}
+
+void ThreadTeam::stop_and_join() {
   stop_ = true;
   epoch_.fetch_add(1, std::memory_order_seq_cst);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    wake_.notify_all();
+    std::lock_guard<std::mutex> lock(sleep_->mutex);
+    sleep_->wake.notify_all();
   }
   for (std::thread& t : workers_) t.join();
 }
@@ -67,8 +91,8 @@ void ThreadTeam::run_erased(void* job, Fn fn) {
   // it sleeps, or this thread sees it asleep and wakes it.
   epoch_.fetch_add(1, std::memory_order_seq_cst);
   if (!spin_ && sleepers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    wake_.notify_all();
+    std::lock_guard<std::mutex> lock(sleep_->mutex);
+    sleep_->wake.notify_all();
   }
   fn(job, 0);
   for (int spins = 0; pending_.load(std::memory_order_acquire) > 0; ++spins) {
@@ -100,8 +124,8 @@ void ThreadTeam::worker(int member) {
         yielding = idle > kSpinFor;
         if (idle > kWaitFor) {
           sleepers_.fetch_add(1, std::memory_order_seq_cst);
-          std::unique_lock<std::mutex> lock(mutex_);
-          wake_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
+          std::unique_lock<std::mutex> lock(sleep_->mutex);
+          sleep_->wake.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
           sleepers_.fetch_sub(1, std::memory_order_relaxed);
         }
       }

@@ -23,13 +23,20 @@ class ThreadTeam {
   // and run() neither locks nor makes a system call: for real-time streams, whose host gives
   // the workers a core each and the caller's priority.
   enum class Idle { sleep, spin };
-  // A team of `size` >= 1 members (size - 1 threads are started).
+  // A team of `size` >= 1 members (size - 1 threads are started). Throws grux::Error when the
+  // system cannot start them (no thread is left running then).
   explicit ThreadTeam(int size, Idle idle = Idle::sleep);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
   ThreadTeam& operator=(const ThreadTeam&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // False in a child process forked after the team was made: its workers are the parent's
+  // threads, which do not exist there, so run() would wait forever. Such a team must not run;
+  // destroying it is safe (it leaks the threads' handles and what they wait on instead of
+  // joining them).
+  // One relaxed atomic load: no lock, no system call.
+  bool usable() const;
   // Idle::spin: jobs should spin-wait too (a SpinBarrier reset with spin_only).
   bool spins() const { return spin_; }
 
@@ -43,18 +50,26 @@ class ThreadTeam {
  private:
   using Fn = void (*)(void*, int);
   void run_erased(void* job, Fn fn);
+  void stop_and_join();
   void worker(int member);
 
   std::vector<std::thread> workers_;
   void* job_ = nullptr;
   Fn fn_ = nullptr;
   bool spin_ = false;                           // Idle::spin
+  unsigned generation_ = 0;                     // fork generation at construction
   bool stop_ = false;                           // written before an epoch bump, read after it
   alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped once per job
   alignas(64) std::atomic<int> pending_{0};     // workers still running the current job
-  alignas(64) std::atomic<int> sleepers_{0};    // workers asleep (or about to be) on wake_
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  alignas(64) std::atomic<int> sleepers_{0};    // workers asleep (or about to be) on sleep_
+  // Where sleeping workers wait. On the heap so that a child after fork() can leak it: a copy
+  // of a condition variable that the parent's workers were waiting on cannot be destroyed (its
+  // destruction waits for them).
+  struct Sleep {
+    std::mutex mutex;
+    std::condition_variable wake;
+  };
+  Sleep* sleep_ = new Sleep;
 };
 
 // The calling thread's team of `size` members, kept for the thread's lifetime (made anew

@@ -954,7 +954,7 @@ void cell_step_parts(const GruCellPlan& plan, int threads, int64_t H, const floa
   };
   std::unique_lock<std::mutex> lock(plan.team_mu, std::try_to_lock);
   if (team > 1 && lock.owns_lock() && !omp_in_parallel()) {
-    if (!plan.team || plan.team->size() != team)
+    if (!plan.team || !plan.team->usable() || plan.team->size() != team)  // usable: after fork
       plan.team = std::make_unique<ThreadTeam>(team, ThreadTeam::Idle::sleep);
     auto job = [&](int member) {
       for (int64_t p = member; p < n; p += team) part(p);

@@ -146,9 +146,11 @@ struct GRUX_INTERNAL GruStream::Impl {
   void run_layers_fast(const float* x, int64_t sx, int64_t t, const cpu::StreamOut& top);
   // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
   // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
+  // Without it (inside an OpenMP region, or in a child process forked after the stream was
+  // made, where the workers do not exist) the caller runs the frames alone: the same bits.
   std::unique_ptr<ThreadTeam> team;
   ThreadTeam* frame_team() const {
-    return team && !omp_in_parallel() ? team.get() : nullptr;
+    return team && team->usable() && !omp_in_parallel() ? team.get() : nullptr;
   }
 
   // Runs the frames in blocks of at most `capacity`; out (f.t, N, H) time-major, contiguous.
