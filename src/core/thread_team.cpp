@@ -48,14 +48,21 @@ ThreadTeam& calling_thread_team(int size) {
 
 ThreadTeam::ThreadTeam(int size, Idle idle)
     : spin_(idle == Idle::spin), generation_(current_fork_generation()) {
+  // On failure, the workers already started are stopped and joined before the error leaves.
+  const auto abandon = [this] {
+    stop_and_join();
+    delete sleep_;
+  };
   try {
     for (int m = 1; m < size; ++m) workers_.emplace_back([this, m] { worker(m); });
   } catch (const std::system_error& e) {
     const int started = static_cast<int>(workers_.size());
-    stop_and_join();
-    delete sleep_;
+    abandon();
     throw Error("could not start a team of " + std::to_string(size) + " threads (" +
-                std::to_string(started + 1) + " running): " + e.what());
+                std::to_string(started) + " worker threads started, then: " + e.what() + ")");
+  } catch (...) {
+    abandon();
+    throw;
   }
 }
 
