@@ -329,14 +329,17 @@ int64_t prepared_stride(bool int8, int64_t K) {
   return ((int8 ? (K + 3) / 4 : (K + 1) / 2) + 15) / 16 * 16;
 }
 
-// Rows prepared at a time, for prepared rows of `as` words: as many as take a quarter of the
-// L1 (the panel of B they meet keeps the rest), at least kMaxMr, at most kSlabRows, within
-// the buffer. Every panel of B is read from L2 once per slab: 10 rows a slab made those reads
-// the int8 kernel's limit (M 6400, K 256, N 1536 on one Zen 5 core with a 48 KiB L1: 690
-// GOP/s with 10 rows, 720-760 with 16 to 60; M 64, K 512: 750-860 against 880-920).
+// Rows prepared at a time, for prepared rows of `as` words: as many as the buffer holds, at
+// most kSlabRows. Every panel of B is read from L2 (or, where the panels do not fit the L2,
+// from L3) once per slab; only the block of rows being multiplied needs to stay in L1. 10
+// rows a slab made those reads the int8 kernel's limit (M 6400, K 256, N 1536 on one Zen 5
+// core with a 48 KiB L1: 690 GOP/s with 10 rows, 720-760 with 16 to 60; M 64, K 512: 750-860
+// against 880-920); a quarter of the L1 (12 rows at K 512 in bf16) read the 1.5 MB of W3's
+// bf16 W_hh from L3 three times a step where the threads split the batch (two Zen 5 threads,
+// 32 rows against 12: W3 bf16 0.97x the time, int8 (24 rows before) 0.95x, I 512 H 512 bf16
+// 0.97x, W5 unchanged).
 int64_t slab_rows(int64_t as) {
-  const int64_t fit = l1d_cache_bytes() / 4 / (as * 4);
-  return std::min(std::clamp<int64_t>(fit, kMaxMr, kSlabRows), kPreparedWords / as);
+  return std::min<int64_t>(kSlabRows, kPreparedWords / as);
 }
 
 // Rows in groups that fit the buffer, each group prepared once; within a group, panel groups
