@@ -3,7 +3,6 @@
 // plus GruCell against a one-step GRU, and the stream's error paths.
 #include <gtest/gtest.h>
 #include <omp.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -254,6 +253,14 @@ TEST(StreamApi, GruCellRawStepErrors) {
   expect_error([&] { f64.forward(x.data(), h.data(), h.data()); }, "takes an f32 cell");
 }
 
+// The smallest multiple of 16 hidden units whose f32 cell weights (3H (I + H) floats) take
+// more than `quarters` quarters of this machine's L2: where a cell starts sharing its step.
+int64_t hidden_past_l2(int64_t I, int64_t quarters = 1) {
+  int64_t H = 16;
+  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * quarters) H += 16;
+  return H;
+}
+
 // A cell whose weights take much of the L2 (sized from the L2 the OS reports) shares its
 // batch-1 step among the threads when two are allowed. Past a quarter of the L2 a
 // linear-before-reset cell runs the real-time kernel's step in parts, one a thread: the same
@@ -262,11 +269,8 @@ TEST(StreamApi, GruCellRawStepErrors) {
 // below that, the real-time kernel on the calling thread.
 TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
   const int64_t I = 8;
-  const auto past = [&](int64_t quarters) {
-    int64_t H = 16;
-    while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4 * quarters) H += 16;
-    return H + 3;  // a partial unit block too
-  };
+  // A partial unit block too.
+  const auto past = [&](int64_t quarters) { return hidden_past_l2(I, quarters) + 3; };
   for (const int64_t H : {past(1), past(3)})
     for (GruForm form : {GruForm::linear_before_reset, GruForm::reset_before}) {
       const GruCell cell(I, H, true, form, DType::f32, 6);
@@ -307,9 +311,7 @@ TEST(StreamApi, GruCellLargerThanTheL2SharesTheStepOnTwoThreads) {
 // one caller at a time: callers on four threads at once (the others take an OpenMP region) and
 // callers inside an OpenMP region get the same bits as one thread, step after step.
 TEST(StreamApi, GruCellSharedStepFromSeveralThreadsAtOnce) {
-  const int64_t I = 8;
-  int64_t H = 16;
-  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4) H += 16;
+  const int64_t I = 8, H = hidden_past_l2(I);
   const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 7);
   std::mt19937_64 rng(13);
   const Tensor x = test::random_tensor({I}, DType::f32, rng);
@@ -357,9 +359,7 @@ TEST(StreamApi, StreamsAndCellsMadeBeforeForkRunInTheChild) {
   GruStream batched(gru, 3, {}, 2), single(gru, 1, {}, 2);
   const Tensor want3 = gru.forward(x3).output;  // the streams' bits (engine kernels)
   const Tensor want1 = gru.forward(x1).output;
-  const int64_t I = 8;
-  int64_t H = 16;
-  while (3 * H * (I + H) * 4 <= cpu::l2_cache_bytes() / 4) H += 16;  // a shared step
+  const int64_t I = 8, H = hidden_past_l2(I);  // a shared step
   const GruCell cell(I, H, true, GruForm::linear_before_reset, DType::f32, 7);
   const Tensor xc = test::random_tensor({I}, DType::f32, rng);
   std::vector<float> want_h(H, 0.0f), h(H, 0.0f);
@@ -371,21 +371,16 @@ TEST(StreamApi, StreamsAndCellsMadeBeforeForkRunInTheChild) {
   batched.reset();
   single.reset();
   std::fill(h.begin(), h.end(), 0.0f);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    alarm(20);  // a hang fails the test instead of blocking it
+  const int code = test::exit_code_in_child([&] {
     int failed = 0;
     if (max_abs_diff(batched.step(x3), want3) != 0.0) failed |= 1;
     if (max_abs_diff(single.step(x1), want1) != 0.0) failed |= 2;
     for (int s = 0; s < 3; ++s) cell.forward(xc.data<float>(), h.data(), h.data(), 2);
     if (h != want_h) failed |= 4;
-    _exit(failed);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: batched stream, 2: batch-1 stream, 4: cell";
+    return failed;
+  });
+  EXPECT_EQ(code, 0) << "1: batched stream, 2: batch-1 stream, 4: cell (sums of these), "
+                        "125: an exception, 128 + N: killed by signal N";
   EXPECT_EQ(max_abs_diff(batched.step(x3), want3), 0.0);  // the parent's threads still run
 }
 

@@ -3,7 +3,6 @@
 // The spinning barrier of the teams' time steps: nobody passes before everyone arrived.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include "core/spin_barrier.h"
 #include "core/thread_team.h"
 #include "grux/error.h"
+#include "test_util.h"
 
 namespace grux {
 namespace {
@@ -129,20 +129,16 @@ TEST(ThreadTeam, AChildProcessAfterForkGetsATeamOfItsOwn) {
   ThreadTeam& parent = calling_thread_team(2);
   auto nothing = [](int) {};
   parent.run(nothing);  // the parent's worker exists and has run
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    alarm(10);  // a hang fails the test instead of blocking it
-    int ran = 0;
-    auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
-    ThreadTeam& child = calling_thread_team(2);
-    child.run(body);
-    _exit(ran == 2 && &child != &parent ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const int code = test::exit_code_in_child(
+      [&] {
+        int ran = 0;
+        auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+        ThreadTeam& child = calling_thread_team(2);
+        child.run(body);
+        return ran == 2 && &child != &parent ? 0 : 1;
+      },
+      10);
+  EXPECT_EQ(code, 0) << "128 + N: the child was killed by signal N";
   EXPECT_EQ(&calling_thread_team(2), &parent);  // the parent keeps its team
 }
 
@@ -158,22 +154,18 @@ TEST(ThreadTeam, ATeamMadeBeforeForkIsUnusableInTheChildAndDestroyedWithoutWaiti
     ASSERT_TRUE(team->usable());
     // Longer than the workers spin and yield: asleep when the process forks.
     if (kind == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      alarm(10);  // a hang fails the test instead of blocking it
-      const bool unusable = !team->usable();
-      team.reset();  // must neither join the parent's worker nor terminate
-      int ran = 0;
-      auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
-      ThreadTeam fresh(2, idle);
-      fresh.run(body);
-      _exit(unusable && fresh.usable() && ran == 2 ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "kind " << kind;
+    const int code = test::exit_code_in_child(
+        [&] {
+          const bool unusable = !team->usable();
+          team.reset();  // must neither join the parent's worker nor terminate
+          int ran = 0;
+          auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
+          ThreadTeam fresh(2, idle);
+          fresh.run(body);
+          return unusable && fresh.usable() && ran == 2 ? 0 : 1;
+        },
+        10);
+    EXPECT_EQ(code, 0) << "kind " << kind << " (128 + N: the child was killed by signal N)";
     EXPECT_TRUE(team->usable());  // the parent's team is untouched
     team->run(nothing);
   }
@@ -186,39 +178,35 @@ TEST(ThreadTeam, ThreadsThatCannotStartGiveAGruxError) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer needs more address space than the cap leaves";
 #else
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    alarm(10);
-    long pages = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-      std::fclose(f);
-    }
-    if (pages <= 0) _exit(3);
-    // Room for one 8 MiB stack with its guard page, not for many (glibc may reuse a few stacks
-    // of the parent's finished threads: the team asks for more).
-    const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (12 << 20);
-    const rlimit limit{cap, cap};
-    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(4);
-    try {
-      ThreadTeam team(64);
-      _exit(5);  // 63 threads started: the cap did not hold
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      _exit(what.find("could not start a team of 64 threads") != std::string::npos &&
-                    what.find('\n') == std::string::npos
-                ? 0
-                : 6);
-    } catch (...) {
-      _exit(7);
-    }
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no /proc/self/statm, 4: setrlimit failed, 5: no "
-                                       "error, 6: wrong message, 7: another exception";
+  const int code = test::exit_code_in_child(
+      [] {
+        long pages = 0;
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+          if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+          std::fclose(f);
+        }
+        if (pages <= 0) return 3;
+        // Room for one 8 MiB stack with its guard page, not for many (glibc may reuse a few
+        // stacks of the parent's finished threads: the team asks for more).
+        const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (12 << 20);
+        const rlimit limit{cap, cap};
+        if (setrlimit(RLIMIT_AS, &limit) != 0) return 4;
+        try {
+          ThreadTeam team(64);
+          return 5;  // 63 threads started: the cap did not hold
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          return what.find("could not start a team of 64 threads") != std::string::npos &&
+                         what.find('\n') == std::string::npos
+                     ? 0
+                     : 6;
+        } catch (...) {
+          return 7;
+        }
+      },
+      10);
+  EXPECT_EQ(code, 0) << "3: no /proc/self/statm, 4: setrlimit failed, 5: no error, 6: wrong "
+                        "message, 7: another exception, 128 + N: killed by signal N";
 #endif
 }
 

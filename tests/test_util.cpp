@@ -1,6 +1,8 @@
 // Shared test helpers (non-inline parts).
 #include "test_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <random>
@@ -17,6 +19,23 @@ std::vector<std::string> golden_files(const std::string& dir,
   }
   std::sort(files.begin(), files.end());
   return files;
+}
+
+int exit_code_in_child(const std::function<int()>& body, unsigned timeout_s) {
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    alarm(timeout_s);
+    int code = 125;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 TempDir::TempDir() {

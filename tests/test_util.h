@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <sstream>
@@ -95,6 +96,11 @@ inline CliRun grux_cli(const std::string& dir, const std::string& args) {
       (std::string(GRUX_CLI) + " " + args + " >" + o + " 2>" + e + " </dev/null").c_str());
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(o), slurp(e)};
 }
+
+// Runs `body` in a forked child process that is killed after `timeout_s` seconds (a hang
+// fails instead of blocking the test); returns the child's exit code: body's result, 125 if it
+// threw, 128 + signal if it was killed, or -1 if fork failed.
+int exit_code_in_child(const std::function<int()>& body, unsigned timeout_s = 20);
 
 // Expects exit code `code` and exactly one stderr line containing every piece.
 inline void expect_user_error(const CliRun& r, std::initializer_list<const char*> pieces,
