@@ -14,8 +14,9 @@ Rows (../shared/WORKLOADS.md, f32, h0 = 0, inputs uniform in [-1, 1]):
                (gradients of the input and every weight), nn.GRU against grux.torch.GRU; the C++
                speed-up from `grux bench gru DESC --train` and pytorch_gru.py --train.
   W1           1000 steps of one frame, batch 1: a loop of nn.GRUCell calls against a loop of
-               grux.GRUStream.step calls (grux's streaming idiom from Python); the C++ speed-up
-               from `grux bench gru t1000n1i64h256 --cell` and pytorch_gru.py --cell.
+               grux.GRUStream.step calls (grux's streaming idiom from Python), each over the
+               frames listed beforehand (as pytorch_gru.py --cell does); the C++ speed-up from
+               `grux bench gru t1000n1i64h256 --cell` and pytorch_gru.py --cell.
   W1-out       the GRUStream.step loop writing each frame's output into one preallocated tensor
                (`step(f, out=o)`: no new tensor per call), against the same C++ speed-up.
   W1-cell      the same loop through grux.torch.GRUCell (the drop-in module; no C++ row of its
@@ -126,12 +127,13 @@ def worker(spec):
                 run = run_out
         else:
             cell = torch.nn.GRUCell(I, H) if spec["impl"] == "torch" else gt.GRUCell(I, H)
+            fr = list(frames.unbind(0))  # as the stream rows and pytorch_gru.py --cell
 
             def run():
                 h = torch.zeros(N, H)
                 with torch.inference_mode():
-                    for t in range(T):
-                        h = cell(frames[t], h)
+                    for f in fr:
+                        h = cell(f, h)
         out["ms"] = median_ms(run, reps)
     elif what == "step":
         I, H, T = spec["I"], spec["H"], spec["T"]

@@ -287,6 +287,21 @@ class GRUCell(nn.Module):
         return torch.from_numpy(cell.forward(_np(input, "input"), _np(hx, "hx")))
 
 
+def _install_cell_call():
+    # nn.Module.__call__ and forward's inference fast path as one C call (cell_call in
+    # python/src/module.cpp), where they would do nothing else: no hooks, no tracing, autograd
+    # off, the class exactly GRUCell. Everything else calls nn.Module.__call__ as before. Left
+    # out under a torch whose nn.Module keeps its global hooks elsewhere.
+    import torch.nn.modules.module as mm
+    names = ("_global_backward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks")
+    tables = tuple(getattr(mm, n, None) for n in names)
+    if all(isinstance(t, dict) for t in tables) and nn.Module.__call__ is mm.Module._call_impl:
+        GRUCell.__call__ = _grux._cell_call(GRUCell, nn.Module.__call__, tables)
+
+
+_install_cell_call()
+
+
 # ---- minGRU ----------------------------------------------------------------------------
 
 from ._util import _to_numpy  # noqa: E402

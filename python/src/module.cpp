@@ -258,25 +258,19 @@ bool is_cell_row(const std::optional<RawArray>& r, int64_t n, int ndim) {
   return (r->ndim == 1 || (r->ndim == 2 && r->shape[0] == 1)) && r->shape[r->ndim - 1] == n;
 }
 
-// _cell_forward(handle, parameters, input, hx): one step of a batch-1 or unbatched f32 cell
-// on torch tensors, into a new tensor, while the module's weights are still the ones the
-// handle was made from (the same objects, storage and versions); else None, and
-// GRUCell.forward takes its general path (which repacks, and words any error). A plain
-// CPython function, like _step_frame: pybind11's dispatch and a Tensor per argument were a
-// fifth of a W1 step (I 64, H 256) from Python.
-PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError,
-                    "_cell_forward(handle, parameters, input, hx) takes 4 arguments");
-    return nullptr;
-  }
-  auto* f = static_cast<CellFast*>(PyCapsule_GetPointer(args[0], kCellHandle));
+// One step of a batch-1 or unbatched f32 cell on torch tensors, into a new tensor, while the
+// module's weights (parameters: its _parameters) are still the ones the handle was made from
+// (the same objects, storage and versions): a new reference to the result; else a new
+// reference to None (the general path then, which repacks and words any error); null with a
+// Python error set if one was raised.
+PyObject* cell_step(PyObject* handle, PyObject* parameters, PyObject* input, PyObject* hx) {
+  auto* f = static_cast<CellFast*>(PyCapsule_GetPointer(handle, kCellHandle));
   if (f == nullptr) return nullptr;
   try {
     const TorchAccess* a = torch_access_in_use();
-    if (a == nullptr || !PyDict_Check(args[1])) Py_RETURN_NONE;
+    if (a == nullptr || !PyDict_Check(parameters)) Py_RETURN_NONE;
     for (size_t i = 0; i < f->weights.size(); ++i) {
-      PyObject* w = PyDict_GetItemWithError(args[1], f->names[i].ptr());
+      PyObject* w = PyDict_GetItemWithError(parameters, f->names[i].ptr());
       void* data = nullptr;
       int64_t version = 0;
       if (w != f->weights[i].ptr() || a->stamp(w, &data, &version) != 1 || data != f->data[i] ||
@@ -286,10 +280,10 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
       }
     }
     const int64_t I = f->cell->input_size(), H = f->cell->hidden_size();
-    const std::optional<RawArray> x = raw_array(args[2]);
+    const std::optional<RawArray> x = raw_array(input);
     if (!is_cell_row(x, I, 0)) Py_RETURN_NONE;
     std::optional<RawArray> h;
-    if (args[3] != Py_None && !is_cell_row(h = raw_array(args[3]), H, x->ndim)) Py_RETURN_NONE;
+    if (hx != Py_None && !is_cell_row(h = raw_array(hx), H, x->ndim)) Py_RETURN_NONE;
     const int64_t shape[2] = {1, H};
     void* out = nullptr;
     std::optional<py::object> result =
@@ -311,11 +305,120 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   return nullptr;
 }
 
+// _cell_forward(handle, parameters, input, hx): cell_step from Python. A plain CPython function,
+// like _step_frame: pybind11's dispatch and a Tensor per argument were a fifth of a W1 step
+// (I 64, H 256) from Python.
+PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_cell_forward(handle, parameters, input, hx) takes 4 arguments");
+    return nullptr;
+  }
+  return cell_step(args[0], args[1], args[2], args[3]);
+}
+
 PyMethodDef kCellForwardDef = {
     "_cell_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cell_forward_fast)),
     METH_FASTCALL,
     "_cell_forward(handle, parameters, input, hx): grux.torch.GRUCell's step on torch tensors, "
     "or None (its general path then)."};
+
+// grux.torch.GRUCell.__call__: nn.Module.__call__ and GRUCell.forward's fast path in one C
+// call, where they would do nothing but that step: no hooks (the module's or the global ones),
+// no tracing, autograd off, the class exactly grux.torch.GRUCell (a subclass may override
+// forward) and its forward the one installed with this (none set on the class or instance
+// since), positional (input[, hx]). Anything else, and
+// every step the fast path does not take, calls nn.Module.__call__ as before. Module.__call__'s
+// Python frames were half a microsecond of a W1 step (about 3 us on two threads).
+struct CellCall {
+  PyObject* cls = nullptr;          // grux.torch.GRUCell
+  PyObject* module_call = nullptr;  // torch.nn.Module.__call__
+  PyObject* forward_fn = nullptr;   // GRUCell.forward
+  PyObject* global_hooks[3] = {};   // torch.nn.modules.module's global hook dicts
+  PyObject* local_hooks[3] = {};    // the instance's hook dicts' names
+  PyObject* fast_name = nullptr;    // "_fast"
+  PyObject* parameters_name = nullptr;
+  PyObject* forward_name = nullptr;
+};
+CellCall g_cell_call;
+
+// Whether the instance dict's entry `name` is an empty dict (null with an error set on error).
+int empty_dict_entry(PyObject* dict, PyObject* name) {
+  PyObject* v = PyDict_GetItemWithError(dict, name);
+  if (v == nullptr) return PyErr_Occurred() ? -1 : 0;
+  return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0 ? 1 : 0;
+}
+
+PyObject* module_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  std::vector<PyObject*> all(static_cast<size_t>(1 + nargs + nkw));
+  all[0] = self;
+  for (Py_ssize_t i = 0; i < nargs + nkw; ++i) all[static_cast<size_t>(1 + i)] = args[i];
+  return PyObject_Vectorcall(g_cell_call.module_call, all.data(), static_cast<size_t>(1 + nargs),
+                             kwnames);
+}
+
+PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const CellCall& c = g_cell_call;
+  const TorchAccess* a = torch_access_in_use();
+  PyObject** dict_ptr = _PyObject_GetDictPtr(self);
+  PyObject* dict = dict_ptr == nullptr ? nullptr : *dict_ptr;
+  if (a == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(self)) != c.cls || dict == nullptr ||
+      nargs < 1 || nargs > 2 || (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0) ||
+      a->grad_enabled() || a->tracing())
+    return module_call(self, args, nargs, kwnames);
+  for (PyObject* g : c.global_hooks)
+    if (PyDict_GET_SIZE(g) > 0) return module_call(self, args, nargs, kwnames);
+  for (PyObject* name : c.local_hooks) {
+    const int empty = empty_dict_entry(dict, name);
+    if (empty < 0) return nullptr;
+    if (empty == 0) return module_call(self, args, nargs, kwnames);
+  }
+  PyObject* fast = PyDict_GetItemWithError(dict, c.fast_name);
+  PyObject* parameters =
+      fast == nullptr ? nullptr : PyDict_GetItemWithError(dict, c.parameters_name);
+  if (PyErr_Occurred()) return nullptr;
+  if (fast == nullptr || fast == Py_None || parameters == nullptr ||
+      _PyType_Lookup(Py_TYPE(self), c.forward_name) != c.forward_fn ||
+      PyDict_GetItemWithError(dict, c.forward_name) != nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    return module_call(self, args, nargs, kwnames);
+  }
+  PyObject* r = cell_step(fast, parameters, args[0], nargs == 2 ? args[1] : Py_None);
+  if (r != Py_None) return r;
+  Py_DECREF(r);
+  return module_call(self, args, nargs, kwnames);
+}
+
+PyMethodDef kCellCallDef = {
+    "__call__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cell_call)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "Call self as a function (torch.nn.Module.__call__; one C call for an inference step)."};
+
+// _cell_call(cls, module_call, global_hooks): the method descriptor to set as cls.__call__.
+py::object make_cell_call(const py::type& cls, const py::object& module_call_fn,
+                          const py::tuple& global_hooks) {
+  PyObject* forward =
+      PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_dict, "forward");
+  if (forward == nullptr) throw grux::Error("_cell_call: the class has no forward of its own");
+  if (g_cell_call.cls != nullptr) throw grux::Error("_cell_call: already made");
+  if (global_hooks.size() != 3) throw grux::Error("_cell_call: expected 3 global hook dicts");
+  for (const py::handle d : global_hooks)
+    if (!PyDict_Check(d.ptr())) throw grux::Error("_cell_call: a global hook table is not a dict");
+  PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &kCellCallDef);
+  if (descr == nullptr) throw py::error_already_set();
+  CellCall& c = g_cell_call;  // held for the life of the process, like the class itself
+  c.cls = cls.inc_ref().ptr();
+  c.module_call = module_call_fn.inc_ref().ptr();
+  c.forward_fn = py::reinterpret_borrow<py::object>(forward).release().ptr();
+  for (size_t i = 0; i < 3; ++i) c.global_hooks[i] = py::object(global_hooks[i]).release().ptr();
+  const char* names[3] = {"_backward_hooks", "_forward_hooks", "_forward_pre_hooks"};
+  for (size_t i = 0; i < 3; ++i) c.local_hooks[i] = PyUnicode_InternFromString(names[i]);
+  c.fast_name = PyUnicode_InternFromString("_fast");
+  c.parameters_name = PyUnicode_InternFromString("_parameters");
+  c.forward_name = PyUnicode_InternFromString("forward");
+  return py::reinterpret_steal<py::object>(descr);
+}
 
 }  // namespace
 
@@ -348,6 +451,9 @@ PYBIND11_MODULE(_grux, m) {
         "grux.torch.GRUCell's handle for _cell_forward, or None where it has no fast path.");
   m.add_object("_cell_forward", py::reinterpret_steal<py::object>(
                                     PyCFunction_NewEx(&kCellForwardDef, nullptr, m.ptr())));
+  m.def("_cell_call", &make_cell_call, py::arg("cls"), py::arg("module_call"),
+        py::arg("global_hooks"),
+        "grux.torch.GRUCell.__call__ (once): nn.Module.__call__ with the inference step in C.");
   bind_scan(m);
   bind_mingru(m);
   bind_conv(m);

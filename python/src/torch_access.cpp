@@ -7,7 +7,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include <cstring>
 
@@ -74,7 +76,15 @@ int stamp(PyObject* o, void** data, int64_t* version) {
   }
 }
 
-const TorchAccess kAccess{kTorchAccessAbi, &view, &empty, &stamp};
+int grad_enabled() {
+  return c10::GradMode::is_enabled() ? 1 : 0;
+}
+
+int tracing() {
+  return torch::jit::tracer::isTracing() ? 1 : 0;
+}
+
+const TorchAccess kAccess{kTorchAccessAbi, &view, &empty, &stamp, &grad_enabled, &tracing};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
                        "_torch_access",

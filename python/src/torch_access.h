@@ -13,7 +13,7 @@
 namespace grux_py {
 
 // Bumped whenever the structs below change: a module of another ABI is not used.
-constexpr int kTorchAccessAbi = 2;
+constexpr int kTorchAccessAbi = 3;
 constexpr int kTorchViewMaxDims = 8;
 
 struct TorchView {
@@ -37,6 +37,10 @@ struct TorchAccess {
   // 1 with the data pointer and the version counter (what in-place writes bump) of a
   // torch.Tensor or nn.Parameter; 0 otherwise.
   int (*stamp)(PyObject* o, void** data, int64_t* version);
+  // 1 where autograd records operations on this thread (torch.is_grad_enabled()), else 0.
+  int (*grad_enabled)();
+  // 1 while torch.jit.trace runs on this thread (nn.Module.__call__ then calls _slow_forward).
+  int (*tracing)();
 };
 
 }  // namespace grux_py

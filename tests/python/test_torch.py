@@ -2,6 +2,7 @@
 initial values, the same outputs (PackedSequence included), gradcheck in f64, and the same
 losses through 20 steps of an ordinary Adam training loop."""
 import copy
+import sys
 
 import numpy as np
 import pytest
@@ -230,6 +231,85 @@ def test_gru_cell_fast_path():
     x.requires_grad_(True)
     out = cell(x, h)
     assert out.grad_fn is not None
+
+
+def _forward_frames(call):
+    """How many times GRUCell.forward's Python code ran during call()."""
+    code, seen = gt.GRUCell.forward.__code__, []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            seen.append(1)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
+def test_gru_cell_call():
+    """grux.torch.GRUCell.__call__ is nn.Module.__call__ with an inference step in one C call:
+    no Python frame of forward where nothing else would run, and nn.Module.__call__'s way
+    (forward's code, the hooks, a subclass's forward) wherever something would."""
+    if not grux._grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    assert type(gt.GRUCell.__call__).__name__ == "method_descriptor"
+    torch.manual_seed(24)
+    ref = torch.nn.GRUCell(6, 40)
+    cell = gt.GRUCell(6, 40)
+    cell.load_state_dict(ref.state_dict())
+    x, h = torch.randn(1, 6), torch.randn(1, 40)
+    with torch.no_grad():
+        want = ref(x, h)
+        cell(x, h)  # packs the weights
+        got = []
+        assert _forward_frames(lambda: got.append(cell(x, h))) == 0
+        assert _forward_frames(lambda: got.append(cell(x[0]))) == 0
+        assert (got[0] - want).abs().max() < 3e-6 and got[1].shape == (40,)
+        # Keywords, a batch, wrong arguments: nn.Module.__call__ and forward's general path.
+        assert _forward_frames(lambda: got.append(cell(input=x, hx=h))) == 1
+        assert torch.equal(got[-1], got[0])
+        assert _forward_frames(lambda: cell(torch.randn(3, 6))) == 1
+        with pytest.raises(TypeError):
+            cell()
+        with pytest.raises(TypeError):
+            cell(x, h, h)
+        # The module's hooks and the global ones run, and change the result as they say.
+        handle = cell.register_forward_hook(lambda m, args, out: out * 2)
+        assert torch.equal(cell(x, h), 2 * got[0])
+        handle.remove()
+        handle = cell.register_forward_pre_hook(lambda m, args: (args[0] * 0, args[1]))
+        assert torch.equal(cell(x, h), cell.forward(x * 0, h))
+        handle.remove()
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: o + 1)
+        try:
+            assert torch.equal(cell(x, h), got[0] + 1)
+        finally:
+            handle.remove()
+        assert torch.equal(cell(x, h), got[0]) and _forward_frames(lambda: cell(x, h)) == 0
+
+        # A forward of the instance's, of a subclass or set on the class is the one called.
+        cell.forward = lambda *a: "instance"
+        assert cell(x, h) == "instance"
+        del cell.forward
+
+        class Sub(gt.GRUCell):
+            def forward(self, input, hx=None):
+                return "subclass"
+        assert Sub(6, 40)(x, h) == "subclass"
+        original = gt.GRUCell.forward
+        gt.GRUCell.forward = lambda self, *a: "class"
+        try:
+            assert cell(x, h) == "class"
+        finally:
+            gt.GRUCell.forward = original
+        assert torch.equal(cell(x, h), got[0])
+    # Autograd on: forward's Python code, and a graph.
+    xg = x.clone().requires_grad_(True)
+    out = []
+    assert _forward_frames(lambda: out.append(cell(xg, h))) == 1
+    assert out[0].grad_fn is not None
 
 
 def test_torch_errors():
