@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "grux/dist.h"
@@ -330,6 +331,14 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
     EXPECT_THAT(r.out, HasSubstr(std::string(extra).find("bf16") != std::string::npos
                                      ? "\"precision\":\"bf16\""
                                      : "\"precision\":\"int8\""));
+    // The peak is the low-precision GEMM's (its own measurement), not the f32 rates.
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const double peak = j["gemm_peak_gflops"].get<double>();
+    EXPECT_NE(peak, std::max(j["blas_gflops"].get<double>(), j["grux_gemm_gflops"].get<double>()))
+        << extra;
+    EXPECT_NEAR(j["pct_of_gemm_peak"].get<double>(), 100 * j["gflops"].get<double>() / peak,
+                0.1 + 1e-3 * j["pct_of_gemm_peak"].get<double>())
+        << extra;
   }
   CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");
   ASSERT_EQ(cell.code, 0) << cell.err;

@@ -23,6 +23,9 @@ struct GemmRates {
   double best() const { return blas > grux ? blas : grux; }
 };
 GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
+// GFLOP/s of grux's packed GEMM with B in bf16 or int8 (the low-precision GRU's products,
+// cpu/gemm_lowp.h) at the current thread count: n x n x n, the best of `reps` runs.
+double measure_lowp_gemm_rate(Precision precision, int reps, int64_t n = 1536);
 // GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
 // (at least 16 KiB; first touched by its reader): the rate of the cache level holding such a
 // buffer. `alternate`: each pass in the other direction (the real-time kernel's order: what

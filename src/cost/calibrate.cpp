@@ -84,23 +84,6 @@ GemmRates gemm_rates(int reps, int64_t n) {
   return {n, flops / blas / 1e9, flops / own / 1e9};
 }
 
-// grux's packed GEMM with B in bf16 or int8 (cpu/gemm_lowp.h), n x n x n, best of `reps`:
-// GFLOP/s of the same 2 n^3.
-double lowp_rate(Precision p, int reps, int64_t n) {
-  std::mt19937_64 rng(2);
-  const std::vector<float> a = uniform_values<float>(n * n, rng),
-                           b = uniform_values<float>(n * n, rng);
-  std::vector<float> c(n * n);
-  const int64_t panel = 3 * cpu::kUnit<float>;
-  Tensor storage = Tensor::empty({cpu::packed_lowp_bytes(p, n, n, panel) / 4}, DType::f32);
-  const cpu::PackedB<float> bp =
-      cpu::pack_b_lowp(p, n, n, panel, b.data(), 1, n, nullptr, nullptr, storage.raw_data());
-  const double s = best_seconds(reps, [&] {
-    cpu::gemm_packed_parallel<float>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
-  });
-  return 2.0 * n * n * n / s / 1e9;
-}
-
 void set_threads(int k) {
   omp_set_num_threads(k);
   cpu::blas_set_threads(k);
@@ -130,6 +113,22 @@ std::string today() {
 GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n) {
   if (dtype == DType::f64) return gemm_rates<double>(reps, n);
   return gemm_rates<float>(reps, n);
+}
+
+double measure_lowp_gemm_rate(Precision p, int reps, int64_t n) {
+  if (p == Precision::f32) throw Error("measure_lowp_gemm_rate: bf16 or int8, not f32");
+  std::mt19937_64 rng(2);
+  const std::vector<float> a = uniform_values<float>(n * n, rng),
+                           b = uniform_values<float>(n * n, rng);
+  std::vector<float> c(n * n);
+  const int64_t panel = 3 * cpu::kUnit<float>;
+  Tensor storage = Tensor::empty({cpu::packed_lowp_bytes(p, n, n, panel) / 4}, DType::f32);
+  const cpu::PackedB<float> bp =
+      cpu::pack_b_lowp(p, n, n, panel, b.data(), 1, n, nullptr, nullptr, storage.raw_data());
+  const double s = best_seconds(reps, [&] {
+    cpu::gemm_packed_parallel<float>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
+  });
+  return 2.0 * n * n * n / s / 1e9;
 }
 
 double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read,
@@ -301,8 +300,8 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
         const GemmRates d = measure_gemm_rates(DType::f64, reps, n);
         t.sgemm_gflops = s.best(), t.blas_sgemm_gflops = s.blas;
         t.dgemm_gflops = d.best(), t.blas_dgemm_gflops = d.blas;
-        t.bf16_gflops = lowp_rate(Precision::bf16, reps, n);
-        t.int8_gflops = lowp_rate(Precision::int8, reps, n);
+        t.bf16_gflops = measure_lowp_gemm_rate(Precision::bf16, reps, n);
+        t.int8_gflops = measure_lowp_gemm_rate(Precision::int8, reps, n);
         t.memcpy_gbps = measure_memcpy_bandwidth(quick ? (int64_t(16) << 20) : (int64_t(256) << 20),
                                                  k, quick ? 1 : 3);
         for (double b : sizes) {

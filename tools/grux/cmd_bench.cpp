@@ -71,13 +71,15 @@ Tensor uniform(const Shape& shape, DType dtype, std::mt19937_64& rng) {
 }
 
 // The time a problem cannot beat on this machine, measured in this process: the cost model's
-// roofline (src/cost) with the GEMM peak just measured and the read bandwidth measured for a
-// buffer the size of one thread's share of the weights read at every step.
+// roofline (src/cost) with the GEMM peak just measured (for bf16 or int8 products, the
+// low-precision GEMM's: lowp_gflops) and the read bandwidth measured for a buffer the size of
+// one thread's share of the weights read at every step.
 struct Bound {
   double ms, compute_ms, traffic_ms, read_gbps;
   std::string side;
 };
-Bound live_bound(const std::vector<Phase>& phases, DType dtype, int threads, double peak_gflops) {
+Bound live_bound(const std::vector<Phase>& phases, DType dtype, int threads, double peak_gflops,
+                 double lowp_gflops = 0) {
   // The weight set read most (bytes x passes), split over the threads that share it.
   double share = 0, most = 0;
   int team = 1;
@@ -88,6 +90,7 @@ Bound live_bound(const std::vector<Phase>& phases, DType dtype, int threads, dou
   }
   ThreadProfile t;
   t.sgemm_gflops = t.dgemm_gflops = peak_gflops;
+  t.bf16_gflops = t.int8_gflops = lowp_gflops;
   t.read_gbps = {{std::max(share, 1.0), measure_read_bandwidth(static_cast<int64_t>(share), team)}};
   MachineProfile live;  // activations (memcpy 0) and step costs are left out of this bound
   live.threads[threads] = t;
@@ -304,10 +307,13 @@ void run_bench_gru(const BenchArgs& a) {
   const double flops = p.gemm_flops() * (a.train ? 3 : 1);
   const double gflops = flops / (t.median_ms * 1e6);
   const GemmRates peak = measure_gemm_rates(p.dtype, 3);
+  // bf16 / int8: the peak is the low-precision GEMM's, measured the same way (no BLAS has it).
+  const double lowp_peak = prec == Precision::f32 ? 0 : measure_lowp_gemm_rate(prec, 3);
+  const double peak_gflops = lowp_peak > 0 ? lowp_peak : peak.best();
   p.precision = prec;  // the prediction prices the products in it
   const CostReport cost = a.cell ? gru_stream_cost(p) : gru_cost(p);
   const std::vector<Phase>& phases = a.train ? cost.training_phases : cost.inference_phases;
-  const Bound bound = live_bound(phases, p.dtype, threads, peak.best());
+  const Bound bound = live_bound(phases, p.dtype, threads, peak.best(), lowp_peak);
   const std::string handoff =
       threads > 1 ? fmt::format(",\"handoff_ns\":{:.0f}", measure_handoff_ns(threads)) : "";
   const std::string predicted =
@@ -336,7 +342,7 @@ void run_bench_gru(const BenchArgs& a) {
       "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
       "\"read_gbps\":{:.1f}{}{}{}{},\"precision\":\"{}\"{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
-      100 * gflops / peak.best(), peak.best(), peak.blas, peak.grux, bound.ms, bound.side,
+      100 * gflops / peak_gflops, peak_gflops, peak.blas, peak.grux, bound.ms, bound.side,
       100 * bound.ms / t.median_ms, bound.read_gbps, handoff,
       a.prepacked ? ",\"prepacked\":true" : "", predicted, per_frame, a.precision, lowp_fields);
 }
@@ -583,7 +589,9 @@ Action add_bench_command(CLI::App& app) {
       "l1d1t100n64i256h512. Default mode: forward of the whole stack. gflops counts GEMM "
       "flops (2*N*T*3H*(in+H) per layer and direction, x3 for --train); pct_of_gemm_peak "
       "divides by the best large square GEMM rate (the BLAS's or grux's) measured in the same "
-      "process at the same thread count. With 2+ threads, handoff_ns is the round trip of a "
+      "process at the same thread count (gemm_peak_gflops; with --precision bf16 or int8, "
+      "grux's GEMM in that precision, which bound_ms also uses). With 2+ threads, handoff_ns is "
+      "the round trip of a "
       "cache line between two of the threads, also measured in the process: each time step "
       "that threads share pays about two of them.");
   g->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
