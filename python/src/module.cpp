@@ -351,11 +351,15 @@ int empty_dict_entry(PyObject* dict, PyObject* name) {
 
 PyObject* module_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  std::vector<PyObject*> all(static_cast<size_t>(1 + nargs + nkw));
-  all[0] = self;
-  for (Py_ssize_t i = 0; i < nargs + nkw; ++i) all[static_cast<size_t>(1 + i)] = args[i];
-  return PyObject_Vectorcall(g_cell_call.module_call, all.data(), static_cast<size_t>(1 + nargs),
-                             kwnames);
+  try {
+    std::vector<PyObject*> all(static_cast<size_t>(1 + nargs + nkw));
+    all[0] = self;
+    for (Py_ssize_t i = 0; i < nargs + nkw; ++i) all[static_cast<size_t>(1 + i)] = args[i];
+    return PyObject_Vectorcall(g_cell_call.module_call, all.data(), static_cast<size_t>(1 + nargs),
+                               kwnames);
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
 }
 
 PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -384,6 +388,10 @@ PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     if (PyErr_Occurred()) return nullptr;
     return module_call(self, args, nargs, kwnames);
   }
+  // Held for the step: it runs without the GIL, while another thread could replace the
+  // module's _fast (reset_packed_weights) and so free the handle and its packed cell.
+  const py::object hold_fast = py::reinterpret_borrow<py::object>(fast);
+  const py::object hold_parameters = py::reinterpret_borrow<py::object>(parameters);
   PyObject* r = cell_step(fast, parameters, args[0], nargs == 2 ? args[1] : Py_None);
   if (r != Py_None) return r;
   Py_DECREF(r);

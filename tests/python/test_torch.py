@@ -312,6 +312,33 @@ def test_gru_cell_call():
     assert out[0].grad_fn is not None
 
 
+def test_gru_cell_call_while_another_thread_repacks():
+    """The C call holds the packed cell while its step runs without the GIL: another thread
+    dropping the packed copy (reset_packed_weights) meanwhile changes no result."""
+    if not grux._grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    import threading
+    torch.manual_seed(25)
+    cell = gt.GRUCell(64, 256)  # a step long enough to release the GIL
+    x, h = torch.randn(1, 64), torch.randn(1, 256)
+    with torch.no_grad():
+        want = cell(x, h)
+    stop = threading.Event()
+
+    def repack():
+        while not stop.is_set():
+            cell.reset_packed_weights()
+    t = threading.Thread(target=repack)
+    t.start()
+    try:
+        with torch.no_grad():
+            for _ in range(300):
+                assert torch.equal(cell(x, h), want)
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_torch_errors():
     with pytest.raises(grux.Error, match="grux runs on the CPU"):
         gt.GRU(3, 4, device="meta")
