@@ -910,6 +910,44 @@ TEST(CostRoofline, PrecisionPricesWeightBytesAndRates) {
   EXPECT_NO_THROW(cost_of("gru_stream", "l1d1t10n1i8h32", o));
 }
 
+TEST(CostRoofline, LowPrecisionGruPhasesComputeAtTheirOwnMeasuredFraction) {
+  MachineProfile prof = round_profile();
+  prof.threads[1].bf16_gflops = 250, prof.threads[4].bf16_gflops = 1000;
+  prof.threads[1].int8_gflops = 400, prof.threads[4].int8_gflops = 1600;
+  prof.threads[1].gru_gemm_efficiency = prof.threads[4].gru_gemm_efficiency = 0.8;
+  Phase gru;
+  gru.gemm_flops = 1e9;
+  gru.gru_kernel = true;
+  gru.split = 4;
+  gru.precision = Precision::bf16;
+  // Without a fraction of its own, f32's stands for bf16 and int8: 250 x 0.8 GFLOP/s.
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).compute_ms, 1e3 / 200, 1e-9);
+  prof.threads[1].bf16_gru_efficiency = 0.5, prof.threads[4].bf16_gru_efficiency = 0.9;
+  prof.threads[1].int8_gru_efficiency = 0.25, prof.threads[4].int8_gru_efficiency = 0.7;
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).compute_ms, 1e3 / 125, 1e-9);
+  gru.precision = Precision::int8;
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).compute_ms, 1e3 / 100, 1e-9);
+  // Two threads: 800 GFLOP/s x 0.4, both interpolated.
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 2).compute_ms, 1e3 / (800 * 0.4), 1e-9);
+  gru.precision = Precision::f32;  // f32 keeps its own
+  EXPECT_NEAR(predict({gru}, DType::f32, prof, 1).compute_ms, 1e3 / 80, 1e-9);
+  // The profile keeps them; one above 1 is an error naming it; older profiles have none.
+  const MachineProfile back = MachineProfile::from_json(prof.to_json(), "mem");
+  EXPECT_DOUBLE_EQ(back.at(4).bf16_gru_efficiency, 0.9);
+  EXPECT_DOUBLE_EQ(back.at(1).int8_gru_efficiency, 0.25);
+  std::string big = prof.to_json();
+  big.replace(big.find("\"int8_gru_efficiency\": 0.7"), 26, "\"int8_gru_efficiency\": 1.7");
+  try {
+    MachineProfile::from_json(big, "big.json");
+    ADD_FAILURE() << "an int8_gru_efficiency of 1.7 was accepted";
+  } catch (const Error& e) {
+    for (const char* piece : {"big.json", "'int8_gru_efficiency' 1.7", "[0, 1]"})
+      EXPECT_THAT(e.what(), HasSubstr(piece));
+  }
+  EXPECT_DOUBLE_EQ(
+      MachineProfile::from_json(round_profile().to_json(), "old").at(1).bf16_gru_efficiency, 0);
+}
+
 TEST(CostRoofline, GruPhasesComputeAtTheMeasuredFractionOfThePeak) {
   MachineProfile prof = round_profile();
   Phase gru, plain;

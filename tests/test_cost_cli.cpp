@@ -180,10 +180,13 @@ TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
   EXPECT_EQ(pj["format"], "grux-profile-1");
   EXPECT_GT(pj["threads"]["1"]["sgemm_gflops"].get<double>(), 0);
   EXPECT_GT(pj["threads"]["1"]["read_gbps"].size(), 1u);
+  for (const char* key : {"gru_gemm_efficiency", "bf16_gru_efficiency", "int8_gru_efficiency"}) {
+    const double eff = pj["threads"]["1"][key].get<double>();
+    EXPECT_GT(eff, 0) << key;
+    EXPECT_LE(eff, 1) << key;
+  }
+  EXPECT_THAT(r.out, HasSubstr("of the GEMM peak (bf16 "));
   const double eff = pj["threads"]["1"]["gru_gemm_efficiency"].get<double>();
-  EXPECT_GT(eff, 0);
-  EXPECT_LE(eff, 1);
-  EXPECT_THAT(r.out, HasSubstr("of the GEMM peak"));
   r = grux_cli(tmp.path,
                "cost gru l1d1t100n64i256h512 --train --threads 1 --format json --profile " + prof);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -207,6 +210,16 @@ TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
               15099.4944 / (peak * eff), 1e-6 * 15099.4944 / (peak * eff));
+  // In bf16, at the bf16 rate and the fraction measured in bf16.
+  const double bf16 = pj["threads"]["1"]["bf16_gflops"].get<double>() *
+                      pj["threads"]["1"]["bf16_gru_efficiency"].get<double>();
+  r = grux_cli(tmp.path,
+               "cost gru l1d1t100n64i256h512 --threads 1 --precision bf16 --format json "
+               "--profile " +
+                   prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
+              15099.4944 / bf16, 1e-6 * 15099.4944 / bf16);
   // Overrides: a GEMM peak of 1 GFLOP/s makes W3 take 15.1 s of compute (the override stands
   // for the GRU's GEMMs too).
   r = grux_cli(tmp.path,

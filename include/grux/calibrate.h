@@ -43,8 +43,9 @@ double measure_handoff_ns(int threads);
 // step's barrier and gate pass included).
 double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read = 2e8);
 // GEMM GFLOP/s that grux's GRU forward reaches in context (gates, packing and barriers
-// included) on l1t50n48i192h384 (l1t20n16i64h128 when `quick`) with the current threads.
-double measure_gru_gflops(bool quick = false);
+// included) on l1t50n48i192h384 (l1t20n16i64h128 when `quick`) with the current threads;
+// with bf16 or int8, GruInference's forward in that precision (weights converted beforehand).
+double measure_gru_gflops(bool quick = false, Precision precision = Precision::f32);
 // GB/s (bytes read + bytes written) of `threads` threads copying `bytes` with memcpy.
 double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps = 3);
 // Microseconds per step that a tiny GRU (N = 1, I = 16, H = 16 per thread) takes beyond its

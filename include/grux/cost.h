@@ -266,6 +266,10 @@ struct ThreadProfile {
   // this fraction of the peak, as weight passes stream at `stream_gbps`; 0 (older profiles,
   // the preset) computes them at the peak.
   double gru_gemm_efficiency = 0;
+  // The same in bf16 and int8: the fraction of bf16_gflops / int8_gflops that the GRU forward
+  // reaches in that precision on the same problem (its conversions of the input rows
+  // included). 0 (older profiles): gru_gemm_efficiency stands for them.
+  double bf16_gru_efficiency = 0, int8_gru_efficiency = 0;
 };
 
 struct MachineProfile {

@@ -197,11 +197,15 @@ double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double b
   return whh * double(p.T) / s / 1e9;
 }
 
-double measure_gru_gflops(bool quick) {
+double measure_gru_gflops(bool quick, Precision precision) {
   GruProblem p = GruProblem::parse(quick ? "l1t20n16i64h128" : "l1t50n48i192h384");
   Gru gru(p.config(), DType::f32, 1);
   const Tensor x = gru_input(p, 3);
-  return p.gemm_flops() / best_seconds(quick ? 2 : 5, [&] { gru.forward(x); }) / 1e9;
+  const int reps = quick ? 2 : 5;
+  if (precision == Precision::f32)
+    return p.gemm_flops() / best_seconds(reps, [&] { gru.forward(x); }) / 1e9;
+  const GruInference lowp(gru, precision);
+  return p.gemm_flops() / best_seconds(reps, [&] { lowp.forward(x); }) / 1e9;
 }
 
 double measure_memcpy_bandwidth(int64_t bytes, int threads, int reps) {
@@ -288,6 +292,8 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
     for (size_t i = 0; i < acc.stream_gbps.size(); ++i)
       up(acc.stream_gbps[i].second, t.stream_gbps[i].second);
     up(acc.gru_gemm_efficiency, t.gru_gemm_efficiency);
+    up(acc.bf16_gru_efficiency, t.bf16_gru_efficiency);
+    up(acc.int8_gru_efficiency, t.int8_gru_efficiency);
     acc.step_us = std::min(acc.step_us, t.step_us);
     acc.stream_step_us = std::min(acc.stream_step_us, t.stream_step_us);
   };
@@ -309,6 +315,10 @@ MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick, int 
               {b, measure_read_bandwidth(static_cast<int64_t>(b), k, quick ? 2e7 : 4e8)});
         }
         t.gru_gemm_efficiency = std::min(1.0, measure_gru_gflops(quick) / t.sgemm_gflops);
+        t.bf16_gru_efficiency =
+            std::min(1.0, measure_gru_gflops(quick, Precision::bf16) / t.bf16_gflops);
+        t.int8_gru_efficiency =
+            std::min(1.0, measure_gru_gflops(quick, Precision::int8) / t.int8_gflops);
         // The step cost is what a step takes beyond its roofline: measured against this
         // round's rates, so that a slow round does not count as step cost.
         const auto [seq, str] = measure_step_overhead(t, k, quick ? 200 : 2000);

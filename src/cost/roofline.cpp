@@ -32,6 +32,10 @@ ThreadProfile lerp(const ThreadProfile& a, const ThreadProfile& b, double t) {
   r.stream_step_us = mix(a.stream_step_us, b.stream_step_us);
   if (a.gru_gemm_efficiency > 0 && b.gru_gemm_efficiency > 0)
     r.gru_gemm_efficiency = mix(a.gru_gemm_efficiency, b.gru_gemm_efficiency);
+  if (a.bf16_gru_efficiency > 0 && b.bf16_gru_efficiency > 0)
+    r.bf16_gru_efficiency = mix(a.bf16_gru_efficiency, b.bf16_gru_efficiency);
+  if (a.int8_gru_efficiency > 0 && b.int8_gru_efficiency > 0)
+    r.int8_gru_efficiency = mix(a.int8_gru_efficiency, b.int8_gru_efficiency);
   // The bandwidth curves may be sampled at different sizes: sample both at a's sizes.
   for (const auto& [bytes, gbps] : a.read_gbps)
     r.read_gbps.push_back({bytes, mix(gbps, read_bandwidth_at(b, bytes))});
@@ -69,7 +73,9 @@ std::string MachineProfile::to_json() const {
                 {"bandwidth", "GB/s (1e9 bytes)"},
                 {"read_gbps", "[bytes per thread, GB/s of all threads]"},
                 {"step", "microseconds"},
-                {"gru_gemm_efficiency", "fraction of the GEMM peak"}};
+                {"gru_gemm_efficiency", "fraction of the GEMM peak"},
+                {"bf16_gru_efficiency", "fraction of bf16_gflops"},
+                {"int8_gru_efficiency", "fraction of int8_gflops"}};
   for (const auto& [k, t] : threads) {
     nlohmann::ordered_json e;
     e["sgemm_gflops"] = t.sgemm_gflops;
@@ -82,6 +88,8 @@ std::string MachineProfile::to_json() const {
     e["step_us"] = t.step_us;
     e["stream_step_us"] = t.stream_step_us;
     if (t.gru_gemm_efficiency > 0) e["gru_gemm_efficiency"] = t.gru_gemm_efficiency;
+    if (t.bf16_gru_efficiency > 0) e["bf16_gru_efficiency"] = t.bf16_gru_efficiency;
+    if (t.int8_gru_efficiency > 0) e["int8_gru_efficiency"] = t.int8_gru_efficiency;
     e["read_gbps"] = nlohmann::json::array();
     for (const auto& [bytes, gbps] : t.read_gbps) e["read_gbps"].push_back({bytes, gbps});
     e["stream_gbps"] = nlohmann::json::array();
@@ -129,11 +137,14 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
     t.memcpy_gbps = positive(e, "memcpy_gbps", w);
     t.step_us = positive(e, "step_us", w);
     t.stream_step_us = positive(e, "stream_step_us", w);
-    if (e.contains("gru_gemm_efficiency")) {  // optional: without it, the GEMM peak
-      t.gru_gemm_efficiency = positive(e, "gru_gemm_efficiency", w);
-      if (t.gru_gemm_efficiency > 1)
-        throw Error(fmt::format("{}: 'gru_gemm_efficiency' {} (expected a fraction in [0, 1])", w,
-                                t.gru_gemm_efficiency));
+    // Optional: without them, the GEMM peak (and gru_gemm_efficiency for bf16 and int8).
+    for (auto [key, field] : {std::pair{"gru_gemm_efficiency", &t.gru_gemm_efficiency},
+                              {"bf16_gru_efficiency", &t.bf16_gru_efficiency},
+                              {"int8_gru_efficiency", &t.int8_gru_efficiency}}) {
+      if (!e.contains(key)) continue;
+      *field = positive(e, key, w);
+      if (*field > 1)
+        throw Error(fmt::format("{}: '{}' {} (expected a fraction in [0, 1])", w, key, *field));
     }
     if (!e.contains("read_gbps") || !e["read_gbps"].is_array() || e["read_gbps"].empty())
       throw Error(fmt::format("{}: 'read_gbps' must be a non-empty array of [bytes, GB/s]", w));
@@ -281,7 +292,12 @@ Prediction predict(const std::vector<Phase>& phases, DType dtype, const MachineP
                         : ph.precision == Precision::int8 ? t.int8_gflops
                                                           : 0.0;
     if (lowp > 0) peak = lowp;
-    if (ph.gru_kernel && t.gru_gemm_efficiency > 0) peak *= t.gru_gemm_efficiency;
+    // In context, at the fraction measured for the phase's precision (else f32's).
+    const double lowp_eff = lowp <= 0                         ? 0.0
+                            : ph.precision == Precision::bf16 ? t.bf16_gru_efficiency
+                                                              : t.int8_gru_efficiency;
+    const double eff = lowp_eff > 0 ? lowp_eff : t.gru_gemm_efficiency;
+    if (ph.gru_kernel && eff > 0) peak *= eff;
     double c = 0, m = 0;
     if (ph.gemm_flops > 0 && peak > 0) c = ph.gemm_flops / (peak * 1e9);
     if (ph.weight_bytes > 0) {

@@ -90,11 +90,12 @@ void run_calibrate(const CalibrateArgs& a) {
     fmt::print(
         "{} thread{}: sgemm {:.1f} GFLOP/s (BLAS {:.1f}), dgemm {:.1f} GFLOP/s (BLAS {:.1f}), "
         "bf16 {:.1f} and int8 {:.1f} GFLOP/s ({}, {}), memcpy {:.1f} GB/s, GRU step {:.2f} us "
-        "(streaming {:.2f} us), GRU forward at {:.0f}% of the GEMM peak\n",
+        "(streaming {:.2f} us), GRU forward at {:.0f}% of the GEMM peak (bf16 {:.0f}% and int8 "
+        "{:.0f}% of theirs)\n",
         k, k == 1 ? "" : "s", t.sgemm_gflops, t.blas_sgemm_gflops, t.dgemm_gflops,
         t.blas_dgemm_gflops, t.bf16_gflops, t.int8_gflops, precision_kernel(Precision::bf16),
         precision_kernel(Precision::int8), t.memcpy_gbps, t.step_us, t.stream_step_us,
-        100 * t.gru_gemm_efficiency);
+        100 * t.gru_gemm_efficiency, 100 * t.bf16_gru_efficiency, 100 * t.int8_gru_efficiency);
     std::string curve;
     for (const auto& [bytes, gbps] : t.read_gbps)
       curve += fmt::format("{}{} {:.0f}", curve.empty() ? "" : ", ", size_label(bytes), gbps);
