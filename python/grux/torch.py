@@ -296,7 +296,7 @@ def _install_cell_call():
     names = ("_global_backward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks")
     tables = tuple(getattr(mm, n, None) for n in names)
     if all(isinstance(t, dict) for t in tables) and nn.Module.__call__ is mm.Module._call_impl:
-        GRUCell.__call__ = _grux._cell_call(GRUCell, nn.Module.__call__, tables)
+        GRUCell.__call__ = _grux._cell_call(GRUCell, nn.Module, tables)
 
 
 _install_cell_call()

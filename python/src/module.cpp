@@ -327,12 +327,15 @@ PyMethodDef kCellForwardDef = {
 // call, where they would do nothing but that step: no hooks (the module's or the global ones),
 // no tracing, autograd off, the class exactly grux.torch.GRUCell (a subclass may override
 // forward) and its forward the one installed with this (none set on the class or instance
-// since), positional (input[, hx]). Anything else, and
+// since), nn.Module.__call__ itself not replaced (torch.fx patches it while tracing),
+// positional (input[, hx]). Anything else, and
 // every step the fast path does not take, calls nn.Module.__call__ as before. Module.__call__'s
 // Python frames were half a microsecond of a W1 step (about 3 us on two threads).
 struct CellCall {
   PyObject* cls = nullptr;          // grux.torch.GRUCell
-  PyObject* module_call = nullptr;  // torch.nn.Module.__call__
+  PyObject* module_cls = nullptr;   // torch.nn.Module
+  PyObject* module_call = nullptr;  // its __call__ when this was made
+  PyObject* call_name = nullptr;    // "__call__"
   PyObject* forward_fn = nullptr;   // GRUCell.forward
   PyObject* global_hooks[3] = {};   // torch.nn.modules.module's global hook dicts
   PyObject* local_hooks[3] = {};    // the instance's hook dicts' names
@@ -349,14 +352,18 @@ int empty_dict_entry(PyObject* dict, PyObject* name) {
   return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0 ? 1 : 0;
 }
 
+// nn.Module.__call__ as it is now (a tracer may have replaced it) on self and the arguments.
 PyObject* module_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  PyObject* now = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(g_cell_call.module_cls),
+                                 g_cell_call.call_name);
+  const py::object call =
+      py::reinterpret_borrow<py::object>(now != nullptr ? now : g_cell_call.module_call);
   try {
     std::vector<PyObject*> all(static_cast<size_t>(1 + nargs + nkw));
     all[0] = self;
     for (Py_ssize_t i = 0; i < nargs + nkw; ++i) all[static_cast<size_t>(1 + i)] = args[i];
-    return PyObject_Vectorcall(g_cell_call.module_call, all.data(), static_cast<size_t>(1 + nargs),
-                               kwnames);
+    return PyObject_Vectorcall(call.ptr(), all.data(), static_cast<size_t>(1 + nargs), kwnames);
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
   }
@@ -384,6 +391,7 @@ PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
   if (PyErr_Occurred()) return nullptr;
   if (fast == nullptr || fast == Py_None || parameters == nullptr ||
       _PyType_Lookup(Py_TYPE(self), c.forward_name) != c.forward_fn ||
+      _PyType_Lookup(reinterpret_cast<PyTypeObject*>(c.module_cls), c.call_name) != c.module_call ||
       PyDict_GetItemWithError(dict, c.forward_name) != nullptr) {
     if (PyErr_Occurred()) return nullptr;
     return module_call(self, args, nargs, kwnames);
@@ -403,9 +411,12 @@ PyMethodDef kCellCallDef = {
     METH_FASTCALL | METH_KEYWORDS,
     "Call self as a function (torch.nn.Module.__call__; one C call for an inference step)."};
 
-// _cell_call(cls, module_call, global_hooks): the method descriptor to set as cls.__call__.
-py::object make_cell_call(const py::type& cls, const py::object& module_call_fn,
+// _cell_call(cls, module_cls, global_hooks): the method descriptor to set as cls.__call__.
+py::object make_cell_call(const py::type& cls, const py::type& module_cls,
                           const py::tuple& global_hooks) {
+  PyObject* call =
+      PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(module_cls.ptr())->tp_dict, "__call__");
+  if (call == nullptr) throw grux::Error("_cell_call: the module class has no __call__");
   PyObject* forward =
       PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_dict, "forward");
   if (forward == nullptr) throw grux::Error("_cell_call: the class has no forward of its own");
@@ -417,7 +428,9 @@ py::object make_cell_call(const py::type& cls, const py::object& module_call_fn,
   if (descr == nullptr) throw py::error_already_set();
   CellCall& c = g_cell_call;  // held for the life of the process, like the class itself
   c.cls = cls.inc_ref().ptr();
-  c.module_call = module_call_fn.inc_ref().ptr();
+  c.module_cls = module_cls.inc_ref().ptr();
+  c.module_call = py::reinterpret_borrow<py::object>(call).release().ptr();
+  c.call_name = PyUnicode_InternFromString("__call__");
   c.forward_fn = py::reinterpret_borrow<py::object>(forward).release().ptr();
   for (size_t i = 0; i < 3; ++i) c.global_hooks[i] = py::object(global_hooks[i]).release().ptr();
   const char* names[3] = {"_backward_hooks", "_forward_hooks", "_forward_pre_hooks"};
@@ -459,7 +472,7 @@ PYBIND11_MODULE(_grux, m) {
         "grux.torch.GRUCell's handle for _cell_forward, or None where it has no fast path.");
   m.add_object("_cell_forward", py::reinterpret_steal<py::object>(
                                     PyCFunction_NewEx(&kCellForwardDef, nullptr, m.ptr())));
-  m.def("_cell_call", &make_cell_call, py::arg("cls"), py::arg("module_call"),
+  m.def("_cell_call", &make_cell_call, py::arg("cls"), py::arg("module_cls"),
         py::arg("global_hooks"),
         "grux.torch.GRUCell.__call__ (once): nn.Module.__call__ with the inference step in C.");
   bind_scan(m);

@@ -305,6 +305,18 @@ def test_gru_cell_call():
         finally:
             gt.GRUCell.forward = original
         assert torch.equal(cell(x, h), got[0])
+        # nn.Module.__call__ replaced (torch.fx does so while tracing): the replacement runs.
+        seen, original_call = [], torch.nn.Module.__call__
+
+        def patched(module, *a, **k):
+            seen.append(module)
+            return original_call(module, *a, **k)
+        torch.nn.Module.__call__ = patched
+        try:
+            assert torch.equal(cell(x, h), got[0]) and seen == [cell]
+        finally:
+            torch.nn.Module.__call__ = original_call
+        assert _forward_frames(lambda: cell(x, h)) == 0
     # Autograd on: forward's Python code, and a graph.
     xg = x.clone().requires_grad_(True)
     out = []
