@@ -203,32 +203,26 @@ TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
     EXPECT_LE(p["roofline_ms"].get<double>(),
               (p["compute_ms"].get<double>() + p["traffic_ms"].get<double>()) * (1 + 1e-12));
   }
+  // W3's predicted inference compute time from this profile, with more options.
+  const auto w3_compute_ms = [&](const std::string& options) {
+    const CliRun run =
+        grux_cli(tmp.path, "cost gru l1d1t100n64i256h512 --threads 1 --format json " + options +
+                               " --profile " + prof);
+    EXPECT_EQ(run.code, 0) << run.err;
+    return run.code != 0 ? -1.0
+                         : nlohmann::json::parse(run.out)["prediction"]["inference"]["compute_ms"]
+                               .get<double>();
+  };
   // Without overrides the GRU's GEMMs run at the measured fraction of the peak.
   const double peak = pj["threads"]["1"]["sgemm_gflops"].get<double>();
-  r = grux_cli(tmp.path,
-               "cost gru l1d1t100n64i256h512 --threads 1 --format json --profile " + prof);
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
-              15099.4944 / (peak * eff), 1e-6 * 15099.4944 / (peak * eff));
+  EXPECT_NEAR(w3_compute_ms(""), 15099.4944 / (peak * eff), 1e-6 * 15099.4944 / (peak * eff));
   // In bf16, at the bf16 rate and the fraction measured in bf16.
   const double bf16 = pj["threads"]["1"]["bf16_gflops"].get<double>() *
                       pj["threads"]["1"]["bf16_gru_efficiency"].get<double>();
-  r = grux_cli(tmp.path,
-               "cost gru l1d1t100n64i256h512 --threads 1 --precision bf16 --format json "
-               "--profile " +
-                   prof);
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
-              15099.4944 / bf16, 1e-6 * 15099.4944 / bf16);
+  EXPECT_NEAR(w3_compute_ms("--precision bf16"), 15099.4944 / bf16, 1e-6 * 15099.4944 / bf16);
   // Overrides: a GEMM peak of 1 GFLOP/s makes W3 take 15.1 s of compute (the override stands
   // for the GRU's GEMMs too).
-  r = grux_cli(tmp.path,
-               "cost gru l1d1t100n64i256h512 --threads 1 --format json --peak-gflops 1 "
-               "--profile " +
-                   prof);
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NEAR(nlohmann::json::parse(r.out)["prediction"]["inference"]["compute_ms"].get<double>(),
-              15099.4944, 1e-3);
+  EXPECT_NEAR(w3_compute_ms("--peak-gflops 1"), 15099.4944, 1e-3);
   // grux bench --predict prints predicted next to measured.
   r = grux_cli(tmp.path,
                "bench gru l1d1t20n2i8h16 --reps 1 --threads 1 --predict --profile " + prof);

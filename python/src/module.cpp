@@ -328,9 +328,9 @@ PyMethodDef kCellForwardDef = {
 // no tracing, autograd off, the class exactly grux.torch.GRUCell (a subclass may override
 // forward) and its forward the one installed with this (none set on the class or instance
 // since), nn.Module.__call__ itself not replaced (torch.fx patches it while tracing),
-// positional (input[, hx]). Anything else, and
-// every step the fast path does not take, calls nn.Module.__call__ as before. Module.__call__'s
-// Python frames were half a microsecond of a W1 step (about 3 us on two threads).
+// positional (input[, hx]). Anything else, and every step the fast path does not take, calls
+// nn.Module.__call__ as before. Module.__call__'s Python frames were half a microsecond of a
+// W1 step (about 3 us on two threads).
 struct CellCall {
   PyObject* cls = nullptr;          // grux.torch.GRUCell
   PyObject* module_cls = nullptr;   // torch.nn.Module
@@ -397,9 +397,9 @@ PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     return module_call(self, args, nargs, kwnames);
   }
   // Held for the step: it runs without the GIL, while another thread could replace the
-  // module's _fast (reset_packed_weights) and so free the handle and its packed cell.
+  // module's _fast (reset_packed_weights) and so free the handle and its packed cell. (The
+  // parameters are read before the GIL is released.)
   const py::object hold_fast = py::reinterpret_borrow<py::object>(fast);
-  const py::object hold_parameters = py::reinterpret_borrow<py::object>(parameters);
   PyObject* r = cell_step(fast, parameters, args[0], nargs == 2 ? args[1] : Py_None);
   if (r != Py_None) return r;
   Py_DECREF(r);
