@@ -115,24 +115,44 @@ void check(Precision prec, Shape3 s, int64_t units, bool bias, bool accumulate, 
   auto A = random_vec(M * K, rng, -0.5, 1.5), W = random_vec(N * K, rng), b = random_vec(N, rng);
   const Packed P = pack(prec, K, N, panel, W, maps);
   auto C0 = random_vec(M * N, rng);
-  std::vector<float> C = C0, R = C0;
-  cpu::gemm_packed<float>(M, A.data(), K, false, P.B, bias ? b.data() : nullptr, accumulate,
-                          C.data(), N, 0, P.B.panels());
+  std::vector<float> R = C0;
   cpu::ref::gemm_packed<float>(M, A.data(), K, false, P.B, bias ? b.data() : nullptr,
                                accumulate, R.data(), N, 0, P.B.panels());
-  // bf16: f32 sums of K exact products (|a b| <= 1.5); int8: exact integer sums, two roundings.
-  const double tol = prec == Precision::bf16 ? 4.0 * (K + 2) * 1.5 * 6e-8 : 0;
-  for (int64_t i = 0; i < M * N; ++i)
-    ASSERT_NEAR(C[i], R[i], tol + 1e-6 * (2 + std::fabs(R[i]))) << where << " at row " << i / N
-                                                                 << " col " << i % N;
-  // Row invariance: each row alone, panel by panel, gives the same bits.
-  for (int64_t m = 0; m < M; m += std::max<int64_t>(1, M / 3)) {
-    std::vector<float> row(C0.begin() + m * N, C0.begin() + (m + 1) * N);
-    for (int64_t p = 0; p < P.B.panels(); ++p)
+  // Steps of a recurrence read B in different orders (one row: int8 a rotation of the panels,
+  // bf16 backwards on odd steps); each step's result is the product, and the same bits as
+  // step 0's (int8) or as those of the steps of its parity (bf16, whose sums follow the order).
+  std::vector<float> by_step[2];
+  for (int64_t step : {0, 1, 2, 7}) {
+    const std::string at = where + " step " + std::to_string(step);
+    std::vector<float> C = C0;
+    cpu::gemm_packed<float>(M, A.data(), K, false, P.B, bias ? b.data() : nullptr, accumulate,
+                            C.data(), N, 0, P.B.panels(), step);
+    // bf16: f32 sums of K exact products (|a b| <= 1.5); int8: exact integer sums, two
+    // roundings.
+    const double tol = prec == Precision::bf16 ? 4.0 * (K + 2) * 1.5 * 6e-8 : 0;
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_NEAR(C[i], R[i], tol + 1e-6 * (2 + std::fabs(R[i])))
+          << at << " at row " << i / N << " col " << i % N;
+    std::vector<float>& same = by_step[prec == Precision::bf16 ? step % 2 : 0];
+    if (same.empty()) same = C;
+    ASSERT_EQ(C, same) << at << ": not the bits of an earlier step";
+    // Row invariance: each row alone, all panels at once and panel by panel, the same bits.
+    for (int64_t m = 0; m < M; m += std::max<int64_t>(1, M / 3)) {
+      std::vector<float> row(C0.begin() + m * N, C0.begin() + (m + 1) * N), whole = row;
       cpu::gemm_packed<float>(1, A.data() + m * K, K, false, P.B, bias ? b.data() : nullptr,
-                              accumulate, row.data(), N, p, p + 1);
-    for (int64_t n = 0; n < N; ++n)
-      ASSERT_EQ(row[n], C[m * N + n]) << where << ": row " << m << " alone differs at col " << n;
+                              accumulate, whole.data(), N, 0, P.B.panels(), step);
+      for (int64_t p = 0; p < P.B.panels(); ++p)
+        cpu::gemm_packed<float>(1, A.data() + m * K, K, false, P.B, bias ? b.data() : nullptr,
+                                accumulate, row.data(), N, p, p + 1, step);
+      for (int64_t n = 0; n < N; ++n) {
+        ASSERT_EQ(whole[n], C[m * N + n]) << at << ": row " << m << " alone differs at col " << n;
+        ASSERT_EQ(row[n], C[m * N + n]) << at << ": row " << m << " by panels differs at col " << n;
+      }
+    }
+  }
+  // (With a few terms both orders can round alike.)
+  if (prec == Precision::bf16 && K >= 64) {
+    EXPECT_NE(by_step[0], by_step[1]) << where;
   }
 }
 

@@ -62,9 +62,10 @@ int group_vectors(int64_t M) {
 // ---- Portable kernels ---------------------------------------------------------------------
 
 void Bf16Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
-                  const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
-                  int64_t p1) {
+                  const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1,
+                  int64_t step) {
   const int64_t Kh = (B.K + 1) / 2, P = B.panel;
+  const bool reverse = step % 2 != 0;  // the pairs in the AVX-512 kernel's order
   float acc[3 * 16];
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* panel = B.bf16 + p * Kh * P * 2;
@@ -72,7 +73,8 @@ void Bf16Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& 
     for (int64_t m = 0; m < M; ++m) {
       const float* a = A + m * lda;
       std::fill(acc, acc + P, 0.0f);
-      for (int64_t h = 0; h < Kh; ++h) {
+      for (int64_t i = 0; i < Kh; ++i) {
+        const int64_t h = reverse ? Kh - 1 - i : i;
         const float a0 = from_bf16(to_bf16(a[2 * h]));
         const float a1 = 2 * h + 1 < B.K ? from_bf16(to_bf16(a[2 * h + 1])) : 0.0f;
         const uint16_t* b = panel + h * P * 2;
@@ -193,17 +195,20 @@ GRUX_AVX512_VNNI void QuantizeRows(int64_t M, int64_t K, const float* A, int64_t
 // converted words are a[r * as + g * gs]; vector v reads packed group g at b[v] + g * P (uint32
 // units), its columns are C's [16 v, 16 v + 16) from this block's first column; `cols` of
 // them are real. One loop between the zeroed accumulators and the epilogue, every index
-// into acc a constant: the compiler keeps them in registers.
+// into acc a constant: the compiler keeps them in registers. `reverse`: the groups from the
+// last to the first (sums in that order).
 template <int MR, int NV>
 GRUX_AVX512_BF16 void Bf16Block(int64_t groups, const uint32_t* a, int64_t as, int64_t gs,
                                 const uint32_t* const* b, int64_t P, int64_t cols,
-                                const float* bias, bool accumulate, float* C, int64_t ldc) {
+                                const float* bias, bool accumulate, float* C, int64_t ldc,
+                                bool reverse = false) {
   __m512 acc[MR][NV];
   _Pragma("GCC unroll 16")
   for (int r = 0; r < MR; ++r)
     _Pragma("GCC unroll 16")
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
+  const int64_t dg = reverse ? -1 : 1;
+  for (int64_t i = 0, g = reverse ? groups - 1 : 0; i < groups; ++i, g += dg) {
     __m512bh bv[NV];
     _Pragma("GCC unroll 16")
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b[v] + g * P);
@@ -342,14 +347,27 @@ int64_t slab_rows(int64_t as) {
   return std::min<int64_t>(kSlabRows, kPreparedWords / as);
 }
 
+// Panels, starting with the ones step `step - 1` read last, to a one-row product that reads
+// each of its n panels of `panel_bytes` once per step, every panel forwards: the panels of
+// step s are a rotation of those of step s - 1 that begins with its last `kept`, the whole
+// panels that stay in 3/4 of the L1 under least-recently-used replacement (W2 at batch 1, a
+// thread's 8 int8 panels of 12 KB with a 48 KiB L1: 3). The rotation's first panel.
+int64_t rotation_start(int64_t n, int64_t panel_bytes, int64_t step) {
+  const int64_t kept = l1d_cache_bytes() * 3 / 4 / panel_bytes;
+  if (kept < 1 || kept >= n) return 0;  // nothing kept, or everything
+  return (n - (step % n) * kept % n) % n;
+}
+
 // Rows in groups that fit the buffer, each group prepared once; within a group, panel groups
 // of NP panels (NP * S vectors, S the units per panel, sized by group_vectors) and the panels
 // left over one at a time, each against the group's rows in blocks of kMr; a group of one
-// row in int8 panel by panel (Int8Row).
+// row in int8 panel by panel (Int8Row). Successive steps (`step`) read B in orders that
+// begin on what the last step left in L1: one row in int8 a rotation of the panels; bf16,
+// on odd steps, every panel's groups backwards (and one row's panels from the last).
 template <bool kInt8>
-void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
-                const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
-                int64_t p1) {
+void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, const float* bias,
+                bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
+  const bool reverse = !kInt8 && step % 2 != 0;
   const int64_t P = B.panel, S = P / 16, groups = kInt8 ? (B.K + 3) / 4 : (B.K + 1) / 2;
   const uint32_t* base = kInt8 ? reinterpret_cast<const uint32_t*>(B.i8)
                                : reinterpret_cast<const uint32_t*>(B.bf16);
@@ -375,7 +393,7 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
                           B.colsum + n0, bb, accumulate, c + m * ldc + n0, ldc);
       else
         Bf16Block<MR, NV>(groups, prepared + m * as, as, 1, b, P, cols, bb, accumulate,
-                          c + m * ldc + n0, ldc);
+                          c + m * ldc + n0, ldc, reverse);
     };
     // The group's rows against NV vectors starting at panel p.
     auto rows_times = [&](auto nv_tag, int64_t p) {
@@ -418,7 +436,9 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
     };
     if constexpr (kInt8) {
       if (rows == 1) {
-        for (int64_t p = p0; p < p1; ++p) {
+        const int64_t n = p1 - p0, start = rotation_start(n, groups * P * 4, step);
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t p = p0 + (start + i) % n;
           const int64_t n0 = p * P, cols = std::min(P, B.N - n0);
           const uint32_t* b = base + p * groups * P;
           const float* bb = bias ? bias + n0 : nullptr;
@@ -436,9 +456,16 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
         continue;
       }
     }
-    int64_t p = p0;
-    for (; np_full > 1 && p + np_full <= p1; p += np_full) run(np_full * S, p);
-    for (; p < p1; ++p) run(S, p);
+    // Groups of np_full panels, then single ones; one row on odd steps from the last (bf16:
+    // its groups backwards too). Each column's sums run in one order either way.
+    const int64_t whole = np_full > 1 ? (p1 - p0) / np_full : 0, singles = p0 + whole * np_full;
+    if (reverse && rows == 1) {
+      for (int64_t p = p1 - 1; p >= singles; --p) run(S, p);
+      for (int64_t i = whole - 1; i >= 0; --i) run(np_full * S, p0 + i * np_full);
+    } else {
+      for (int64_t i = 0; i < whole; ++i) run(np_full * S, p0 + i * np_full);
+      for (int64_t p = singles; p < p1; ++p) run(S, p);
+    }
   }
 }
 
@@ -649,18 +676,19 @@ PackedB<float> pack_b_lowp(Precision p, int64_t K, int64_t N, int64_t panel, con
 
 void gemm_packed_lowp(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
                       const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
-                      int64_t p1) {
+                      int64_t p1, int64_t step) {
   p1 = std::min(p1, B.panels());
   if (M <= 0 || p0 >= p1) return;
   const Precision p = B.bf16 ? Precision::bf16 : Precision::int8;
 #if GRUX_HAVE_X86
   if (use_avx512(p) && prepared_stride(p == Precision::int8, B.K) <= kPreparedWords) {
     if (p == Precision::bf16)
-      return LowpAvx512<false>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
-    return LowpAvx512<true>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+      return LowpAvx512<false>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
+    return LowpAvx512<true>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
   }
 #endif
-  if (p == Precision::bf16) return Bf16Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+  if (p == Precision::bf16)
+    return Bf16Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
   Int8Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
 }
 

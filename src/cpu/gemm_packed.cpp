@@ -590,11 +590,11 @@ template void pack_b<double>(int64_t, int64_t, int64_t, const double*, int64_t, 
 template <>
 void gemm_packed<float>(int64_t M, const float* A, int64_t lda, bool trans_a,
                         const PackedB<float>& B, const float* bias, bool accumulate, float* C,
-                        int64_t ldc, int64_t p0, int64_t p1) {
+                        int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
   if (M <= 0 || p0 >= p1) return;
   if (B.low_precision()) {
     GRUX_ASSERT(!trans_a);
-    return gemm_packed_lowp(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);
+    return gemm_packed_lowp(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
   }
   HWY_DYNAMIC_DISPATCH(GemmPackedF32)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
                                       accumulate, C, ldc, p0, p1);
@@ -602,7 +602,7 @@ void gemm_packed<float>(int64_t M, const float* A, int64_t lda, bool trans_a,
 template <>
 void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
                          const PackedB<double>& B, const double* bias, bool accumulate, double* C,
-                         int64_t ldc, int64_t p0, int64_t p1) {
+                         int64_t ldc, int64_t p0, int64_t p1, int64_t /*step*/) {
   if (M <= 0 || p0 >= p1) return;
   HWY_DYNAMIC_DISPATCH(GemmPackedF64)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
                                       accumulate, C, ldc, p0, p1);

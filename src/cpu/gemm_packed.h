@@ -63,9 +63,15 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
 // C (M x N, row stride ldc) = op(A) B + bias (N, or null) + (accumulate ? C : 0), for the
 // panels [p0, p1) of B only (columns [p0 * panel, min(N, p1 * panel))). op(A) is M x K:
 // A[m * lda + k], or A[k * lda + m] with trans_a. Single-threaded: callers split panels.
+// `step`: the call's index in a series of products with the same B (a recurrence's time
+// steps; 0 otherwise). A B in bf16 or int8 is read in an order that depends on it, so that
+// each call begins on what the previous one left in L1 (cpu/gemm_lowp.h). On odd steps bf16
+// sums each column's k pairs from the last to the first (its last bits depend on the step's
+// parity); int8's sums are exact (the same bits on every step); f32 and f64 ignore it.
 template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
-                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1);
+                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1,
+                 int64_t step = 0);
 
 // Operands read in place from rows of other arrays (convolution on shifted views of an image:
 // no column matrix, no packing). Same FMA chains as gemm_packed; single-threaded.

@@ -29,13 +29,18 @@ namespace grux::ops {
 template <typename T>
 struct GruKernels {
   bool reference;
-  decltype(&cpu::gemm_packed<T>) gemm;
+  decltype(&cpu::gemm_packed<T>) gemm_fn;
   decltype(&cpu::gru_gates_lbr_forward<T>) lbr_forward;
   decltype(&cpu::gru_gates_lbr_backward<T>) lbr_backward;
   decltype(&cpu::gru_gates_rb_forward_rz<T>) rb_forward_rz;
   decltype(&cpu::gru_gates_rb_forward_n<T>) rb_forward_n;
   decltype(&cpu::gru_gates_rb_backward_zn<T>) rb_backward_zn;
   decltype(&cpu::gru_gates_rb_backward_r<T>) rb_backward_r;
+  // cpu::gemm_packed or its twin, for panels [p0, p1) of B.
+  void gemm(int64_t M, const T* A, int64_t lda, bool ta, const cpu::PackedB<T>& B, const T* bias,
+            bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step = 0) const {
+    gemm_fn(M, A, lda, ta, B, bias, accumulate, C, ldc, p0, p1, step);
+  }
   // The whole product: split over threads (optimized) or one loop (reference).
   void gemm_all(int64_t M, const T* A, int64_t lda, bool ta, const cpu::PackedB<T>& B,
                 const T* bias, bool accumulate, T* C, int64_t ldc) const {
@@ -115,26 +120,27 @@ TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier*
 // aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H). h_prev
 // and h: B rows ldh apart.
 // Ends with a barrier (h complete for every unit on return) unless !sync_end: the last step
-// of a parallel region, whose end synchronizes anyway.
+// of a parallel region, whose end synchronizes anyway. `step`: the step's index since the
+// state was set, which orders the recurrent products' reads (cpu::gemm_packed).
 template <typename T>
 void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
                       int64_t B, const T* h_prev, T* g, T* gh, T* aux, T* h, int64_t ldh,
-                      bool sync_end = true) {
+                      bool sync_end = true, int64_t step = 0) {
   const int64_t H = P.H;
   const T* b_hh = P.b_hh.empty() ? nullptr : P.b_hh.data();
   if (P.form == GruForm::linear_before_reset) {
     // 1. gh = h_prev W_hh^T for my blocks. 2. gates of my blocks.
-    k.gemm(B, h_prev, ldh, false, P.hh, nullptr, false, gh, 3 * H, me.b0, me.b1);
+    k.gemm(B, h_prev, ldh, false, P.hh, nullptr, false, gh, 3 * H, me.b0, me.b1, step);
     k.lbr_forward(B, H, me.b0, me.b1, g, gh, b_hh, h_prev, h, aux, ldh);
   } else {
     // 1. [r z] pre-activations. 2. r, z, rh = r * h_prev. 3. (all rh ready) gh_n = rh W_hn^T.
     // 4. n and h.
     T* ghrz = gh;
     T* ghn = gh + 2 * H * B;
-    k.gemm(B, h_prev, ldh, false, P.hh, nullptr, false, ghrz, 2 * H, me.b0, me.b1);
+    k.gemm(B, h_prev, ldh, false, P.hh, nullptr, false, ghrz, 2 * H, me.b0, me.b1, step);
     k.rb_forward_rz(B, H, me.b0, me.b1, g, ghrz, b_hh, h_prev, aux, ldh);
     me.sync();
-    k.gemm(B, aux, H, false, P.hn, nullptr, false, ghn, H, me.b0, me.b1);
+    k.gemm(B, aux, H, false, P.hn, nullptr, false, ghn, H, me.b0, me.b1, step);
     k.rb_forward_n(B, H, me.b0, me.b1, g, ghn, b_hh, h_prev, h, ldh);
   }
   if (sync_end) me.sync();

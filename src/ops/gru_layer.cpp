@@ -156,7 +156,7 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh, ThreadTeam* team,
-                       int max_threads, const DenseIo<T>* io) {
+                       int max_threads, const DenseIo<T>* io, int64_t step0) {
   const int64_t H = P.H, G = 3 * H, rows = lay.rows(), N = lay.N;
   GRUX_ASSERT(!io || rows == lay.S * N);
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
@@ -203,8 +203,7 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
         const int64_t o = lay.off[s];
         const T* h_prev = s == 0 ? h0s : states(s - 1);
         gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux ? aux + o * H : nullptr,
-                         states(s), ldh,
-                         /*sync_end=*/s + 1 < lay.S);
+                         states(s), ldh, /*sync_end=*/s + 1 < lay.S, step0 + s);
       }
       s0 = s1;
     }
@@ -329,7 +328,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   template PackedLayer<T> pack_layer<T>(const GruLayerWeights&, GruForm, bool, Precision);      \
   template void gru_layer_forward<T>(const GruKernels<T>&, const PackedLayer<T>&,               \
                                      const SeqLayout&, const T*, const T*, T*, T*, T*, T*,      \
-                                     ThreadTeam*, int, const DenseIo<T>*);                      \
+                                     ThreadTeam*, int, const DenseIo<T>*, int64_t);             \
   template void gru_layer_backward<T>(const GruKernels<T>&, const PackedLayer<T>&,              \
                                       const SeqLayout&, const T*, const T*, const T*, const T*, \
                                       T*, T*, GruLayerWeights&, T*);

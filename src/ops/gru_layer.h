@@ -73,11 +73,15 @@ struct DenseIo {
 // `team`, when given and of gru_team_size(), runs the time loop instead of an OpenMP region
 // (the stream's frames are too short for OpenMP's fork and join). `max_threads` > 0 caps the
 // threads (1: the calling thread only, no OpenMP region at all).
+// `step0`: the index of the first step since the state h0s was set (a stream's frames so
+// far). The recurrent products read their weights in an order that depends on the step's
+// index (cpu::gemm_packed's `step`; bf16's sums follow it), so a stream that passes its frame
+// count gets the bits of one run over all its frames.
 template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh,
                        ThreadTeam* team = nullptr, int max_threads = 0,
-                       const DenseIo<T>* io = nullptr);
+                       const DenseIo<T>* io = nullptr, int64_t step0 = 0);
 
 // Backward over all steps of one layer-direction, given the forward's g and aux, and its
 // states: h0s (N rows, sorted order) followed by hs (rows), in one buffer.

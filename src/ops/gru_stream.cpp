@@ -54,11 +54,12 @@ struct GRUX_INTERNAL GruStream::Impl {
   // Per layer, 2 Hp floats: the state padded to the kernel's Hp (what the kernel reads and
   // updates; `state` only holds what reset() set) and the kernel's second buffer.
   hwy::AlignedFreeUniquePtr<float[]> fast_state;
-  int64_t fast_steps = 0;  // frames since the state was set (the kernel's step0)
+  // Frames since the state was set: the real-time kernel's step0, and the engine's (whose
+  // odd steps read the weights backwards, ops::gru_layer_forward).
+  int64_t steps = 0;
   float* fast_h(int64_t l) const { return fast_state.get() + l * 2 * fast_layers[0].Hp; }
   // state -> fast_state (fast path only).
   void state_to_fast() {
-    fast_steps = 0;
     const int64_t H = config.hidden_size, Hp = fast_layers[0].Hp;
     std::memset(fast_state.get(), 0, config.num_layers * 2 * Hp * sizeof(float));
     for (int64_t l = 0; l < config.num_layers; ++l)
@@ -186,11 +187,12 @@ struct GRUX_INTERNAL GruStream::Impl {
       T* h = hs[l].data<T>();
       ops::gru_layer_forward<T>(k, packed<T>()[l], lay, layer_in, st, g.data<T>(),
                                 aux.defined() ? aux.data<T>() : nullptr, h, gh.data<T>(),
-                                frames_team, frames_team ? frames_team->size() : 1);
+                                frames_team, frames_team ? frames_team->size() : 1, nullptr, steps);
       std::memcpy(st, h + (rows - N) * H, N * H * sizeof(T));
       layer_in = h;
     }
     std::memcpy(out, layer_in, rows * H * sizeof(T));
+    steps += t;
   }
 };
 
@@ -201,13 +203,13 @@ void GruStream::Impl::run_layers_fast(const float* x, int64_t sx, int64_t t,
   const int64_t H = config.hidden_size, L = config.num_layers;
   for (int64_t l = 0; l + 1 < L; ++l) {
     float* dst = hs[l].data<float>();
-    cpu::gru_stream_forward(fast_layers[l], t, fast_steps, x, sx, fast_h(l), {dst, H},
+    cpu::gru_stream_forward(fast_layers[l], t, steps, x, sx, fast_h(l), {dst, H},
                             fast_scratch.get());
     x = dst, sx = H;
   }
-  cpu::gru_stream_forward(fast_layers[L - 1], t, fast_steps, x, sx, fast_h(L - 1), top,
+  cpu::gru_stream_forward(fast_layers[L - 1], t, steps, x, sx, fast_h(L - 1), top,
                           fast_scratch.get());
-  fast_steps += t;
+  steps += t;
 }
 
 // process()'s path: contiguous frames, in blocks of the workspace, nothing else per call;
@@ -275,6 +277,7 @@ void GruStream::reset(const Tensor& h0) {
   const int64_t L = c.num_layers, N = impl_->N, H = c.hidden_size;
   if (impl_->state.defined() && !h0.defined()) {  // no allocation, no threads
     std::memset(impl_->state.raw_data(), 0, impl_->state.numel() * dtype_size(impl_->dtype));
+    impl_->steps = 0;
     if (impl_->fast) impl_->state_to_fast();
     return;
   }
@@ -285,6 +288,7 @@ void GruStream::reset(const Tensor& h0) {
     s.copy_from(impl_->unbatched ? h0.unsqueeze(1) : h0);
   }
   impl_->state = s;
+  impl_->steps = 0;
   if (impl_->fast) impl_->state_to_fast();
 }
 

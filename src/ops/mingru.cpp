@@ -270,7 +270,7 @@ void layer_forward_split(const Kernels<T>& kn, int team, const MinGruConfig& c, 
       // 1. Projections of the chunk's rows onto this share's units: rows [z(u) | v(u)].
       (kn.ref ? cpu::ref::gemm_packed<T> : cpu::gemm_packed<T>)(R, x + t0 * N * in, in, false, B,
                                                                 bias ? bp : nullptr, false, kp,
-                                                                2 * u, 0, B.panels());
+                                                                2 * u, 0, B.panels(), 0);
       // 2. Coefficients, 3. the scan of this share's channels from its carry.
       kn.coeffs(c.log_space, 0, R, t0, N, u, len, kp, nullptr, a, b);
       if (c.log_space)

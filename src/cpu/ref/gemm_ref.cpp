@@ -86,7 +86,8 @@ void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
 
 template <typename T>
 void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB<T>& B,
-                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
+                 const T* bias, bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1,
+                 int64_t /*step*/) {
   if constexpr (std::is_same_v<T, float>) {
     if (B.low_precision()) {
       GRUX_ASSERT(!trans_a);
@@ -115,9 +116,9 @@ void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB
 }
 
 template void gemm_packed<float>(int64_t, const float*, int64_t, bool, const PackedB<float>&,
-                                 const float*, bool, float*, int64_t, int64_t, int64_t);
+                                 const float*, bool, float*, int64_t, int64_t, int64_t, int64_t);
 template void gemm_packed<double>(int64_t, const double*, int64_t, bool, const PackedB<double>&,
-                                  const double*, bool, double*, int64_t, int64_t, int64_t);
+                                  const double*, bool, double*, int64_t, int64_t, int64_t, int64_t);
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
                           const float*, int64_t, const float*, bool, float*, int64_t);
