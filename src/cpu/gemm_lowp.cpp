@@ -347,16 +347,14 @@ int64_t slab_rows(int64_t as) {
   return std::min<int64_t>(kSlabRows, kPreparedWords / as);
 }
 
-// Panels, starting with the ones step `step - 1` read last, to a one-row product that reads
-// each of its n panels of `panel_bytes` once per step, every panel forwards: the panels of
-// step s are a rotation of those of step s - 1 that begins with its last `kept`, the whole
-// panels that stay in 3/4 of the L1 under least-recently-used replacement (W2 at batch 1, a
-// thread's 8 int8 panels of 12 KB with a 48 KiB L1: 3). The rotation's first panel; 0 (no
-// rotation) where it would keep less than an eighth of the panels: the language model's 32
-// panels of 24 KB, where it kept one, generated 1% slower.
+// A one-row product reads each of its n panels (of `panel_bytes`) once per step. Its steps
+// read them in rotations, every panel forwards: step s begins with the last `kept` panels
+// step s - 1 read, the whole panels that stay in 3/4 of the L1 under least-recently-used
+// replacement (W2 at batch 1: 3 of a thread's 8 int8 panels of 12 KB, with 48 KiB of L1).
+// Returns the first panel of step `step`'s rotation (0 where nothing or everything stays).
 int64_t rotation_start(int64_t n, int64_t panel_bytes, int64_t step) {
   const int64_t kept = l1d_cache_bytes() * 3 / 4 / panel_bytes;
-  if (kept < 1 || kept >= n || 8 * kept < n) return 0;
+  if (kept < 1 || kept >= n) return 0;
   return (n - (step % n) * kept % n) % n;
 }
 
@@ -458,8 +456,8 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
         continue;
       }
     }
-    // Groups of np_full panels, then single ones; one row on odd steps from the last (bf16:
-    // its groups backwards too). Each column's sums run in one order either way.
+    // Groups of np_full panels, then single ones. bf16 on odd steps: one row's panels from the
+    // last, and every row's pairs backwards (in Bf16Block), for a row alone or in a batch.
     const int64_t whole = np_full > 1 ? (p1 - p0) / np_full : 0, singles = p0 + whole * np_full;
     if (reverse && rows == 1) {
       for (int64_t p = p1 - 1; p >= singles; --p) run(S, p);
