@@ -325,7 +325,9 @@ class GruStream {
   // team of up to k threads (the caller and k - 1 workers; fewer when the hidden size has
   // fewer 64-byte unit blocks, or the machine fewer cores) that share each step's units.
   // precision: as GruInference's; a bf16 or int8 stream runs the engine's layer kernels
-  // with the products in that precision (same bits as GruInference of that precision).
+  // with the products in that precision (same bits as GruInference of that precision over
+  // the frames since reset(): a bf16 step's bits depend on the parity of its index since the
+  // state was set, README "Precision").
   GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0,
             Precision precision = Precision::f32);
   ~GruStream();
