@@ -55,7 +55,8 @@ struct GRUX_INTERNAL GruStream::Impl {
   // updates; `state` only holds what reset() set) and the kernel's second buffer.
   hwy::AlignedFreeUniquePtr<float[]> fast_state;
   // Frames since the state was set: the real-time kernel's step0, and the engine's (whose
-  // odd steps read the weights backwards, ops::gru_layer_forward).
+  // recurrent products read the weights in an order that follows the step,
+  // ops::gru_layer_forward).
   int64_t steps = 0;
   float* fast_h(int64_t l) const { return fast_state.get() + l * 2 * fast_layers[0].Hp; }
   // state -> fast_state (fast path only).
