@@ -587,11 +587,30 @@ template void pack_b<float>(int64_t, int64_t, int64_t, const float*, int64_t, in
 template void pack_b<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t,
                              const int64_t*, const int64_t*, double*);
 
+namespace {
+// A product of one or two rows reads each row of A a value at a time between the FMAs of a
+// whole group of panels, and the out-of-order window holds about one 64-byte line of the row
+// ahead. Where the row was just written by another core (the states of a batch-1 step at
+// two threads), each line is a transfer between the cores, and they came one after another.
+// Asked for at once, before the first FMA, they come together. W2 (I 128, H 256, batch 1) at
+// two threads with the cores about 500 ns apart (round trip): f32 3.87 -> 3.48 ms, int8 1.58
+// -> 1.53 (three interleaved rounds each).
+template <typename T>
+void prefetch_rows(int64_t M, const T* A, int64_t lda, bool trans_a, int64_t K) {
+  constexpr int64_t kLine = 64 / sizeof(T), kMaxLines = 128;
+  if (trans_a || M > 2) return;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < std::min(K, kLine * kMaxLines); k += kLine)
+      __builtin_prefetch(A + m * lda + k, 0, 3);
+}
+}  // namespace
+
 template <>
 void gemm_packed<float>(int64_t M, const float* A, int64_t lda, bool trans_a,
                         const PackedB<float>& B, const float* bias, bool accumulate, float* C,
                         int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
   if (M <= 0 || p0 >= p1) return;
+  prefetch_rows(M, A, lda, trans_a, B.K);
   if (B.low_precision()) {
     GRUX_ASSERT(!trans_a);
     return gemm_packed_lowp(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
@@ -604,6 +623,7 @@ void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
                          const PackedB<double>& B, const double* bias, bool accumulate, double* C,
                          int64_t ldc, int64_t p0, int64_t p1, int64_t /*step*/) {
   if (M <= 0 || p0 >= p1) return;
+  prefetch_rows(M, A, lda, trans_a, B.K);
   HWY_DYNAMIC_DISPATCH(GemmPackedF64)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
                                       accumulate, C, ldc, p0, p1);
 }
