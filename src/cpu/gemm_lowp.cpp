@@ -231,17 +231,18 @@ GRUX_AVX512_BF16 void Bf16Block(int64_t groups, const uint32_t* a, int64_t as, i
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
     }
   }
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < MR; ++r)
-    _Pragma("GCC unroll 16")
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = tail_mask(cols - 16 * v);
+  // The bias loaded once for the block's rows (C's stores may alias it).
+  _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) {
+    const __mmask16 mk = tail_mask(cols - 16 * v);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(mk, bias + 16 * v) : _mm512_setzero_ps();
+    _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {
       float* c = C + r * ldc + 16 * v;
       __m512 x = acc[r][v];
-      if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, bias + 16 * v));
+      if (bias) x = _mm512_add_ps(x, bv);
       if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, c));
       _mm512_mask_storeu_ps(c, mk, x);
     }
+  }
 }
 
 // acc += the dot products of u8's unsigned byte quads with s8's signed ones (vpdpbusd).
@@ -288,12 +289,26 @@ GRUX_AVX512_VNNI void Int8Block(int64_t groups, const uint32_t* a, int64_t as,
       for (int v = 0; v < NV; ++v) Dpbusd(acc[r][v], x, bv[v]);
     }
   }
+  // Each vector's column terms loaded once for the block's rows (C's stores may alias them,
+  // so the compiler reloaded them for every row).
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
+  for (int v = 0; v < NV; ++v) {
+    const __mmask16 mk = tail_mask(cols - 16 * v);
+    const __m512i cs = _mm512_maskz_loadu_epi32(mk, colsum + 16 * v);
+    const __m512 sw = _mm512_maskz_loadu_ps(mk, scale + 16 * v);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(mk, bias + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v)
-      Int8Store(acc[r][v], rq[r], cols - 16 * v, scale + 16 * v, colsum + 16 * v,
-                bias ? bias + 16 * v : nullptr, accumulate, C + r * ldc + 16 * v);
+    for (int r = 0; r < MR; ++r) {
+      float* c = C + r * ldc + 16 * v;
+      const __m512i s =
+          _mm512_sub_epi32(acc[r][v], _mm512_mullo_epi32(_mm512_set1_epi32(rq[r].zero), cs));
+      const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(rq[r].scale), sw);
+      __m512 x = bias ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, bv)
+                      : _mm512_mul_ps(_mm512_cvtepi32_ps(s), sc);
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, c));
+      _mm512_mask_storeu_ps(c, mk, x);
+    }
+  }
 }
 
 // One row of A against one panel of S vectors (S <= 3), the groups split four ways (12
