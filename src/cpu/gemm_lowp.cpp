@@ -232,10 +232,12 @@ GRUX_AVX512_BF16 void Bf16Block(int64_t groups, const uint32_t* a, int64_t as, i
     }
   }
   // The bias loaded once for the block's rows (C's stores may alias it).
-  _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) {
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
     const __mmask16 mk = tail_mask(cols - 16 * v);
     const __m512 bv = bias ? _mm512_maskz_loadu_ps(mk, bias + 16 * v) : _mm512_setzero_ps();
-    _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
       float* c = C + r * ldc + 16 * v;
       __m512 x = acc[r][v];
       if (bias) x = _mm512_add_ps(x, bv);
