@@ -83,25 +83,29 @@ void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh,
 
 template <typename T>
 void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn_in,
-                 const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev, T* dg_sum,
-                 T* dgh_sum) {
+                 const T* h_prev, const T* dh, const T* dh_next, int64_t next_rows, T* dg, T* dgh,
+                 T* dgh_all, T* dh_prev, T* dg_sum, T* dgh_sum) {
   const hn::ScalableTag<T> d;
   const auto one = hn::Set(d, T(1));
   for (int64_t b = 0; b < B; ++b) {
     const T* gb = g + b * 3 * H;
     T* dgb = dg + b * 3 * H;
     T* dghb = dgh + b * 3 * H;
+    T* dgh_allb = dgh_all ? dgh_all + b * 3 * H : nullptr;
+    const T* carry = dh_next && b < next_rows ? dh_next + b * H : nullptr;
     ForBlocks(d, H, b0, b1, [&](const auto& c, int64_t j, int64_t c3, int64_t, int64_t u) {
       const int64_t cr = c3, cz = c3 + u, cn = c3 + 2 * u;
       const auto r = c.load(gb + cr), z = c.load(gb + cz), n = c.load(gb + cn);
-      const auto dhv = c.load(dh + b * H + j);
+      const auto dhv =
+          carry ? hn::Add(c.load(dh + b * H + j), c.load(carry + j)) : c.load(dh + b * H + j);
       const auto dn = hn::Mul(hn::Mul(dhv, hn::Sub(one, z)), hn::NegMulAdd(n, n, one));
       const auto dz = hn::Mul(hn::Mul(dhv, hn::Sub(c.load(h_prev + b * H + j), n)),
                               hn::Mul(z, hn::Sub(one, z)));
       const auto dr = hn::Mul(hn::Mul(dn, c.load(hn_in + b * H + j)), hn::Mul(r, hn::Sub(one, r)));
-      // dg is read again only after the time loop (by the weight-gradient and dL/dx
-      // products): streamed to memory, its lines are not fetched first (W4 training: 1.5%).
-      // dgh is read at once, by this step's dL/dh_prev product: stored through the cache.
+      // dg and dgh_all are read again only after the time loop (by the weight-gradient and
+      // dL/dx products): streamed to memory, their lines are not fetched first (W4 training:
+      // 1.5% for dg). dgh is read at once, by this step's dL/dh_prev product: stored through
+      // the cache, into lines the previous step left there.
       const auto put = [&](auto v, T* q) {
         if (c.full && reinterpret_cast<uintptr_t>(q) % (hn::Lanes(d) * sizeof(T)) == 0)
           hn::Stream(v, d, q);
@@ -115,6 +119,11 @@ void LbrBackward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
       c.store(dr, dghb + cr);
       c.store(dz, dghb + cz);
       c.store(dn_r, dghb + cn);
+      if (dgh_allb) {
+        put(dr, dgh_allb + cr);
+        put(dz, dgh_allb + cz);
+        put(dn_r, dgh_allb + cn);
+      }
       c.store(hn::Mul(dhv, z), dh_prev + b * H + j);
       if (dg_sum) {
         c.store(hn::Add(c.load(dg_sum + cr), dr), dg_sum + cr);
@@ -218,8 +227,9 @@ void RbBackwardR(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const
     LbrForward(B, H, b0, b1, g, gh, bh, hp, h, hn, ldh);                                           \
   }                                                                                                \
   void LbrBackward##S(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn,       \
-                      const T* hp, const T* dh, T* dg, T* dgh, T* dhp, T* sg, T* sgh) {            \
-    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp, sg, sgh);                               \
+                      const T* hp, const T* dh, const T* dhn, int64_t nr, T* dg, T* dgh, T* dgha,  \
+                      T* dhp, T* sg, T* sgh) {                                                     \
+    LbrBackward(B, H, b0, b1, g, hn, hp, dh, dhn, nr, dg, dgh, dgha, dhp, sg, sgh);                \
   }                                                                                                \
   void RbForwardRz##S(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* ghrz,           \
                       const T* bh, const T* hp, T* rh, int64_t ldh) {                              \
@@ -278,9 +288,10 @@ template int64_t gate_col2<double>(int64_t, int64_t, int64_t);
   }                                                                                               \
   template <>                                                                                     \
   void gru_gates_lbr_backward<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,        \
-                                 const T* hn, const T* hp, const T* dh, T* dg, T* dgh, T* dhp,    \
-                                 T* sg, T* sgh) {                                                 \
-    HWY_DYNAMIC_DISPATCH(LbrBackward##S)(B, H, b0, b1, g, hn, hp, dh, dg, dgh, dhp, sg, sgh);     \
+                                 const T* hn, const T* hp, const T* dh, const T* dhn, int64_t nr, \
+                                 T* dg, T* dgh, T* dgha, T* dhp, T* sg, T* sgh) {                 \
+    HWY_DYNAMIC_DISPATCH(LbrBackward##S)                                                          \
+    (B, H, b0, b1, g, hn, hp, dh, dhn, nr, dg, dgh, dgha, dhp, sg, sgh);                          \
   }                                                                                               \
   template <>                                                                                     \
   void gru_gates_rb_forward_rz<T>(int64_t B, int64_t H, int64_t b0, int64_t b1, T * g,            \

@@ -30,14 +30,20 @@ template <typename T>
 GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
                                          const T* gh, const T* b_hh, const T* h_prev, T* h, T* hn,
                                          int64_t ldh);
-// Its backward given dh = dL/dh': dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr,
-// dz, dn * r], dh_prev = dh * z (the direct path only; the caller adds dgh W_hh).
+// Its backward given dL/dh' = dh + dh_next (dh_next's first next_rows rows only; dh_next
+// may be null: dh alone): dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr, dz,
+// dn * r], dh_prev = dL/dh' * z (the direct path only; the caller adds dgh W_hh).
+// dgh_all (or null) receives a second copy of dgh, streamed to memory: dgh is then a
+// buffer the step's dL/dh_prev product reads at once (kept in cache, reused every step),
+// dgh_all every step's rows for the weight gradient after the time loop.
 // dg_sum, dgh_sum (3H, the columns of dg; both null or both set): each row of dg and dgh is
 // added to them, rows in order (the bias gradients, summed while the rows are in registers).
 template <typename T>
 GRUX_INTERNAL void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
-                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh, T* dh_prev,
-                            T* dg_sum = nullptr, T* dgh_sum = nullptr);
+                                          const T* hn, const T* h_prev, const T* dh,
+                                          const T* dh_next, int64_t next_rows, T* dg, T* dgh,
+                                          T* dgh_all, T* dh_prev, T* dg_sum = nullptr,
+                                          T* dgh_sum = nullptr);
 
 // Reset-before, in two phases around the second recurrent GEMM:
 //   rz: ghrz (B x 2H, [r | z] blocks) = h_prev W_h{r,z}^T. Writes r, z into g and

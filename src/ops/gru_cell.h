@@ -146,25 +146,36 @@ void gru_cell_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Tea
   if (sync_end) me.sync();
 }
 
-// Backward step given dh = dL/dh (B x H, complete). Writes dg (B x 3H), the recurrent-side
-// gradient (dgh for linear-before-reset; dn (B x H) and drz (B x 2H) for reset-before) and
-// dh_prev (B x H). drh: scratch (B x H). Ends with a barrier: dh_prev is complete on return.
-// Linear-before-reset: dg_sum and dgh_sum (3H, or null) gain the rows of dg and dgh of my
-// blocks (the bias gradients; cpu::gru_gates_lbr_backward).
+// Backward step given dh = dL/dh (B x H). Writes dg (B x 3H), the recurrent-side gradient
+// (dgh for linear-before-reset; dn (B x H) and drz (B x 2H) for reset-before) and dh_prev
+// (B x H), my units' columns (each thread reads and writes only its own columns of dh and
+// dh_prev). drh: scratch (B x H).
+// Linear-before-reset: dL/dh is dh + dh_next (the next step's dh_prev, its first next_rows
+// rows; added by the gate kernel). dgh is a buffer the step's product reads at once; dgh_all
+// (or null) keeps every step's copy (cpu::gru_gates_lbr_backward). dg_sum and dgh_sum (3H,
+// or null) gain the rows of dg and dgh of my blocks (the bias gradients). No barrier at the
+// end: the next step's gates touch only my columns, and a dgh the product of this step does
+// not read (the caller alternates two), and they end with the barrier the next product needs.
+// Reset-before: dh_next is added into dh (my columns) first; ends with a barrier.
 template <typename T>
 void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const TeamShare& me,
-                       int64_t B, const T* h_prev, const T* g, const T* aux, const T* dh, T* dg,
-                       T* dgh, T* dn, T* drz, T* drh, T* dh_prev, T* dg_sum = nullptr,
-                       T* dgh_sum = nullptr) {
+                       int64_t B, const T* h_prev, const T* g, const T* aux, T* dh,
+                       const T* dh_next, int64_t next_rows, T* dg, T* dgh, T* dgh_all, T* dn,
+                       T* drz, T* drh, T* dh_prev, T* dg_sum = nullptr, T* dgh_sum = nullptr) {
   const int64_t H = P.H;
   if (P.form == GruForm::linear_before_reset) {
     // 1. pointwise (my blocks). 2. (all dgh ready) dh_prev += dgh W_hh (my output panels).
-    k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dg, dgh, dh_prev, dg_sum, dgh_sum);
+    k.lbr_backward(B, H, me.b0, me.b1, g, aux, h_prev, dh, dh_next, next_rows, dg, dgh, dgh_all,
+                   dh_prev, dg_sum, dgh_sum);
     me.sync();
     k.gemm(B, dgh, 3 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.b0, me.b1);
   } else {
-    // 1. dz, dn, dh_prev = dh z. 2. drh = dn W_hn. 3. dr, dh_prev += drh r.
+    // 0. dh += dh_next. 1. dz, dn, dh_prev = dh z. 2. drh = dn W_hn. 3. dr, dh_prev += drh r.
     // 4. dh_prev += [dr dz] W_h{r,z}.
+    const int64_t j0 = me.b0 * cpu::kUnit<T>, j1 = std::min(H, me.b1 * cpu::kUnit<T>);
+    if (dh_next)
+      for (int64_t r = 0; r < next_rows; ++r)
+        for (int64_t j = j0; j < j1; ++j) dh[r * H + j] += dh_next[r * H + j];
     k.rb_backward_zn(B, H, me.b0, me.b1, g, h_prev, dh, dg, dn, dh_prev);
     me.sync();
     k.gemm(B, dn, H, false, P.hn_t, nullptr, false, drh, H, me.b0, me.b1);
@@ -172,8 +183,8 @@ void gru_cell_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const Te
     k.rb_backward_r(B, H, me.b0, me.b1, g, h_prev, drh, dg, drz, dh_prev);
     me.sync();
     k.gemm(B, drz, 2 * H, false, P.hh_t, nullptr, true, dh_prev, H, me.b0, me.b1);
+    me.sync();
   }
-  me.sync();
 }
 
 }  // namespace grux::ops

@@ -48,22 +48,25 @@ void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, c
 }
 
 template <typename T>
-void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
-                            const T* hn, const T* h_prev, const T* dh, T* dg, T* dgh,
-                            T* dh_prev, T* dg_sum, T* dgh_sum) {
+void gru_gates_lbr_backward(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g, const T* hn,
+                            const T* h_prev, const T* dh, const T* dh_next, int64_t next_rows,
+                            T* dg, T* dgh, T* dgh_all, T* dh_prev, T* dg_sum, T* dgh_sum) {
   for (int64_t b = 0; b < B; ++b) {
     const int64_t o = b * 3 * H;
     for_units<T>(H, b0, b1, [&](int64_t j) {
       const int64_t i = b * H + j;
       const int64_t cr = o + gate_col3<T>(H, 0, j), cz = o + gate_col3<T>(H, 1, j),
                     cn = o + gate_col3<T>(H, 2, j);
-      const T r = g[cr], z = g[cz], n = g[cn], d = dh[i];
+      // dL/dh' = the gradient from above + the carry from the next step (where it has one).
+      const T d = dh_next && b < next_rows ? dh[i] + dh_next[i] : dh[i];
+      const T r = g[cr], z = g[cz], n = g[cn];
       // h' = (1 - z) n + z h: dn = d (1 - z), dz = d (h - n), dh = d z.
       const T dn = d * (T(1) - z) * (T(1) - n * n);
       const T dz = d * (h_prev[i] - n) * z * (T(1) - z);
       const T dr = dn * hn[i] * r * (T(1) - r);
       dg[cr] = dr, dg[cz] = dz, dg[cn] = dn;
       dgh[cr] = dr, dgh[cz] = dz, dgh[cn] = dn * r;
+      if (dgh_all) dgh_all[cr] = dr, dgh_all[cz] = dz, dgh_all[cn] = dn * r;
       dh_prev[i] = d * z;
       if (dg_sum) {  // the bias gradients: rows added in order
         dg_sum[cr - o] += dr, dg_sum[cz - o] += dz, dg_sum[cn - o] += dn;
@@ -136,7 +139,8 @@ void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const
   template void gru_gates_lbr_forward<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,         \
                                          const T*, const T*, T*, T*, int64_t);                     \
   template void gru_gates_lbr_backward<T>(int64_t, int64_t, int64_t, int64_t, const T*, const T*,  \
-                                          const T*, const T*, T*, T*, T*, T*, T*);                 \
+                                          const T*, const T*, const T*, int64_t, T*, T*, T*, T*,   \
+                                          T*, T*);                                                 \
   template void gru_gates_rb_forward_rz<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,       \
                                            const T*, const T*, T*, int64_t);                       \
   template void gru_gates_rb_forward_n<T>(int64_t, int64_t, int64_t, int64_t, T*, const T*,        \
