@@ -34,8 +34,8 @@ GRUX_INTERNAL void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64
 // may be null: dh alone): dg = [dr, dz, dn] (pre-activation gradients), dgh = [dr, dz,
 // dn * r], dh_prev = dL/dh' * z (the direct path only; the caller adds dgh W_hh).
 // dgh_all (or null) receives a second copy of dgh, streamed to memory: dgh is then a
-// buffer the step's dL/dh_prev product reads at once (kept in cache, reused every step),
-// dgh_all every step's rows for the weight gradient after the time loop.
+// buffer the step's dL/dh_prev product reads at once (kept in cache, reused from step to
+// step), dgh_all every step's rows for the weight gradient after the time loop.
 // dg_sum, dgh_sum (3H, the columns of dg; both null or both set): each row of dg and dgh is
 // added to them, rows in order (the bias gradients, summed while the rows are in registers).
 template <typename T>
