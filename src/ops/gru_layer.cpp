@@ -265,7 +265,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   // before each write). Two: a thread may write step s - 1's rows while the other still
   // multiplies step s's (no barrier between the steps). With the carry added by the gate
   // kernel (no pass of its own over dh), W4's time loop at two threads on a Zen 5 took
-  // 25.2 ms instead of 26.3 (five interleaved rounds; the same bits).
+  // 25.4 ms instead of 26.3 (medians of five interleaved rounds; the same bits).
   Tensor dgh = Tensor::empty({lbr ? rows : 0, G}, dt);
   Tensor dgh_step = Tensor::empty({lbr ? 2 * N : 0, G}, dt);
   Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt),
