@@ -168,7 +168,9 @@ void check_all(Precision prec, bool portable) {
                      {13, 16, 300}, {17, 64, 2}, {20, 130, 513},
                      // More rows than one slab of prepared rows takes (at most 32, fewer as
                      // K grows and the L1 shrinks): a slab's last rows and the next's first.
-                     {40, 50, 700}, {70, 20, 64}})
+                     {40, 50, 700}, {70, 20, 64},
+                     // Rows longer than the SIMD kernels' buffer (plain C++ then).
+                     {3, 40, 16500}})
       check(prec, s, units, (s.M + units) % 2 == 0, s.K % 2 == 1, units != 2, rng);
   // clang-format on
 }
@@ -205,6 +207,37 @@ TEST(GemmLowp, Int8KernelsAgreeBitwise) {
                             P.B.panels());
   }
   EXPECT_EQ(fast, portable);
+}
+
+// The kernels below AVX-512 (Highway's on AVX2, SSE4, ..., plain C++ on the scalar target and
+// for long rows) do the same operations in the same order: the same bits on every target,
+// both precisions, every step parity, and int8 the same as the AVX-512 kernel's too.
+TEST(GemmLowp, KernelsBelowAvx512AgreeBitwiseOnEveryTarget) {
+  std::mt19937_64 rng(17);
+  const int64_t M = 7, N = 150, K = 301;
+  auto A = random_vec(M * K, rng, -3, 1), W = random_vec(N * K, rng), b = random_vec(N, rng);
+  for (Precision prec : {Precision::bf16, Precision::int8}) {
+    const Packed P = pack(prec, K, N, 48, W, false);
+    for (int64_t step : {0, 1}) {
+      std::vector<float> first;
+      std::string first_target;
+      PortableScope restore(false);
+      for (const std::string& t : simd_targets()) {
+        set_simd_target(t);
+        const std::string kernel = cpu::lowp_kernel(prec);
+        if (prec == Precision::bf16 && kernel != "portable") continue;  // vdpbf16ps: its own
+        std::vector<float> C(M * N, 0.5f);
+        cpu::gemm_packed<float>(M, A.data(), K, false, P.B, b.data(), true, C.data(), N, 0,
+                                P.B.panels(), step);
+        if (first.empty()) {
+          first = C, first_target = t;
+          continue;
+        }
+        EXPECT_EQ(C, first) << precision_name(prec) << " step " << step << ": " << t << " ("
+                            << kernel << ") against " << first_target;
+      }
+    }
+  }
 }
 
 // Threads split the panels (or the rows): the same bits as one thread.

@@ -716,6 +716,8 @@ void gemm_packed_lowp(int64_t M, const float* A, int64_t lda, const PackedB<floa
     return LowpAvx512<true>(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
   }
 #endif
+  // Highway kernels on the SIMD target in use; plain C++ for a row longer than their buffer.
+  if (gemm_packed_lowp_simd(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step)) return;
   if (p == Precision::bf16)
     return Bf16Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
   Int8Portable(M, A, lda, B, bias, accumulate, C, ldc, p0, p1);

@@ -5,8 +5,9 @@
 // other rows or the threads: a streamed frame equals the same frame inside a sequence.
 //
 // Kernels: AVX512_BF16 (vdpbf16ps) and AVX512_VNNI (vpdpbusd) where the CPU has them and the
-// SIMD target (runtime.h) is AVX-512, plain C++ otherwise. cpu/ref/gemm_ref.cpp's
-// gemm_packed reads the same packed operands as the oracle.
+// SIMD target (runtime.h) is AVX-512; Highway kernels on the target in use otherwise (AVX2,
+// SSE4, ...: cpu/gemm_lowp_simd.cpp), with plain C++ for rows too long for their buffer.
+// cpu/ref/gemm_ref.cpp's gemm_packed reads the same packed operands as the oracle.
 #pragma once
 
 #include <cmath>
@@ -97,6 +98,13 @@ void gemm_packed_lowp(int64_t M, const float* A, int64_t lda, const PackedB<floa
 // (2 (M + N) K bytes, rounded up to the tiles).
 void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                     int64_t ldb, const int64_t* b_rows, bool accumulate, float* C, int64_t ldc);
+
+// gemm_packed_lowp on the Highway SIMD target in use (cpu/gemm_lowp_simd.cpp), for CPUs without
+// the AVX-512 instructions: the plain C++ kernels' bits. False (nothing done) where a row of
+// A is too long for its stack buffer (K above 8192 in bf16, 16384 in int8).
+bool gemm_packed_lowp_simd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
+                           const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
+                           int64_t p1, int64_t step);
 
 // The instructions gemm_packed_lowp runs on now for bf16 or int8 (precision_kernel's answer).
 const char* lowp_kernel(Precision p);

@@ -118,10 +118,9 @@ struct BPacked {
   int64_t pf = 0;  // software-prefetch this many k rows ahead (0: none)
   BPacked from_panel(int64_t p) const { return {data + p * K * P, K, pf}; }
   BPacked without_prefetch() const { return {data, K, 0}; }
-  void prefetch(int p, int64_t k) const {
-    if (pf == 0) return;
-    const T* a = data + (p * K + k + pf) * P;
-    for (int64_t i = 0; i < P; i += 64 / int64_t(sizeof(T))) hwy::Prefetch(a + i);
+  // The line of panel p, k row k + pf, that holds column j.
+  void prefetch(int p, int64_t k, int64_t j) const {
+    if (pf != 0) hwy::Prefetch(data + (p * K + k + pf) * P + j);
   }
   template <class D>
   hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
@@ -136,7 +135,7 @@ struct BRows {
   const int64_t* offsets;
   BRows from_panel(int64_t p) const { return {base + p * P, offsets}; }
   BRows without_prefetch() const { return *this; }
-  void prefetch(int, int64_t) const {}
+  void prefetch(int, int64_t, int64_t) const {}
   template <class D>
   hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
     return hn::LoadU(d, base + offsets[k] + p * P + j);
@@ -145,12 +144,15 @@ struct BRows {
 
 // ---- Kernels -----------------------------------------------------------------------------
 
-// Rows MR x panels NP, each panel S units wide. acc starts at zero (first chunk) or at the
-// partial sums in C; after the last chunk, bias and the saved old C are added.
-template <int MR, int NP, int S, class AOp, class BOp, typename T>
+// Rows MR x W vectors of a group of NP panels, each panel S units wide: the group's vectors
+// [v0, v0 + W), vector v at panel v / NV, columns (v % NV) L.. of it (a window of the group
+// where registers are too few for all of it, AVX2; W = NP NV otherwise). n_cols counts from
+// the group's first column; C, bias and c_old point at it too. acc starts at zero (first
+// chunk) or at the partial sums in C; after the last chunk, bias and the saved old C are added.
+template <int MR, int W, int NP, int S, class AOp, class BOp, typename T>
 HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const AOp& a_op,
-                            const BOp& b_op, int64_t n_cols, const T* bias, const T* c_old,
-                            int64_t ld_old, T* C, int64_t ldc) {
+                            const BOp& b_op, int64_t v0, int64_t n_cols, const T* bias,
+                            const T* c_old, int64_t ld_old, T* C, int64_t ldc) {
   const hn::ScalableTag<T> d;
   constexpr int64_t L = HWY_LANES(T);
   constexpr int64_t P = S * kUnit<T>;          // columns per panel
@@ -158,20 +160,29 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   using Vec = hn::Vec<decltype(d)>;
   constexpr int64_t kVectorsPerLine = std::max<int64_t>(1, 64 / int64_t(sizeof(T)) / L);
   const auto A = a_op.template block<MR>();
-  Vec acc[MR][NP * NV];
-  // A full group of panels is loaded and stored as vectors straight from / to C; only a
-  // partial last panel goes through tmp (its columns past N must not be touched).
-  const int64_t cols = std::min<int64_t>(n_cols, NP * P);
-  const bool full = cols == NP * P;
-  HWY_ALIGN T tmp[NP * P];
+  Vec acc[MR][W];
+  // Where the window's vectors are in the packed panels.
+  int pv[W];
+  int64_t jv[W];
+  for (int w = 0; w < W; ++w) pv[w] = static_cast<int>((v0 + w) / NV), jv[w] = (v0 + w) % NV * L;
+  const int64_t col0 = v0 * L;
+  C += col0;
+  if (bias) bias += col0;
+  if (c_old) c_old += col0;
+  // A full window is loaded and stored as vectors straight from / to C; only a partial one
+  // at the end of the last panel goes through tmp (its columns past N must not be touched).
+  const int64_t cols = std::min<int64_t>(n_cols - col0, W * L);
+  const bool full = cols == W * L;
+  HWY_ALIGN T tmp[W * L];
   for (int r = 0; r < MR; ++r) {
     if (first) {
-      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::Zero(d);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::Zero(d);
     } else if (full) {  // continue the chain from the partial sums stored in C
-      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::LoadU(d, C + r * ldc + v * L);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(d, C + r * ldc + w * L);
     } else {
       std::memcpy(tmp, C + r * ldc, cols * sizeof(T));
-      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::Load(d, tmp + v * L);
+      std::fill(tmp + cols, tmp + W * L, T(0));
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::Load(d, tmp + w * L);
     }
   }
   // The block of C this call stores, requested now (for writing) so that its lines arrive
@@ -180,32 +191,32 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   // threads: 19 -> 17.5 ms (16.2 with C in cache). Short loops do not hide the fetch.
   if (first && k1 - k0 >= kPrefetchCMinK)
     for (int r = 0; r < MR; ++r)
-      for (int64_t v = 0; v < NP * NV; v += kVectorsPerLine)
-        __builtin_prefetch(C + r * ldc + v * L, /*write=*/1, /*locality=*/3);
+      for (int64_t w = 0; w < W; w += kVectorsPerLine)
+        __builtin_prefetch(C + r * ldc + w * L, /*write=*/1, /*locality=*/3);
   for (int64_t k = k0; k < k1; ++k) {
-    Vec b[NP * NV];
-    for (int p = 0; p < NP; ++p) {
-      b_op.prefetch(p, k);
-      for (int64_t v = 0; v < NV; ++v) b[p * NV + v] = b_op.load(d, p, k, v * L);
+    Vec b[W];
+    for (int w = 0; w < W; ++w) {
+      if (w % kVectorsPerLine == 0) b_op.prefetch(pv[w], k, jv[w]);
+      b[w] = b_op.load(d, pv[w], k, jv[w]);
     }
     for (int r = 0; r < MR; ++r) {
       const Vec a = hn::Set(d, A.at(r, k));
-      for (int64_t v = 0; v < NP * NV; ++v) acc[r][v] = hn::MulAdd(a, b[v], acc[r][v]);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(a, b[w], acc[r][w]);
     }
   }
   // Bias, then the old C: the same two additions, in the same order, vector or scalar.
   for (int r = 0; r < MR; ++r) {
     T* c = C + r * ldc;
     if (full) {
-      for (int64_t v = 0; v < NP * NV; ++v) {
-        Vec x = acc[r][v];
-        if (last && bias) x = hn::Add(x, hn::LoadU(d, bias + v * L));
-        if (last && c_old) x = hn::Add(x, hn::LoadU(d, c_old + r * ld_old + v * L));
-        hn::StoreU(x, d, c + v * L);
+      for (int w = 0; w < W; ++w) {
+        Vec x = acc[r][w];
+        if (last && bias) x = hn::Add(x, hn::LoadU(d, bias + w * L));
+        if (last && c_old) x = hn::Add(x, hn::LoadU(d, c_old + r * ld_old + w * L));
+        hn::StoreU(x, d, c + w * L);
       }
       continue;
     }
-    for (int64_t v = 0; v < NP * NV; ++v) hn::Store(acc[r][v], d, tmp + v * L);
+    for (int w = 0; w < W; ++w) hn::Store(acc[r][w], d, tmp + w * L);
     if (!last) {
       std::memcpy(c, tmp, cols * sizeof(T));
       continue;
@@ -224,24 +235,40 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
 // the same within noise.
 constexpr int kMaxMr = 8;
 
+// Vectors of a panel group (NVT of them) one micro-kernel computes, with kRegs vector registers:
+// MR x W accumulators + W operands + 1 broadcast. All of them when that leaves at least 4 rows
+// (1 for a product of one or two rows, `few`); otherwise a window: 2 vectors (AVX2's 16
+// registers: 6 rows x 16 columns), or for few rows the widest that holds two rows. AVX2 ran
+// every product as 1-row blocks of a whole panel before (6 accumulators, 6 loads per 6 FMAs):
+// W3 f32 on a 2-core Zen 3 took 294 ms against oneDNN's 128.
+constexpr int WindowVectors(int nvt, int regs, bool few) {
+  if ((regs - nvt - 1) / nvt >= (few ? 1 : 4)) return nvt;
+  int w = 1;
+  for (int v = 1; v <= nvt; ++v)
+    if (nvt % v == 0 && (few ? 3 * v + 1 <= regs : v <= 2)) w = v;
+  return w;
+}
+
 // Rows [0, M) against NP consecutive panels (or one), for the K chunks that start in
-// [kb, ke) (all of them by default).
-template <int NP, int S, class AOp, class BOp, typename T>
+// [kb, ke) (all of them by default); `few`: M is 1 or 2.
+template <int NP, int S, bool kFew, class AOp, class BOp, typename T>
 void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int64_t n_cols,
                      const T* bias, bool accumulate, T* C, int64_t ldc, int64_t kb, int64_t ke,
                      int64_t kc) {
   constexpr int64_t P = S * kUnit<T>;
   constexpr int64_t L = HWY_LANES(T);
-  constexpr int64_t NV = P / L > 0 ? P / L : 1;
-  // Registers: MR * NP * NV accumulators + NP * NV operands + 1 broadcast.
+  constexpr int NVT = NP * static_cast<int>(P / L > 0 ? P / L : 1);
   constexpr int kRegs = HWY_MAX_BYTES >= 64 ? 32 : 16;
-  constexpr int kMr = std::clamp<int>((kRegs - NP * NV - 1) / (NP * NV), 1, kMaxMr);
+  constexpr int W = WindowVectors(NVT, kRegs, kFew);
+  constexpr int kMr = std::clamp<int>((kRegs - W - 1) / W, 1, kMaxMr);
   // Accumulating into C across K chunks needs the old C kept aside: rows of up to kMr
   // are saved in a small buffer (C's old values are added after the last chunk).
   const bool chunked = kc < K;
   HWY_ALIGN T saved[kMr * NP * P];
   const int64_t cols = std::min<int64_t>(n_cols, NP * P);
   const BOp b_rest = b_op.without_prefetch();  // rows after the first find B in cache
+  // The windows past the last real column (a partial last panel) are skipped.
+  const int64_t v_end = std::min<int64_t>(NVT, (cols + L - 1) / L);
   auto rows = [&](auto mr_tag, int64_t m) {
     constexpr int MR = decltype(mr_tag)::value;
     const AOp a = a_op.from_row(m);
@@ -259,8 +286,9 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
     }
     for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
       const int64_t k1 = std::min(K, k0 + kc);
-      MicroKernel<MR, NP, S>(k0, k1, k0 == 0, k1 == K, a, m == 0 ? b_op : b_rest, cols, bias,
-                             old, ld_old, c, ldc);
+      for (int64_t v = 0; v < v_end; v += W)
+        MicroKernel<MR, W, NP, S>(k0, k1, k0 == 0, k1 == K, a, m == 0 ? b_op : b_rest, v, cols,
+                                  bias, old, ld_old, c, ldc);
       if (K == 0) break;
     }
   };
@@ -284,24 +312,30 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
                 int64_t kc) {
   constexpr int64_t P = S * kUnit<T>;
   int64_t p = p0;
-  auto run = [&](auto np_tag) {
+  auto run = [&](auto np_tag, auto few_tag) {
     constexpr int NP = decltype(np_tag)::value;
-    RowsTimesPanels<NP, S>(M, K, a, b.from_panel(p), N - p * P, bias ? bias + p * P : nullptr,
-                           accumulate, C + p * P, ldc, kb, ke, kc);
+    RowsTimesPanels<NP, S, decltype(few_tag)::value>(M, K, a, b.from_panel(p), N - p * P,
+                                                     bias ? bias + p * P : nullptr, accumulate,
+                                                     C + p * P, ldc, kb, ke, kc);
   };
+  using Few = std::true_type;
+  using Many = std::false_type;
   // Few rows, or narrow panels: several panels at once give the FMA pipes enough independent
   // chains (a panel's element chains are the same whichever panels it is grouped with).
   if (M <= 2) {
     // Groups of 4, and the rest as groups of 3 or 2 (4 + 1 as 3 + 2): a lone panel of one row
     // has too few independent chains to hide the FMA latency.
-    for (; p + 4 <= p1 && p1 - p != 5; p += 4) run(std::integral_constant<int, 4>{});
-    if (p + 3 <= p1) run(std::integral_constant<int, 3>{}), p += 3;
-    if (p + 2 <= p1) run(std::integral_constant<int, 2>{}), p += 2;
-  } else if constexpr (S < 3) {
-    constexpr int G = S == 1 ? 3 : 2;
-    for (; p + G <= p1; p += G) run(std::integral_constant<int, G>{});
+    for (; p + 4 <= p1 && p1 - p != 5; p += 4) run(std::integral_constant<int, 4>{}, Few{});
+    if (p + 3 <= p1) run(std::integral_constant<int, 3>{}, Few{}), p += 3;
+    if (p + 2 <= p1) run(std::integral_constant<int, 2>{}, Few{}), p += 2;
+    for (; p < p1; ++p) run(std::integral_constant<int, 1>{}, Few{});
+    return;
   }
-  for (; p < p1; ++p) run(std::integral_constant<int, 1>{});
+  if constexpr (S < 3) {
+    constexpr int G = S == 1 ? 3 : 2;
+    for (; p + G <= p1; p += G) run(std::integral_constant<int, G>{}, Many{});
+  }
+  for (; p < p1; ++p) run(std::integral_constant<int, 1>{}, Many{});
 }
 
 // Many rows and a long K without accumulation (the weight-gradient products): K chunks
