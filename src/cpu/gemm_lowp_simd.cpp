@@ -122,8 +122,9 @@ HWY_INLINE void WithRows(int64_t r, F&& f) {
 
 #if HWY_TARGET != HWY_SCALAR
 // Rows of A in slabs that fit the prepared buffer; per panel, its vectors in windows of 2 (and
-// a last one of 1), each against the slab's rows in blocks of up to kSimdMr; `finish` writes
-// a block's results (rows x window columns) to C. False when one row does not fit the buffer.
+// a last one of 1), each against the slab's rows in blocks of up to kSimdMr, whose results
+// (rows x window columns) then go to C as the plain kernels write them. False when one row
+// does not fit the buffer.
 template <bool kInt8>
 bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, const float* bias,
               bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
