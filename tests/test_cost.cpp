@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "grux/calibrate.h"
 #include "grux/cost.h"
 #include "grux/error.h"
 
@@ -1132,6 +1133,24 @@ TEST(CostNetwork, ProfilesKeepTheMeasuredLink) {
   std::string bad = prof.to_json();
   bad.replace(bad.find("\"gbit_s\": 40"), 12, "\"gbit_s\": 0 ");
   EXPECT_THROW(MachineProfile::from_json(bad, "bad.json"), Error);
+}
+
+// The side of the products that measure `grux bench gru`'s peak: 1536 unless one product would
+// take more than half a second at the probe's rate (2 * 1536^3 flops is 7.25 GFLOP).
+TEST(CostCalibrate, PeakSideHalvesOnlyForSlowCode) {
+  EXPECT_EQ(peak_side(80), 1536);
+  EXPECT_EQ(peak_side(15), 1536);    // 0.48 s
+  EXPECT_EQ(peak_side(14), 768);     // 0.52 s at 1536
+  EXPECT_EQ(peak_side(1), 384);      // 7.2 s, 0.91 s, then 0.11 s
+  EXPECT_EQ(peak_side(0.001), 192);  // never below the probe
+  EXPECT_EQ(peak_side(0), 192);
+  EXPECT_EQ(peak_side(-1), 192);
+  // Chosen by a probe, and reported: a side the rule can give, and a rate.
+  int64_t side = 0;
+  const double rate = measure_lowp_gemm_rate(Precision::int8, 1, 0, &side);
+  EXPECT_GT(rate, 0);
+  EXPECT_THAT(side, ::testing::AnyOf(1536, 768, 384, 192));
+  EXPECT_THROW(measure_lowp_gemm_rate(Precision::f32, 1), Error);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -212,32 +213,34 @@ TEST(GemmLowp, Int8KernelsAgreeBitwise) {
 // The kernels below AVX-512 (Highway's on AVX2, SSE4, ..., plain C++ on the scalar target and
 // for long rows) do the same operations in the same order: the same bits on every target,
 // both precisions, every step parity, and int8 the same as the AVX-512 kernel's too.
+// K 3001: rows in several slabs of the kernels' 32 KB buffer (bf16 2 rows a slab, int8 4 and
+// a last one of 3).
 TEST(GemmLowp, KernelsBelowAvx512AgreeBitwiseOnEveryTarget) {
   std::mt19937_64 rng(17);
-  const int64_t M = 7, N = 150, K = 301;
-  auto A = random_vec(M * K, rng, -3, 1), W = random_vec(N * K, rng), b = random_vec(N, rng);
-  for (Precision prec : {Precision::bf16, Precision::int8}) {
-    const Packed P = pack(prec, K, N, 48, W, false);
-    for (int64_t step : {0, 1}) {
-      std::vector<float> first;
-      std::string first_target;
-      PortableScope restore(false);
-      for (const std::string& t : simd_targets()) {
-        set_simd_target(t);
-        const std::string kernel = cpu::lowp_kernel(prec);
-        if (prec == Precision::bf16 && kernel != "portable") continue;  // vdpbf16ps: its own
-        std::vector<float> C(M * N, 0.5f);
-        cpu::gemm_packed<float>(M, A.data(), K, false, P.B, b.data(), true, C.data(), N, 0,
-                                P.B.panels(), step);
-        if (first.empty()) {
-          first = C, first_target = t;
-          continue;
+  for (const auto [M, N, K] : {std::array<int64_t, 3>{7, 150, 301}, {11, 61, 3001}})
+    for (Precision prec : {Precision::bf16, Precision::int8}) {
+      auto A = random_vec(M * K, rng, -3, 1), W = random_vec(N * K, rng), b = random_vec(N, rng);
+      const Packed P = pack(prec, K, N, 48, W, false);
+      for (int64_t step : {0, 1}) {
+        std::vector<float> first;
+        std::string first_target;
+        PortableScope restore(false);
+        for (const std::string& t : simd_targets()) {
+          set_simd_target(t);
+          const std::string kernel = cpu::lowp_kernel(prec);
+          if (prec == Precision::bf16 && kernel != "portable") continue;  // vdpbf16ps: its own
+          std::vector<float> C(M * N, 0.5f);
+          cpu::gemm_packed<float>(M, A.data(), K, false, P.B, b.data(), true, C.data(), N, 0,
+                                  P.B.panels(), step);
+          if (first.empty()) {
+            first = C, first_target = t;
+            continue;
+          }
+          EXPECT_EQ(C, first) << precision_name(prec) << " K " << K << " step " << step << ": " << t
+                              << " (" << kernel << ") against " << first_target;
         }
-        EXPECT_EQ(C, first) << precision_name(prec) << " step " << step << ": " << t << " ("
-                            << kernel << ") against " << first_target;
       }
     }
-  }
 }
 
 // Threads split the panels (or the rows): the same bits as one thread.

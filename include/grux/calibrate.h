@@ -22,10 +22,19 @@ struct GemmRates {
   double blas = 0, grux = 0;
   double best() const { return blas > grux ? blas : grux; }
 };
+// n = 0: the side peak_side chooses from a probe of grux's GEMM at side 192 (what `grux bench
+// gru` measures its peak with).
 GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n = 1536);
 // GFLOP/s of grux's packed GEMM with B in bf16 or int8 (the low-precision GRU's products,
-// cpu/gemm_lowp.h) at the current thread count: n x n x n, the best of `reps` runs.
-double measure_lowp_gemm_rate(Precision precision, int reps, int64_t n = 1536);
+// cpu/gemm_lowp.h) at the current thread count: n x n x n, the best of `reps` runs; n = 0 as
+// above, with `n_used` (if given) set to the side measured.
+double measure_lowp_gemm_rate(Precision precision, int reps, int64_t n = 1536,
+                              int64_t* n_used = nullptr);
+// The side of a peak's square products: 1536, halved while one product would take more than
+// half a second at `probe_gflops` (the rate at side 192), and at least 192. Slow code (the
+// scalar target, the portable low-precision kernels, a sanitized build: 1-5 GFLOP/s) would
+// otherwise spend tens of seconds on the reference of a benchmark that takes one.
+int64_t peak_side(double probe_gflops);
 // GB/s of `threads` threads together, each re-reading its own buffer of `bytes_per_thread`
 // (at least 16 KiB; first touched by its reader): the rate of the cache level holding such a
 // buffer. `alternate`: each pass in the other direction (the real-time kernel's order: what

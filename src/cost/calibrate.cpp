@@ -62,26 +62,42 @@ std::vector<T> uniform_values(int64_t count, std::mt19937_64& rng) {
   return v;
 }
 
+// grux's packed GEMM on n x n operands (B packed by `pack`, as the measured kernel reads it):
+// the best GFLOP/s of `reps` runs.
+template <typename T, class Pack>
+double packed_rate(int reps, int64_t n, uint64_t seed, const Pack& pack) {
+  std::mt19937_64 rng(seed);
+  const std::vector<T> a = uniform_values<T>(n * n, rng), b = uniform_values<T>(n * n, rng);
+  std::vector<T> c(n * n);
+  Tensor storage;
+  const cpu::PackedB<T> bp = pack(n, b.data(), storage);
+  const double s = best_seconds(reps, [&] {
+    cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
+  });
+  return 2.0 * n * n * n / s / 1e9;
+}
+
+// B packed in T's panels into `storage`.
+template <typename T>
+cpu::PackedB<T> pack_plain(int64_t n, const T* b, Tensor& storage) {
+  const int64_t panel = 3 * cpu::kUnit<T>;
+  storage = Tensor::empty({cpu::packed_size<T>(n, n, panel)}, dtype_of<T>());
+  T* pk = storage.data<T>();
+  cpu::pack_b<T>(n, n, panel, b, 1, n, nullptr, nullptr, pk);
+  return {n, n, panel, pk};
+}
+
 template <typename T>
 GemmRates gemm_rates(int reps, int64_t n) {
+  if (n == 0) n = peak_side(packed_rate<T>(3, 192, 1, pack_plain<T>));
   std::mt19937_64 rng(1);
   const std::vector<T> a = uniform_values<T>(n * n, rng), b = uniform_values<T>(n * n, rng);
   std::vector<T> c(n * n);
-  const int64_t panel = 3 * cpu::kUnit<T>;
-  std::vector<T> packed(cpu::packed_size<T>(n, n, panel) + 64);
-  // 64-byte aligned start inside the vector.
-  T* pk = packed.data();
-  while (reinterpret_cast<uintptr_t>(pk) % 64) ++pk;
-  cpu::pack_b<T>(n, n, panel, b.data(), 1, n, nullptr, nullptr, pk);
-  const cpu::PackedB<T> bp{n, n, panel, pk};
   const double flops = 2.0 * n * n * n;
   const double blas = best_seconds(reps, [&] {
     cpu::blas_gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(), n);
   });
-  const double own = best_seconds(reps, [&] {
-    cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
-  });
-  return {n, flops / blas / 1e9, flops / own / 1e9};
+  return {n, flops / blas / 1e9, packed_rate<T>(reps, n, 1, pack_plain<T>)};
 }
 
 void set_threads(int k) {
@@ -115,20 +131,23 @@ GemmRates measure_gemm_rates(DType dtype, int reps, int64_t n) {
   return gemm_rates<float>(reps, n);
 }
 
-double measure_lowp_gemm_rate(Precision p, int reps, int64_t n) {
+int64_t peak_side(double probe_gflops) {
+  int64_t side = 1536;
+  while (side > 192 && 2.0 * side * side * side / (std::max(probe_gflops, 1e-3) * 1e9) > 0.5)
+    side /= 2;
+  return side;
+}
+
+double measure_lowp_gemm_rate(Precision p, int reps, int64_t n, int64_t* n_used) {
   if (p == Precision::f32) throw Error("measure_lowp_gemm_rate: bf16 or int8, not f32");
-  std::mt19937_64 rng(2);
-  const std::vector<float> a = uniform_values<float>(n * n, rng),
-                           b = uniform_values<float>(n * n, rng);
-  std::vector<float> c(n * n);
-  const int64_t panel = 3 * cpu::kUnit<float>;
-  Tensor storage = Tensor::empty({cpu::packed_lowp_bytes(p, n, n, panel) / 4}, DType::f32);
-  const cpu::PackedB<float> bp =
-      cpu::pack_b_lowp(p, n, n, panel, b.data(), 1, n, nullptr, nullptr, storage.raw_data());
-  const double s = best_seconds(reps, [&] {
-    cpu::gemm_packed_parallel<float>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
-  });
-  return 2.0 * n * n * n / s / 1e9;
+  const auto pack = [p](int64_t side, const float* b, Tensor& storage) {
+    const int64_t panel = 3 * cpu::kUnit<float>;
+    storage = Tensor::empty({cpu::packed_lowp_bytes(p, side, side, panel) / 4}, DType::f32);
+    return cpu::pack_b_lowp(p, side, side, panel, b, 1, side, nullptr, nullptr, storage.raw_data());
+  };
+  if (n == 0) n = peak_side(packed_rate<float>(3, 192, 2, pack));
+  if (n_used) *n_used = n;
+  return packed_rate<float>(reps, n, 2, pack);
 }
 
 double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read,

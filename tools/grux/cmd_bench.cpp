@@ -306,9 +306,12 @@ void run_bench_gru(const BenchArgs& a) {
   const Timing t = time_it(a.reps, [&] { run(); });
   const double flops = p.gemm_flops() * (a.train ? 3 : 1);
   const double gflops = flops / (t.median_ms * 1e6);
-  const GemmRates peak = measure_gemm_rates(p.dtype, 3);
+  // The peak's products: side 1536, smaller where that would take long (calibrate.h).
+  const GemmRates peak = measure_gemm_rates(p.dtype, 3, 0);
   // bf16 / int8: the peak is the low-precision GEMM's, measured the same way (no BLAS has it).
-  const double lowp_peak = prec == Precision::f32 ? 0 : measure_lowp_gemm_rate(prec, 3);
+  int64_t lowp_side = 0;
+  const double lowp_peak =
+      prec == Precision::f32 ? 0 : measure_lowp_gemm_rate(prec, 3, 0, &lowp_side);
   const double peak_gflops = lowp_peak > 0 ? lowp_peak : peak.best();
   p.precision = prec;  // the prediction prices the products in it
   const CostReport cost = a.cell ? gru_stream_cost(p) : gru_cost(p);
@@ -338,12 +341,13 @@ void run_bench_gru(const BenchArgs& a) {
   fmt::print(
       "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
-      "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"blas_gflops\":{:.2f},"
+      "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
+      "\"blas_gflops\":{:.2f},"
       "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
       "\"read_gbps\":{:.1f}{}{}{}{},\"precision\":\"{}\"{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
-      100 * gflops / peak_gflops, peak_gflops, peak.blas, peak.grux, bound.ms, bound.side,
-      100 * bound.ms / t.median_ms, bound.read_gbps, handoff,
+      100 * gflops / peak_gflops, peak_gflops, lowp_peak > 0 ? lowp_side : peak.n, peak.blas,
+      peak.grux, bound.ms, bound.side, 100 * bound.ms / t.median_ms, bound.read_gbps, handoff,
       a.prepacked ? ",\"prepacked\":true" : "", predicted, per_frame, a.precision, lowp_fields);
 }
 
