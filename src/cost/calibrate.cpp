@@ -62,12 +62,11 @@ std::vector<T> uniform_values(int64_t count, std::mt19937_64& rng) {
   return v;
 }
 
-// grux's packed GEMM on n x n operands (B packed by `pack`, as the measured kernel reads it):
-// the best GFLOP/s of `reps` runs.
+// grux's packed GEMM on the n x n operands a, b (B packed by `pack`, as the measured kernel
+// reads it): the best GFLOP/s of `reps` runs.
 template <typename T, class Pack>
-double packed_rate(int reps, int64_t n, uint64_t seed, const Pack& pack) {
-  std::mt19937_64 rng(seed);
-  const std::vector<T> a = uniform_values<T>(n * n, rng), b = uniform_values<T>(n * n, rng);
+double packed_rate(int reps, int64_t n, const std::vector<T>& a, const std::vector<T>& b,
+                   const Pack& pack) {
   std::vector<T> c(n * n);
   Tensor storage;
   const cpu::PackedB<T> bp = pack(n, b.data(), storage);
@@ -75,6 +74,14 @@ double packed_rate(int reps, int64_t n, uint64_t seed, const Pack& pack) {
     cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
   });
   return 2.0 * n * n * n / s / 1e9;
+}
+
+// The side peak_side gives for the rate of a probe at 192 (operands from `seed`).
+template <typename T, class Pack>
+int64_t probed_side(uint64_t seed, const Pack& pack) {
+  std::mt19937_64 rng(seed);
+  const std::vector<T> a = uniform_values<T>(192 * 192, rng), b = uniform_values<T>(192 * 192, rng);
+  return peak_side(packed_rate<T>(3, 192, a, b, pack));
 }
 
 // B packed in T's panels into `storage`.
@@ -89,7 +96,7 @@ cpu::PackedB<T> pack_plain(int64_t n, const T* b, Tensor& storage) {
 
 template <typename T>
 GemmRates gemm_rates(int reps, int64_t n) {
-  if (n == 0) n = peak_side(packed_rate<T>(3, 192, 1, pack_plain<T>));
+  if (n == 0) n = probed_side<T>(1, pack_plain<T>);
   std::mt19937_64 rng(1);
   const std::vector<T> a = uniform_values<T>(n * n, rng), b = uniform_values<T>(n * n, rng);
   std::vector<T> c(n * n);
@@ -97,7 +104,7 @@ GemmRates gemm_rates(int reps, int64_t n) {
   const double blas = best_seconds(reps, [&] {
     cpu::blas_gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(), n);
   });
-  return {n, flops / blas / 1e9, packed_rate<T>(reps, n, 1, pack_plain<T>)};
+  return {n, flops / blas / 1e9, packed_rate<T>(reps, n, a, b, pack_plain<T>)};
 }
 
 void set_threads(int k) {
@@ -145,9 +152,12 @@ double measure_lowp_gemm_rate(Precision p, int reps, int64_t n, int64_t* n_used)
     storage = Tensor::empty({cpu::packed_lowp_bytes(p, side, side, panel) / 4}, DType::f32);
     return cpu::pack_b_lowp(p, side, side, panel, b, 1, side, nullptr, nullptr, storage.raw_data());
   };
-  if (n == 0) n = peak_side(packed_rate<float>(3, 192, 2, pack));
+  if (n == 0) n = probed_side<float>(2, pack);
   if (n_used) *n_used = n;
-  return packed_rate<float>(reps, n, 2, pack);
+  std::mt19937_64 rng(2);
+  const std::vector<float> a = uniform_values<float>(n * n, rng),
+                           b = uniform_values<float>(n * n, rng);
+  return packed_rate<float>(reps, n, a, b, pack);
 }
 
 double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read,
