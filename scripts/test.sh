@@ -47,10 +47,9 @@ part "The main job (as scripts/demo.sh): train the default language model, then 
 
 part "AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 # Without MPI: that build compiles and refuses to run as many ranks (the MPI runs are tested
-# above; Open MPI's own allocations are not ours to sanitize). The library at -O2 with line
+# above; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
 # tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt):
-# about 9 minutes to build on a 2-core Zen 5, 28 on a 2-core Zen 3 (src/cpu/gemm_packed.cpp alone
-# 13 there), and about 10 to test.
+# about 17 minutes to build on a 2-core Zen 3 (28 with the library at -O2) and 4 to test.
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON \
   -DGRUX_WITH_MPI=OFF
 # The sanitized build compiles only this machine's best Highway target (CMakeLists.txt): it

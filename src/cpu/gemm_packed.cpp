@@ -260,7 +260,8 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   constexpr int NVT = NP * static_cast<int>(P / L > 0 ? P / L : 1);
   constexpr int kRegs = HWY_MAX_BYTES >= 64 ? 32 : 16;
   constexpr int W = WindowVectors(NVT, kRegs, kFew);
-  constexpr int kMr = std::clamp<int>((kRegs - W - 1) / W, 1, kMaxMr);
+  // A product of few rows has at most two (and no tail kernels are compiled for more).
+  constexpr int kMr = std::clamp<int>((kRegs - W - 1) / W, 1, kFew ? 2 : kMaxMr);
   // Accumulating into C across K chunks needs the old C kept aside: rows of up to kMr
   // are saved in a small buffer (C's old values are added after the last chunk).
   const bool chunked = kc < K;
@@ -294,16 +295,16 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   };
   int64_t m = 0;
   for (; m + kMr <= M; m += kMr) rows(std::integral_constant<int, kMr>{}, m);
-  switch (M - m) {
-    case 7: if constexpr (kMr > 7) rows(std::integral_constant<int, 7>{}, m); break;
-    case 6: if constexpr (kMr > 6) rows(std::integral_constant<int, 6>{}, m); break;
-    case 5: if constexpr (kMr > 5) rows(std::integral_constant<int, 5>{}, m); break;
-    case 4: if constexpr (kMr > 4) rows(std::integral_constant<int, 4>{}, m); break;
-    case 3: if constexpr (kMr > 3) rows(std::integral_constant<int, 3>{}, m); break;
-    case 2: if constexpr (kMr > 2) rows(std::integral_constant<int, 2>{}, m); break;
-    case 1: if constexpr (kMr > 1) rows(std::integral_constant<int, 1>{}, m); break;
-    default: break;
-  }
+  // The last M % kMr rows as blocks of 4, 2 and 1 (at most one each, as kMr <= 8): every row
+  // gets the same FMA chains whatever block it is in, and three tail kernels instead of seven
+  // keep this file's compile time down (it was most of the build's).
+  static_assert(kMr <= 8);
+  if constexpr (kMr > 4)
+    if (M - m >= 4) rows(std::integral_constant<int, 4>{}, m), m += 4;
+  if constexpr (kMr > 2)
+    if (M - m >= 2) rows(std::integral_constant<int, 2>{}, m), m += 2;
+  if constexpr (kMr > 1)
+    if (M - m >= 1) rows(std::integral_constant<int, 1>{}, m);
 }
 
 template <int S, class AOp, class BOp, typename T>
@@ -322,14 +323,19 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
   using Many = std::false_type;
   // Few rows, or narrow panels: several panels at once give the FMA pipes enough independent
   // chains (a panel's element chains are the same whichever panels it is grouped with).
-  if (M <= 2) {
-    // Groups of 4, and the rest as groups of 3 or 2 (4 + 1 as 3 + 2): a lone panel of one row
-    // has too few independent chains to hide the FMA latency.
-    for (; p + 4 <= p1 && p1 - p != 5; p += 4) run(std::integral_constant<int, 4>{}, Few{});
-    if (p + 3 <= p1) run(std::integral_constant<int, 3>{}, Few{}), p += 3;
-    if (p + 2 <= p1) run(std::integral_constant<int, 2>{}, Few{}), p += 2;
-    for (; p < p1; ++p) run(std::integral_constant<int, 1>{}, Few{});
-    return;
+  // Only for a plain row-major A (the recurrent products at batch 1 and 2, depthwise
+  // convolutions): a transposed or gathered A of one or two rows is rare, and the kernels of
+  // many rows compute it too (slower, same bits). Each set of kernels costs compile time.
+  if constexpr (std::is_same_v<AOp, APlain<false, T>>) {
+    if (M <= 2) {
+      // Groups of 4, and the rest as groups of 3 or 2 (4 + 1 as 3 + 2): a lone panel of one
+      // row has too few independent chains to hide the FMA latency.
+      for (; p + 4 <= p1 && p1 - p != 5; p += 4) run(std::integral_constant<int, 4>{}, Few{});
+      if (p + 3 <= p1) run(std::integral_constant<int, 3>{}, Few{}), p += 3;
+      if (p + 2 <= p1) run(std::integral_constant<int, 2>{}, Few{}), p += 2;
+      for (; p < p1; ++p) run(std::integral_constant<int, 1>{}, Few{});
+      return;
+    }
   }
   if constexpr (S < 3) {
     constexpr int G = S == 1 ? 3 : 2;
