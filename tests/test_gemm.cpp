@@ -4,6 +4,7 @@
 // And the invariance of every GEMM grux computes with: a row's result is bit-identical alone or
 // in any batch, with any split of the panels and on any thread count.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 #include <omp.h>
 
 #include "cpu/gemm.h"
@@ -68,6 +69,23 @@ void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumul
   cpu::ref::gemm_packed<T>(M, A.data(), lda, trans_a, B, bias ? b.data() : nullptr, accumulate,
                            RP.data(), N, 0, B.panels());
   for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(C[i], RP[i], gemm_tol<T>(K)) << where;
+  // The same B packed in blocks of one unit (PackedB::sub: the layout of 16-register
+  // targets) gives the same bits, and the packed reference twin reads that layout too.
+  if (panel > cpu::kUnit<T>) {
+    Tensor blocked = Tensor::empty({cpu::packed_size<T>(K, N, panel)}, dtype_of<T>());
+    cpu::pack_b<T>(K, N, panel, src.data(), N, 1, maps ? kmap.data() : nullptr,
+                   maps ? nmap.data() : nullptr, blocked.data<T>(), cpu::kUnit<T>);
+    const cpu::PackedB<T> BB{K, N, panel, blocked.data<T>(), cpu::kUnit<T>};
+    std::vector<T> CB = C0, RB = C0;
+    cpu::gemm_packed<T>(M, A.data(), lda, trans_a, BB, bias ? b.data() : nullptr, accumulate,
+                        CB.data(), N, 0, BB.panels());
+    cpu::ref::gemm_packed<T>(M, A.data(), lda, trans_a, BB, bias ? b.data() : nullptr, accumulate,
+                             RB.data(), N, 0, BB.panels());
+    for (int64_t i = 0; i < M * N; ++i) {
+      ASSERT_EQ(CB[i], C[i]) << where << " in blocks of a unit, at " << i;
+      ASSERT_EQ(RB[i], RP[i]) << where << " reference in blocks of a unit, at " << i;
+    }
+  }
   if (trans_a) return;
   // Row invariance: every row computed alone, panel by panel, gives the same bits.
   for (int64_t m = 0; m < M; ++m) {
@@ -256,6 +274,50 @@ void check_pack_transposed(int64_t K, int64_t N, int64_t units, bool map, std::m
       }
 }
 
+// The layout packers choose follows the SIMD target in use: whole panels where a vector is
+// 64 bytes (AVX-512: a micro-kernel holds a panel's width), blocks of a unit below that.
+TEST(PackB, SubPanelFollowsTheTargetsVectorWidth) {
+#if !HWY_ARCH_X86
+  GTEST_SKIP() << "x86 targets only";
+#endif
+  // x86 targets better than AVX2 (lower bits) are the AVX-512 ones.
+  const int64_t t = cpu::simd_target_bit();
+  const bool wide = t < HWY_AVX2;
+  EXPECT_EQ(cpu::gemm_sub_panel<float>(), wide ? 0 : cpu::kUnit<float>) << hwy::TargetName(t);
+  EXPECT_EQ(cpu::gemm_sub_panel<double>(), wide ? 0 : cpu::kUnit<double>) << hwy::TargetName(t);
+}
+
+// pack_b in blocks (PackedB::sub): panel p's block b is K x sub row-major, after the blocks
+// before it; both packing paths (columns contiguous along k, and rows with maps).
+TEST(PackB, BlocksOfAUnitHoldTheLogicalOperand) {
+  std::mt19937_64 rng(6);
+  constexpr int64_t U = cpu::kUnit<float>;
+  for (int64_t K : {1, 5, 17})
+    for (int64_t N : {15, 48, 100})
+      for (int64_t units : {2, 3})
+        for (bool transposed : {false, true}) {
+          const int64_t panel = units * U;
+          auto src = random_vec<float>(N * K, rng);
+          std::vector<int64_t> kmap(K);
+          for (int64_t k = 0; k < K; ++k) kmap[k] = K - 1 - k;
+          // B(k, n) = src[n * K + k] (transposed path) or src[kmap[k] * N + n] (rows).
+          std::vector<float> packed(cpu::packed_size<float>(K, N, panel), -7.f);
+          if (transposed)
+            cpu::pack_b<float>(K, N, panel, src.data(), 1, K, nullptr, nullptr, packed.data(), U);
+          else
+            cpu::pack_b<float>(K, N, panel, src.data(), N, 1, kmap.data(), nullptr, packed.data(),
+                               U);
+          for (int64_t n = 0; n < (N + panel - 1) / panel * panel; ++n)
+            for (int64_t k = 0; k < K; ++k) {
+              const int64_t p = n / panel, j = n % panel;
+              const float want = n >= N ? 0.f : transposed ? src[n * K + k] : src[kmap[k] * N + n];
+              ASSERT_EQ(packed[p * K * panel + j / U * K * U + k * U + j % U], want)
+                  << "K=" << K << " N=" << N << " panel=" << panel
+                  << (transposed ? " transposed" : "") << " k=" << k << " n=" << n;
+            }
+        }
+}
+
 TEST(PackB, TransposedMatchesLogicalOperand) {
   std::mt19937_64 rng(5);
   for (int64_t K : {1, 3, 4, 5, 8, 17})
@@ -310,6 +372,16 @@ void check_rows(int64_t M, int64_t N, int64_t K, int64_t units, bool accumulate,
                     accumulate, R.data(), N);
   for (int64_t i = 0; i < M * N; ++i)
     ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << "gemm_a_rows " << where << " at " << i;
+  // B in blocks of one unit (PackedB::sub): the same bits.
+  if (panel > cpu::kUnit<T>) {
+    cpu::pack_b<T>(K, N, panel, Bsrc.data(), N, 1, nullptr, nullptr, packed.data<T>(),
+                   cpu::kUnit<T>);
+    std::vector<T> CB = C0;
+    cpu::gemm_a_rows<T>(M, src.data(), offs.data(), {K, N, panel, packed.data<T>(), cpu::kUnit<T>},
+                        accumulate, CB.data(), N);
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_EQ(CB[i], C[i]) << "gemm_a_rows in blocks of a unit " << where << " at " << i;
+  }
 }
 
 TEST(GemmRows, MatchReferenceAtTileEdges) {

@@ -90,8 +90,9 @@ cpu::PackedB<T> pack_plain(int64_t n, const T* b, Tensor& storage) {
   const int64_t panel = 3 * cpu::kUnit<T>;
   storage = Tensor::empty({cpu::packed_size<T>(n, n, panel)}, dtype_of<T>());
   T* pk = storage.data<T>();
-  cpu::pack_b<T>(n, n, panel, b, 1, n, nullptr, nullptr, pk);
-  return {n, n, panel, pk};
+  const int64_t sub = cpu::gemm_sub_panel<T>();
+  cpu::pack_b<T>(n, n, panel, b, 1, n, nullptr, nullptr, pk, sub);
+  return {n, n, panel, pk, sub};
 }
 
 template <typename T>

@@ -110,21 +110,31 @@ constexpr int64_t kPrefetchRows = 32;
 // FMAs at 8 rows x 3 vectors).
 constexpr int64_t kPrefetchCMinK = 32;
 
-// Panel p (P columns) of a packed B: K x P row-major at data + p * K * P (64-byte aligned).
+// Panel p (P columns) of a packed B at data + p * K * P (64-byte aligned): K x P row-major,
+// or (PackedB::sub) blocks of w columns one after another, each K x w row-major.
 template <int64_t P, typename T>
 struct BPacked {
   const T* data;
   int64_t K;
   int64_t pf = 0;  // software-prefetch this many k rows ahead (0: none)
-  BPacked from_panel(int64_t p) const { return {data + p * K * P, K, pf}; }
-  BPacked without_prefetch() const { return {data, K, 0}; }
-  // The line of panel p, k row k + pf, that holds column j.
-  void prefetch(int p, int64_t k, int64_t j) const {
-    if (pf != 0) hwy::Prefetch(data + (p * K + k + pf) * P + j);
-  }
-  template <class D>
-  hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
-    return hn::Load(d, data + (p * K + k) * P + j);
+  int64_t w = P;   // columns per block (P: the whole panel)
+  BPacked from_panel(int64_t p) const { return {data + p * K * P, K, pf, w}; }
+  BPacked without_prefetch() const { return {data, K, 0, w}; }
+  // Column j of panel p (its vector at k row k: load / prefetch): where it starts and its
+  // k stride, computed once per micro-kernel call.
+  struct Column {
+    const T* c;
+    int64_t w, pf;
+    void prefetch(int64_t k) const {
+      if (pf != 0) hwy::Prefetch(c + (k + pf) * w);
+    }
+    template <class D>
+    hn::Vec<D> load(D d, int64_t k) const {
+      return hn::Load(d, c + k * w);
+    }
+  };
+  Column column(int p, int64_t j) const {
+    return {data + p * K * P + j / w * (K * w) + j % w, w, pf};
   }
 };
 
@@ -136,10 +146,16 @@ struct BRows {
   BRows from_panel(int64_t p) const { return {base + p * P, offsets}; }
   BRows without_prefetch() const { return *this; }
   void prefetch(int, int64_t, int64_t) const {}
-  template <class D>
-  hn::Vec<D> load(D d, int p, int64_t k, int64_t j) const {
-    return hn::LoadU(d, base + offsets[k] + p * P + j);
-  }
+  struct Column {
+    const T* c;
+    const int64_t* offsets;
+    void prefetch(int64_t) const {}
+    template <class D>
+    hn::Vec<D> load(D d, int64_t k) const {
+      return hn::LoadU(d, c + offsets[k]);
+    }
+  };
+  Column column(int p, int64_t j) const { return {base + p * P + j, offsets}; }
 };
 
 // ---- Kernels -----------------------------------------------------------------------------
@@ -162,9 +178,9 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   const auto A = a_op.template block<MR>();
   Vec acc[MR][W];
   // Where the window's vectors are in the packed panels.
-  int pv[W];
-  int64_t jv[W];
-  for (int w = 0; w < W; ++w) pv[w] = static_cast<int>((v0 + w) / NV), jv[w] = (v0 + w) % NV * L;
+  typename BOp::Column bc[W];
+  for (int w = 0; w < W; ++w)
+    bc[w] = b_op.column(static_cast<int>((v0 + w) / NV), (v0 + w) % NV * L);
   const int64_t col0 = v0 * L;
   C += col0;
   if (bias) bias += col0;
@@ -196,8 +212,8 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   for (int64_t k = k0; k < k1; ++k) {
     Vec b[W];
     for (int w = 0; w < W; ++w) {
-      if (w % kVectorsPerLine == 0) b_op.prefetch(pv[w], k, jv[w]);
-      b[w] = b_op.load(d, pv[w], k, jv[w]);
+      if (w % kVectorsPerLine == 0) bc[w].prefetch(k);
+      b[w] = bc[w].load(d, k);
     }
     for (int r = 0; r < MR; ++r) {
       const Vec a = hn::Set(d, A.at(r, k));
@@ -377,24 +393,23 @@ void GemmPanelsChunked(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp&
 }
 
 template <typename T>
-void GemmPacked(int64_t M, int64_t K, int64_t N, int64_t panel, const T* A, int64_t lda,
-                bool trans_a, const T* packed, const T* bias, bool accumulate, T* C, int64_t ldc,
-                int64_t p0, int64_t p1) {
+void GemmPacked(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const T* A,
+                int64_t lda, bool trans_a, const T* packed, const T* bias, bool accumulate, T* C,
+                int64_t ldc, int64_t p0, int64_t p1) {
   const int S = static_cast<int>(panel / kUnit<T>);
   // Panels too big to stay in L2 between calls (half of a 1 MB L2) stream from L3 or DRAM
   // every time; the first row block prefetches them kPrefetchRows k rows ahead.
   const bool streamed = (p1 - p0) * K * panel * int64_t(sizeof(T)) > (512 << 10);
   const int64_t pf = streamed ? kPrefetchRows : 0;
-#define GRUX_GEMM_CASE(s)                                                                  \
-  if (S == s) {                                                                            \
-    const BPacked<s * kUnit<T>, T> b{packed, K, pf};                                       \
-    if (trans_a)                                                                           \
-      GemmPanelsChunked<s>(M, K, N, APlain<true, T>{A, lda}, b, bias, accumulate, C, ldc, p0, \
-                           p1);                                                            \
-    else                                                                                   \
-      GemmPanelsChunked<s>(M, K, N, APlain<false, T>{A, lda}, b, bias, accumulate, C, ldc, \
-                           p0, p1);                                                        \
-    return;                                                                                \
+#define GRUX_GEMM_CASE(s)                                                                          \
+  if (S == s) {                                                                                    \
+    const BPacked<s * kUnit<T>, T> b{packed, K, pf, sub > 0 ? sub : s * kUnit<T>};                 \
+    if (trans_a)                                                                                   \
+      GemmPanelsChunked<s>(M, K, N, APlain<true, T>{A, lda}, b, bias, accumulate, C, ldc, p0, p1); \
+    else                                                                                           \
+      GemmPanelsChunked<s>(M, K, N, APlain<false, T>{A, lda}, b, bias, accumulate, C, ldc, p0,     \
+                           p1);                                                                    \
+    return;                                                                                        \
   }
   GRUX_GEMM_CASE(1)
   GRUX_GEMM_CASE(2)
@@ -413,15 +428,16 @@ void GemmBRows(int64_t M, int64_t K, int64_t N, const T* A, int64_t lda, const T
 
 // A's rows read in place, B packed.
 template <typename T>
-void GemmARows(int64_t M, int64_t K, int64_t N, int64_t panel, const T* base,
+void GemmARows(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const T* base,
                const int64_t* offsets, const T* packed, bool accumulate, T* C, int64_t ldc) {
   const int S = static_cast<int>(panel / kUnit<T>);
   const int64_t panels = (N + panel - 1) / panel;
-#define GRUX_GEMM_CASE(s)                                                                    \
-  if (S == s)                                                                                \
-    return GemmPanelsChunked<s>(M, K, N, ARows<T>{base, offsets},                            \
-                                BPacked<s * kUnit<T>, T>{packed, K},                         \
-                                static_cast<const T*>(nullptr), accumulate, C, ldc, 0, panels);
+#define GRUX_GEMM_CASE(s)                                                     \
+  if (S == s)                                                                 \
+    return GemmPanelsChunked<s>(                                              \
+        M, K, N, ARows<T>{base, offsets},                                     \
+        BPacked<s * kUnit<T>, T>{packed, K, 0, sub > 0 ? sub : s * kUnit<T>}, \
+        static_cast<const T*>(nullptr), accumulate, C, ldc, 0, panels);
   GRUX_GEMM_CASE(1)
   GRUX_GEMM_CASE(2)
   GRUX_GEMM_CASE(3)
@@ -436,26 +452,26 @@ void GemmBRowsF64(int64_t M, int64_t K, int64_t N, const double* A, int64_t lda,
                   const double* base, const int64_t* offsets, double* C, int64_t ldc) {
   GemmBRows(M, K, N, A, lda, base, offsets, C, ldc);
 }
-void GemmARowsF32(int64_t M, int64_t K, int64_t N, int64_t panel, const float* base,
+void GemmARowsF32(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const float* base,
                   const int64_t* offsets, const float* packed, bool accumulate, float* C,
                   int64_t ldc) {
-  GemmARows(M, K, N, panel, base, offsets, packed, accumulate, C, ldc);
+  GemmARows(M, K, N, panel, sub, base, offsets, packed, accumulate, C, ldc);
 }
-void GemmARowsF64(int64_t M, int64_t K, int64_t N, int64_t panel, const double* base,
+void GemmARowsF64(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const double* base,
                   const int64_t* offsets, const double* packed, bool accumulate, double* C,
                   int64_t ldc) {
-  GemmARows(M, K, N, panel, base, offsets, packed, accumulate, C, ldc);
+  GemmARows(M, K, N, panel, sub, base, offsets, packed, accumulate, C, ldc);
 }
 
-void GemmPackedF32(int64_t M, int64_t K, int64_t N, int64_t panel, const float* A, int64_t lda,
-                   bool ta, const float* packed, const float* bias, bool acc, float* C,
+void GemmPackedF32(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const float* A,
+                   int64_t lda, bool ta, const float* packed, const float* bias, bool acc, float* C,
                    int64_t ldc, int64_t p0, int64_t p1) {
-  GemmPacked(M, K, N, panel, A, lda, ta, packed, bias, acc, C, ldc, p0, p1);
+  GemmPacked(M, K, N, panel, sub, A, lda, ta, packed, bias, acc, C, ldc, p0, p1);
 }
-void GemmPackedF64(int64_t M, int64_t K, int64_t N, int64_t panel, const double* A, int64_t lda,
-                   bool ta, const double* packed, const double* bias, bool acc, double* C,
-                   int64_t ldc, int64_t p0, int64_t p1) {
-  GemmPacked(M, K, N, panel, A, lda, ta, packed, bias, acc, C, ldc, p0, p1);
+void GemmPackedF64(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const double* A,
+                   int64_t lda, bool ta, const double* packed, const double* bias, bool acc,
+                   double* C, int64_t ldc, int64_t p0, int64_t p1) {
+  GemmPacked(M, K, N, panel, sub, A, lda, ta, packed, bias, acc, C, ldc, p0, p1);
 }
 
 // One panel of pack_b when each source column is contiguous along k (col[j]: where column j
@@ -516,6 +532,12 @@ int64_t TargetBit() {
   return HWY_TARGET;
 }
 
+// Whether this copy's micro-kernels take a panel of more than one unit in windows (fewer
+// registers than a panel's vectors need; WindowVectors): gemm_sub_panel.
+bool WindowsPanels() {
+  return HWY_MAX_BYTES < 64;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
 }  // namespace grux
@@ -541,10 +563,18 @@ HWY_EXPORT(GemmBRowsF64);
 HWY_EXPORT(GemmARowsF32);
 HWY_EXPORT(GemmARowsF64);
 HWY_EXPORT(TargetBit);
+HWY_EXPORT(WindowsPanels);
 
 int64_t simd_target_bit() {
   return HWY_DYNAMIC_DISPATCH(TargetBit)();
 }
+
+template <typename T>
+int64_t gemm_sub_panel() {
+  return HWY_DYNAMIC_DISPATCH(WindowsPanels)() ? kUnit<T> : 0;
+}
+template int64_t gemm_sub_panel<float>();
+template int64_t gemm_sub_panel<double>();
 
 template <>
 void gemm_b_rows<float>(int64_t M, const float* A, int64_t lda, int64_t K, int64_t N,
@@ -563,22 +593,51 @@ template <>
 void gemm_a_rows<float>(int64_t M, const float* a_base, const int64_t* a_offsets,
                         const PackedB<float>& B, bool accumulate, float* C, int64_t ldc) {
   if (M <= 0 || B.N <= 0) return;
-  HWY_DYNAMIC_DISPATCH(GemmARowsF32)(M, B.K, B.N, B.panel, a_base, a_offsets, B.data,
-                                     accumulate, C, ldc);
+  HWY_DYNAMIC_DISPATCH(GemmARowsF32)
+  (M, B.K, B.N, B.panel, B.sub, a_base, a_offsets, B.data, accumulate, C, ldc);
 }
 template <>
 void gemm_a_rows<double>(int64_t M, const double* a_base, const int64_t* a_offsets,
                          const PackedB<double>& B, bool accumulate, double* C, int64_t ldc) {
   if (M <= 0 || B.N <= 0) return;
-  HWY_DYNAMIC_DISPATCH(GemmARowsF64)(M, B.K, B.N, B.panel, a_base, a_offsets, B.data,
-                                     accumulate, C, ldc);
+  HWY_DYNAMIC_DISPATCH(GemmARowsF64)
+  (M, B.K, B.N, B.panel, B.sub, a_base, a_offsets, B.data, accumulate, C, ldc);
 }
 
 template <typename T>
 void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k, int64_t stride_n,
-            const int64_t* k_map, const int64_t* n_map, T* dst) {
+            const int64_t* k_map, const int64_t* n_map, T* dst, int64_t sub) {
   GRUX_ASSERT(panel > 0 && panel % kUnit<T> == 0 && panel <= 3 * kUnit<T>);
+  GRUX_ASSERT(sub >= 0 && sub % kUnit<T> == 0 && (sub == 0 || panel % sub == 0));
   const int64_t panels = (N + panel - 1) / panel;
+  const int64_t w = sub > 0 ? sub : panel;  // columns per block
+  // One block: K x w row-major at out, column j from source offset col[j] (-1: zero).
+  auto pack_block = [&](const int64_t* col, T* out) {
+    if (stride_k == 1 && !k_map) {
+      // Each source column is contiguous along k (a weight matrix read transposed).
+      if constexpr (std::is_same_v<T, float>)
+        HWY_DYNAMIC_DISPATCH(PackPanelTransposedF32)(K, w, col, src, out);
+      else
+        HWY_DYNAMIC_DISPATCH(PackPanelTransposedF64)(K, w, col, src, out);
+    } else {
+      // Rows of the source; within each unit of the block the columns are usually
+      // consecutive (gate-interleaved weights keep units whole; activations are not
+      // permuted): copy those units whole.
+      constexpr int64_t U = kUnit<T>;
+      bool whole_units = true;
+      for (int64_t j = 0; j < w && whole_units; ++j)
+        whole_units = col[j] >= 0 && col[j] == col[j - j % U] + j % U;
+      for (int64_t k = 0; k < K; ++k) {
+        const T* row = src + (k_map ? k_map[k] : k) * stride_k;
+        T* o = out + k * w;
+        if (whole_units) {
+          for (int64_t u = 0; u < w; u += U) std::memcpy(o + u, row + col[u], U * sizeof(T));
+        } else {
+          for (int64_t j = 0; j < w; ++j) o[j] = col[j] < 0 ? T(0) : row[col[j]];
+        }
+      }
+    }
+  };
   auto pack_panel = [&](int64_t p) {
     // Source offset of each column of the panel (-1 past N), once per panel.
     int64_t col[3 * kUnit<T>];
@@ -586,31 +645,8 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
       const int64_t n = p * panel + j;
       col[j] = n < N ? (n_map ? n_map[n] : n) * stride_n : -1;
     }
-    T* out = dst + p * K * panel;
-    if (stride_k == 1 && !k_map) {
-      // Each source column is contiguous along k (a weight matrix read transposed).
-      if constexpr (std::is_same_v<T, float>)
-        HWY_DYNAMIC_DISPATCH(PackPanelTransposedF32)(K, panel, col, src, out);
-      else
-        HWY_DYNAMIC_DISPATCH(PackPanelTransposedF64)(K, panel, col, src, out);
-    } else {
-      // Rows of the source; within each unit of the panel the columns are usually consecutive
-      // (gate-interleaved weights keep units whole; activations are not permuted): copy those
-      // units whole.
-      constexpr int64_t U = kUnit<T>;
-      bool whole_units = true;
-      for (int64_t j = 0; j < panel && whole_units; ++j)
-        whole_units = col[j] >= 0 && col[j] == col[j - j % U] + j % U;
-      for (int64_t k = 0; k < K; ++k) {
-        const T* row = src + (k_map ? k_map[k] : k) * stride_k;
-        T* o = out + k * panel;
-        if (whole_units) {
-          for (int64_t u = 0; u < panel; u += U) std::memcpy(o + u, row + col[u], U * sizeof(T));
-        } else {
-          for (int64_t j = 0; j < panel; ++j) o[j] = col[j] < 0 ? T(0) : row[col[j]];
-        }
-      }
-    }
+    for (int64_t b = 0; b < panel / w; ++b)
+      pack_block(col + b * w, dst + p * K * panel + b * K * w);
   };
   // Training packs the weights (and their transposes) every step: this is on the hot path.
   // Small operands (the matmul scans' d x d products) stay out of OpenMP: even a region of
@@ -623,9 +659,9 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
   }
 }
 template void pack_b<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
-                            const int64_t*, const int64_t*, float*);
+                            const int64_t*, const int64_t*, float*, int64_t);
 template void pack_b<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t,
-                             const int64_t*, const int64_t*, double*);
+                             const int64_t*, const int64_t*, double*, int64_t);
 
 namespace {
 // A product of one or two rows reads each row of A a value at a time between the FMAs of a
@@ -656,8 +692,8 @@ void gemm_packed<float>(int64_t M, const float* A, int64_t lda, bool trans_a,
     GRUX_ASSERT(!trans_a);
     return gemm_packed_lowp(M, A, lda, B, bias, accumulate, C, ldc, p0, p1, step);
   }
-  HWY_DYNAMIC_DISPATCH(GemmPackedF32)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
-                                      accumulate, C, ldc, p0, p1);
+  HWY_DYNAMIC_DISPATCH(GemmPackedF32)
+  (M, B.K, B.N, B.panel, B.sub, A, lda, trans_a, B.data, bias, accumulate, C, ldc, p0, p1);
 }
 template <>
 void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
@@ -665,8 +701,8 @@ void gemm_packed<double>(int64_t M, const double* A, int64_t lda, bool trans_a,
                          int64_t ldc, int64_t p0, int64_t p1, int64_t /*step*/) {
   if (M <= 0 || p0 >= p1) return;
   prefetch_rows(M, A, lda, trans_a, B.K);
-  HWY_DYNAMIC_DISPATCH(GemmPackedF64)(M, B.K, B.N, B.panel, A, lda, trans_a, B.data, bias,
-                                      accumulate, C, ldc, p0, p1);
+  HWY_DYNAMIC_DISPATCH(GemmPackedF64)
+  (M, B.K, B.N, B.panel, B.sub, A, lda, trans_a, B.data, bias, accumulate, C, ldc, p0, p1);
 }
 
 int64_t l1d_cache_bytes() {

@@ -95,7 +95,9 @@ void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB
     }
   }
   // Per panel, each row's sums run over k in order in double (axpy order so it vectorizes).
+  // Element (k, j) of a panel: row-major K x panel, or in blocks of w columns (PackedB::sub).
   std::vector<double> acc(B.panel);
+  const int64_t w = B.sub > 0 ? B.sub : B.panel;
   for (int64_t p = p0; p < std::min(p1, B.panels()); ++p) {
     const T* panel = B.data + p * B.K * B.panel;
     const int64_t n0 = p * B.panel, cols = std::min(B.panel, B.N - n0);
@@ -103,8 +105,8 @@ void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t k = 0; k < B.K; ++k) {
         const double a = trans_a ? A[k * lda + m] : A[m * lda + k];
-        const T* bk = panel + k * B.panel;
-        for (int64_t j = 0; j < B.panel; ++j) acc[j] += a * double(bk[j]);
+        for (int64_t j = 0; j < B.panel; ++j)
+          acc[j] += a * double(panel[j / w * (B.K * w) + k * w + j % w]);
       }
       for (int64_t j = 0; j < cols; ++j) {
         double v = acc[j] + (bias ? double(bias[n0 + j]) : 0.0);
