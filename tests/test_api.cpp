@@ -18,7 +18,7 @@
 #include "grux/scan.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_api {
 namespace {
 
 using test::all_close;
@@ -302,4 +302,4 @@ TEST(Api, EveryOperatorTakesThreadsAndRestoresTheCallersSetting) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_api

@@ -13,7 +13,7 @@
 #include "grux/version.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_capi {
 namespace {
 
 using test::TempDir;
@@ -409,4 +409,4 @@ TEST(CApi, Version) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_capi

@@ -15,7 +15,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -406,4 +406,4 @@ TEST(CliBench, BadArguments) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_cli

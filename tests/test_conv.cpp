@@ -13,7 +13,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_conv {
 namespace {
 
 using ::testing::HasSubstr;
@@ -558,4 +558,4 @@ TEST(ConvProblem, ParsesAndPrints) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_conv

@@ -12,7 +12,7 @@
 
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_conv_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -234,4 +234,4 @@ TEST(ConvBench, WrongResultsAndBadArguments) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_conv_cli

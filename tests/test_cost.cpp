@@ -10,7 +10,7 @@
 #include "grux/cost.h"
 #include "grux/error.h"
 
-namespace grux {
+namespace grux::test_cost {
 namespace {
 
 using ::testing::HasSubstr;
@@ -742,9 +742,9 @@ TEST(CostRegistry, NamesModesAndErrors) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_cost
 
-namespace grux {
+namespace grux::test_cost {
 namespace {
 
 // ---- Roofline -----------------------------------------------------------------------------
@@ -1041,9 +1041,9 @@ TEST(CostRoofline, GruPhasesFollowTheWorkloads) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_cost
 
-namespace grux {
+namespace grux::test_cost {
 namespace {
 
 // ---- Many processes -----------------------------------------------------------------------
@@ -1154,4 +1154,4 @@ TEST(CostCalibrate, PeakSideHalvesOnlyForSlowCode) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_cost

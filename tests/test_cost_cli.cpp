@@ -11,7 +11,7 @@
 
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_cost_cli {
 namespace {
 
 using test::CliRun;
@@ -406,9 +406,9 @@ TEST(CostCli, SweepHtmlInlinesTheLibraryAndTheData) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_cost_cli
 
-namespace grux {
+namespace grux::test_cost_cli {
 namespace {
 
 // --ranks: the problem on K ranks on each link, and the scaling table to 64 machines (as far
@@ -472,4 +472,4 @@ TEST(CostCli, SweepsOverTheNumberOfRanks) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_cost_cli

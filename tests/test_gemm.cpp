@@ -12,7 +12,7 @@
 #include "cpu/ref/gemm_ref.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gemm {
 namespace {
 
 template <typename T>
@@ -487,4 +487,4 @@ TEST(Gemm, SameBitsOnAnyThreadCountAndAsPacked) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gemm

@@ -19,7 +19,7 @@
 #include "grux/error.h"
 #include "grux/runtime.h"
 
-namespace grux {
+namespace grux::test_gemm_lowp {
 namespace {
 
 using cpu::from_bf16;
@@ -392,4 +392,4 @@ TEST(Precision, NamesParse) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gemm_lowp

@@ -6,7 +6,7 @@
 #include "grux/gru.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_errors {
 namespace {
 
 using ::testing::HasSubstr;
@@ -219,4 +219,4 @@ TEST(GruProblem, DescriptorRoundTripAndErrors) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_errors

@@ -9,7 +9,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_golden {
 namespace {
 
 std::vector<std::string> golden_files() {
@@ -113,4 +113,4 @@ TEST(GoldenFiles, AllCasesPresent) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_golden

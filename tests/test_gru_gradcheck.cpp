@@ -7,7 +7,7 @@
 #include "ops/gru_layer.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_gradcheck {
 namespace {
 
 struct Case {
@@ -133,9 +133,9 @@ TEST(GruLengths, PaddingIsZero) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_gradcheck
 
-namespace grux {
+namespace grux::test_gru_gradcheck {
 namespace {
 
 // Variable-length work follows the sum of lengths: the packed layout has exactly that many
@@ -185,4 +185,4 @@ TEST(GruDropout, TrainingOnlySeededBetweenLayers) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_gradcheck

@@ -17,7 +17,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_invariance {
 namespace {
 
 struct InvCase {
@@ -411,4 +411,4 @@ TEST(Threads, CallsFromInsideACallersParallelRegion) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_invariance

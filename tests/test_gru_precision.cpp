@@ -15,7 +15,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_precision {
 namespace {
 
 struct Case {
@@ -269,4 +269,4 @@ TEST(GruPrecision, AnF64GruIsRefused) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_precision

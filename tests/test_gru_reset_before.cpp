@@ -11,7 +11,7 @@
 #include "grux/gru.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_reset_before {
 namespace {
 
 using Vec = std::vector<long double>;
@@ -241,4 +241,4 @@ TEST(ResetBeforeForm, DiffersFromLinearBeforeReset) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_reset_before

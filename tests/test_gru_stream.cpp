@@ -21,7 +21,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_gru_stream {
 namespace {
 
 struct StreamCase {
@@ -670,4 +670,4 @@ TEST(StreamKernel, HeadAndResidualInTheStep) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_gru_stream

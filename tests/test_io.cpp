@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-namespace grux {
+namespace grux::test_io {
 namespace {
 
 // ---- helpers ---------------------------------------------------------------------------
@@ -801,4 +801,4 @@ TEST_F(IoDir, ReadFileChecks) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_io

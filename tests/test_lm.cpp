@@ -12,7 +12,7 @@
 #include "grux/train.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_lm {
 namespace {
 
 using test::TempDir;
@@ -446,4 +446,4 @@ TEST(LmLossCurve, CsvAndSvg) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_lm

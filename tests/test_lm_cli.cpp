@@ -18,7 +18,7 @@
 #include "grux/io.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_lm_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -301,4 +301,4 @@ TEST(LmCli, BadInputIsOneLineExit2) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_lm_cli

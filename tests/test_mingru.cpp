@@ -19,7 +19,7 @@
 #include "ops/mingru_internal.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_mingru {
 namespace {
 
 using test::all_close;
@@ -689,4 +689,4 @@ TEST(MinGruBench, RefusesToTimeAWrongResultAndBadArguments) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_mingru

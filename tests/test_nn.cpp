@@ -12,7 +12,7 @@
 #include "grux/runtime.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_nn {
 namespace {
 
 const std::string kDir = std::string(GRUX_GOLDEN_DIR) + "/nn";
@@ -483,4 +483,4 @@ TEST(nnErrors, CrossEntropy) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_nn

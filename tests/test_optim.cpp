@@ -13,7 +13,7 @@
 #include "grux/optim.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_optim {
 namespace {
 
 const std::string kDir = std::string(GRUX_GOLDEN_DIR) + "/nn";
@@ -403,4 +403,4 @@ TEST(optimErrors, Options) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_optim

@@ -9,7 +9,7 @@
 #include "grux/rearrange.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_rearrange {
 namespace {
 
 using ::testing::HasSubstr;
@@ -191,4 +191,4 @@ TEST(Rearrange, GoldenFromTorchPermuteReshape) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_rearrange

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace grux {
+namespace grux::test_scan {
 namespace {
 
 using test::all_close;
@@ -687,4 +687,4 @@ TEST(ScanGoldenFiles, AreThere) {
 }  // namespace golden
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_scan

@@ -10,7 +10,7 @@
 #include "grux/tensor_ops.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_scan_cli {
 namespace {
 
 using test::all_close;
@@ -127,4 +127,4 @@ TEST(ScanCli, BenchPrintsOneCheckedJsonLine) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_scan_cli

@@ -19,7 +19,7 @@
 #include "grux/tensor_ops.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_simd_targets {
 namespace {
 
 using Results = std::map<std::string, Tensor>;
@@ -165,4 +165,4 @@ TEST(SimdTargets, UnknownTargetIsAnErrorNamingTheTargets) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_simd_targets

@@ -8,7 +8,7 @@
 
 #include "grux/tensor.h"
 
-namespace grux {
+namespace grux::test_tensor {
 namespace {
 
 using ::testing::HasSubstr;
@@ -174,4 +174,4 @@ TEST(Tensor, IndexErrors) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_tensor

@@ -13,7 +13,7 @@
 #include "grux/tensor_ops.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_tensor_ops {
 namespace {
 
 using test::all_close;
@@ -696,4 +696,4 @@ TEST(Golden, Reductions) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_tensor_ops

@@ -19,7 +19,7 @@
 #include "grux/error.h"
 #include "test_util.h"
 
-namespace grux {
+namespace grux::test_thread_team {
 namespace {
 
 // Every thread writes its own slot for round i, waits, then reads every other slot: each must
@@ -226,4 +226,4 @@ TEST(ThreadTeam, HandoffRoundTripIsMeasuredBetweenTwoMembers) {
 }
 
 }  // namespace
-}  // namespace grux
+}  // namespace grux::test_thread_team

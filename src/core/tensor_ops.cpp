@@ -51,7 +51,7 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
   check_same_dtype(op, "a", a, "b", b);
 }
 
-int64_t wrap_dim(const char* op, int64_t d, int64_t rank) {
+int64_t op_dim(const char* op, int64_t d, int64_t rank) {
   const int64_t w = d < 0 ? d + rank : d;
   if (w < 0 || w >= rank)
     throw Error(fmt::format("{}: dimension {} out of range for a tensor of rank {}", op, d, rank));
@@ -434,7 +434,7 @@ ReducePlan plan_reduction(const char* op, const Tensor& t, const std::vector<int
   ReducePlan p;
   p.reduced.assign(t.dim(), false);
   for (int64_t d : dims) {
-    const int64_t w = wrap_dim(op, d, t.dim());
+    const int64_t w = op_dim(op, d, t.dim());
     if (p.reduced[w]) throw Error(fmt::format("{}: dimension {} is listed twice in dims", op, w));
     p.reduced[w] = true;
   }
@@ -564,22 +564,22 @@ Tensor min(const Tensor& t) {
 
 ValuesIndices max_with_indices(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined("max_with_indices", "t", t);
-  const int64_t d = wrap_dim("max_with_indices", dim, t.dim());
+  const int64_t d = op_dim("max_with_indices", dim, t.dim());
   return extremum("max_with_indices", true, t, {d}, keepdim, d);
 }
 ValuesIndices min_with_indices(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined("min_with_indices", "t", t);
-  const int64_t d = wrap_dim("min_with_indices", dim, t.dim());
+  const int64_t d = op_dim("min_with_indices", dim, t.dim());
   return extremum("min_with_indices", false, t, {d}, keepdim, d);
 }
 Tensor argmax(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined("argmax", "t", t);
-  const int64_t d = wrap_dim("argmax", dim, t.dim());
+  const int64_t d = op_dim("argmax", dim, t.dim());
   return extremum("argmax", true, t, {d}, keepdim, d).indices;
 }
 Tensor argmin(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined("argmin", "t", t);
-  const int64_t d = wrap_dim("argmin", dim, t.dim());
+  const int64_t d = op_dim("argmin", dim, t.dim());
   return extremum("argmin", false, t, {d}, keepdim, d).indices;
 }
 

@@ -127,7 +127,7 @@ void forward_columns(const ConvGeom& g, const T* x, const T* w, const T* b, T* y
 }
 
 // Images [first, last) of chunk p when N images are split into P near-equal chunks.
-int64_t chunk_begin(int64_t p, int64_t N, int64_t P) {
+int64_t image_chunk_begin(int64_t p, int64_t N, int64_t P) {
   return p * N / P;
 }
 
@@ -189,7 +189,7 @@ void backward_columns(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
 #pragma omp parallel for schedule(static) num_threads(plan.threads) if (plan.threads > 1)
   for (int64_t p = 0; p < chunks; ++p) {
     T* col = work + omp_get_thread_num() * col_size;
-    const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
+    const int64_t n0 = image_chunk_begin(p, N, chunks), n1 = image_chunk_begin(p + 1, N, chunks);
     for (int64_t n = n0; n < n1; ++n) image(n, n == n0, partials + p * D * Kg, col);
   }
 
@@ -447,7 +447,7 @@ void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
     // in order by whichever thread takes it.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t p = 0; p < chunks; ++p) {
-      const int64_t n0 = chunk_begin(p, N, chunks), n1 = chunk_begin(p + 1, N, chunks);
+      const int64_t n0 = image_chunk_begin(p, N, chunks), n1 = image_chunk_begin(p + 1, N, chunks);
       T* part = partials + p * D * Kg;
       T* dbp = db_partials + p * D;
       for (int64_t n = n0; n < n1; ++n) {

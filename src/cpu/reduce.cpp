@@ -14,8 +14,8 @@ namespace {
 
 // Calls row(src_offset, out_offset, index_offset) once per innermost row, in row-major order.
 template <typename Row>
-void for_each_row(int64_t rank, const int64_t* shape, const int64_t* src_strides,
-                  const int64_t* out_strides, const int64_t* index_strides, Row row) {
+void for_each_reduce_row(int64_t rank, const int64_t* shape, const int64_t* src_strides,
+                         const int64_t* out_strides, const int64_t* index_strides, Row row) {
   const int64_t outer_rank = rank - 1;
   std::vector<int64_t> index(outer_rank, 0);
   int64_t src_off = 0, out_off = 0, idx_off = 0;
@@ -63,21 +63,22 @@ void reduce_sum(int64_t rank, const int64_t* shape, const T* src, const int64_t*
   const int64_t n = shape[rank - 1];
   const int64_t ss = src_strides[rank - 1], os = out_strides[rank - 1];
   std::vector<int64_t> no_index(rank, 0);
-  for_each_row(rank, shape, src_strides, out_strides, no_index.data(),
-               [&](int64_t so, int64_t oo, int64_t) {
-                 const T* sp = src + so;
-                 if (os == 0) {
-                   Acc s = acc[oo];
-                   if (ss == 1)
-                     for (int64_t i = 0; i < n; ++i) s = accumulate(s, sp[i]);
-                   else
-                     for (int64_t i = 0; i < n; ++i) s = accumulate(s, sp[i * ss]);
-                   acc[oo] = s;
-                 } else {
-                   Acc* ap = acc + oo;
-                   for (int64_t i = 0; i < n; ++i) ap[i * os] = accumulate(ap[i * os], sp[i * ss]);
-                 }
-               });
+  for_each_reduce_row(rank, shape, src_strides, out_strides, no_index.data(),
+                      [&](int64_t so, int64_t oo, int64_t) {
+                        const T* sp = src + so;
+                        if (os == 0) {
+                          Acc s = acc[oo];
+                          if (ss == 1)
+                            for (int64_t i = 0; i < n; ++i) s = accumulate(s, sp[i]);
+                          else
+                            for (int64_t i = 0; i < n; ++i) s = accumulate(s, sp[i * ss]);
+                          acc[oo] = s;
+                        } else {
+                          Acc* ap = acc + oo;
+                          for (int64_t i = 0; i < n; ++i)
+                            ap[i * os] = accumulate(ap[i * os], sp[i * ss]);
+                        }
+                      });
 }
 
 template <typename T>
@@ -88,29 +89,29 @@ void reduce_extremum(bool is_max, int64_t rank, const int64_t* shape, const T* s
   const int64_t n = shape[rank - 1];
   const int64_t ss = src_strides[rank - 1], os = out_strides[rank - 1];
   const int64_t is = index_strides[rank - 1];
-  for_each_row(rank, shape, src_strides, out_strides, index_strides,
-               [&](int64_t so, int64_t oo, int64_t io) {
-                 const T* sp = src + so;
-                 if (os == 0) {
-                   T b = best[oo];
-                   int64_t bi = best_index ? best_index[oo] : 0;
-                   for (int64_t i = 0; i < n; ++i) {
-                     const T v = sp[i * ss];
-                     if (better(is_max, v, b)) b = v, bi = io + i * is;
-                   }
-                   best[oo] = b;
-                   if (best_index) best_index[oo] = bi;
-                 } else {
-                   for (int64_t i = 0; i < n; ++i) {
-                     const T v = sp[i * ss];
-                     T& b = best[oo + i * os];
-                     if (better(is_max, v, b)) {
-                       b = v;
-                       if (best_index) best_index[oo + i * os] = io + i * is;
-                     }
-                   }
-                 }
-               });
+  for_each_reduce_row(rank, shape, src_strides, out_strides, index_strides,
+                      [&](int64_t so, int64_t oo, int64_t io) {
+                        const T* sp = src + so;
+                        if (os == 0) {
+                          T b = best[oo];
+                          int64_t bi = best_index ? best_index[oo] : 0;
+                          for (int64_t i = 0; i < n; ++i) {
+                            const T v = sp[i * ss];
+                            if (better(is_max, v, b)) b = v, bi = io + i * is;
+                          }
+                          best[oo] = b;
+                          if (best_index) best_index[oo] = bi;
+                        } else {
+                          for (int64_t i = 0; i < n; ++i) {
+                            const T v = sp[i * ss];
+                            T& b = best[oo + i * os];
+                            if (better(is_max, v, b)) {
+                              b = v;
+                              if (best_index) best_index[oo + i * os] = io + i * is;
+                            }
+                          }
+                        }
+                      });
 }
 
 template void reduce_sum<float, double>(int64_t, const int64_t*, const float*, const int64_t*,

@@ -28,7 +28,7 @@ static_assert(std::endian::native == std::endian::little,
               "grux .npy I/O assumes a little-endian host");
 
 constexpr std::string_view kMagic = "\x93NUMPY";
-constexpr const char* kSupported = "'<f4', '<f8' or '<i8'";
+constexpr const char* kNpyDtypes = "'<f4', '<f8' or '<i8'";
 // Bounds the parser's recursion on hostile headers; real descr lists nest two deep.
 constexpr int kMaxNesting = 32;
 
@@ -335,11 +335,11 @@ NpyLayout parse_layout(std::string_view b, const std::string& what) {
     throw Error(
         fmt::format("{}: unsupported dtype {} (structured dtypes are not supported; "
                     "expected {})",
-                    what, quote_snippet(descr->text, 60), kSupported));
+                    what, quote_snippet(descr->text, 60), kNpyDtypes));
   }
   if (!dtype_from_descr(descr->str, &dtype)) {
     throw Error(fmt::format("{}: unsupported dtype '{}' (expected {})", what,
-                            quote_snippet(descr->str, 60), kSupported));
+                            quote_snippet(descr->str, 60), kNpyDtypes));
   }
   if (fortran->kind != PyValue::Kind::boolean) {
     throw Error(fmt::format("{}: 'fortran_order' must be True or False, found {}", what,

@@ -26,7 +26,7 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kSupported = "F32, F64 or I64";
+constexpr const char* kSafetensorsDtypes = "F32, F64 or I64";
 
 // Cuts a message fragment taken from the file so that a hostile file cannot flood the terminal.
 std::string cut(std::string s, size_t max_len) {
@@ -189,7 +189,7 @@ Entry parse_entry(const std::string& key, const json& v, const std::string& what
   }
   if (!dtype_from_name(dt.get_ref<const std::string&>(), &e.dtype)) {
     throw Error(fmt::format("{}: tensor {}: unsupported dtype {} (expected {})", what, name,
-                            quote_name(dt.get_ref<const std::string&>()), kSupported));
+                            quote_name(dt.get_ref<const std::string&>()), kSafetensorsDtypes));
   }
 
   const json& sh = v["shape"];

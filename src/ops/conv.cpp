@@ -219,7 +219,8 @@ ConvAlgo effective_algo(const Options& o) {
   return reference_kernels() ? ConvAlgo::loops : o.algo;
 }
 
-Tensor forward(const Options& o, const Tensor& input, const Tensor& weight, const Tensor& bias) {
+Tensor conv_forward(const Options& o, const Tensor& input, const Tensor& weight,
+                    const Tensor& bias) {
   ops::ThreadsScope scope(op_name(o), o.threads);
   const Plan p = make_plan(o, input, weight);
   if (bias.defined()) check_bias(o, p, input, bias);
@@ -235,8 +236,8 @@ Tensor forward(const Options& o, const Tensor& input, const Tensor& weight, cons
   return y;
 }
 
-ConvGrads backward(const Options& o, const Tensor& input, const Tensor& weight,
-                   const Tensor& doutput, bool bias) {
+ConvGrads conv_backward(const Options& o, const Tensor& input, const Tensor& weight,
+                        const Tensor& doutput, bool bias) {
   const char* op = op_name(o);
   ops::ThreadsScope scope(op, o.threads);
   const Plan p = make_plan(o, input, weight);
@@ -265,22 +266,22 @@ ConvGrads backward(const Options& o, const Tensor& input, const Tensor& weight,
 
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
                       const Conv2dOptions& options) {
-  return forward(from(options), input, weight, bias);
+  return conv_forward(from(options), input, weight, bias);
 }
 
 ConvGrads conv2d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv2dOptions& options) {
-  return backward(from(options), input, weight, doutput, bias);
+  return conv_backward(from(options), input, weight, doutput, bias);
 }
 
 Tensor conv1d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
                       const Conv1dOptions& options) {
-  return forward(from(options), input, weight, bias);
+  return conv_forward(from(options), input, weight, bias);
 }
 
 ConvGrads conv1d_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
                           bool bias, const Conv1dOptions& options) {
-  return backward(from(options), input, weight, doutput, bias);
+  return conv_backward(from(options), input, weight, doutput, bias);
 }
 
 // ---- Problem descriptor ------------------------------------------------------------------

@@ -31,7 +31,7 @@ Tensor checked_ids(const char* op, const Tensor& ids, int64_t V) {
 }
 
 template <typename T>
-Tensor forward(const Tensor& ids, const Tensor& table) {
+Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   const int64_t N = ids.numel(), E = table.size(1);
   const auto to = ops::row_major_operand<T>(table);
   Shape shape = ids.shape();
@@ -43,7 +43,7 @@ Tensor forward(const Tensor& ids, const Tensor& table) {
 }
 
 template <typename T>
-Tensor backward(const Tensor& ids, const Tensor& dy, int64_t V) {
+Tensor embedding_backward(const Tensor& ids, const Tensor& dy, int64_t V) {
   const int64_t N = ids.numel(), E = dy.size(-1);
   const Tensor dyc = dy.contiguous();
   Tensor dtable = Tensor::empty({V, E}, dtype_of<T>());
@@ -62,7 +62,8 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table, int threads) {
   ops::check_dim(op, "table", table, 2, "(V, E)");
   if (ids.defined()) check_same_device(op, "table", table, "ids", ids);
   const Tensor c = checked_ids(op, ids, table.size(0));
-  return table.dtype() == DType::f32 ? forward<float>(c, table) : forward<double>(c, table);
+  return table.dtype() == DType::f32 ? embedding_forward<float>(c, table)
+                                     : embedding_forward<double>(c, table);
 }
 
 Tensor embedding_backward(const Tensor& ids, const Tensor& doutput, int64_t num_embeddings,
@@ -85,8 +86,8 @@ Tensor embedding_backward(const Tensor& ids, const Tensor& doutput, int64_t num_
                             shape_str(dy.shape()), s));
   }
   const Tensor c = checked_ids(op, ids, num_embeddings);
-  return dy.dtype() == DType::f32 ? backward<float>(c, dy, num_embeddings)
-                                  : backward<double>(c, dy, num_embeddings);
+  return dy.dtype() == DType::f32 ? embedding_backward<float>(c, dy, num_embeddings)
+                                  : embedding_backward<double>(c, dy, num_embeddings);
 }
 
 }  // namespace grux

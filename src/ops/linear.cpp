@@ -32,7 +32,7 @@ void check_input_weight(const char* op, const Tensor& input, const Tensor& weigh
 }
 
 template <typename T>
-Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b) {
   const int64_t M = x.size(0), I = x.size(1), O = w.size(0);
   const auto xo = ops::mat_operand<T>(x), wo = ops::mat_operand<T>(w);
   Tensor bc = b.defined() ? b.contiguous() : Tensor();
@@ -44,8 +44,8 @@ Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 template <typename T>
-LinearGrads backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
-                     bool want_dx) {
+LinearGrads linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
+                            bool want_dx) {
   const int64_t M = x.size(0), I = x.size(1), O = w.size(0);
   const auto xo = ops::mat_operand<T>(x), wo = ops::mat_operand<T>(w);
   const auto dyo = ops::row_major_operand<T>(dy);
@@ -73,9 +73,8 @@ Tensor linear_forward(const Tensor& input, const Tensor& weight, const Tensor& b
     check_same_device(op, "input", input, "bias", bias);
     check_shape(op, "bias", bias, {weight.size(0)});
   }
-  return ops::dispatch_float(input.dtype(), [&](auto t) {
-    return forward<decltype(t)>(input, weight, bias);
-  });
+  return ops::dispatch_float(
+      input.dtype(), [&](auto t) { return linear_forward<decltype(t)>(input, weight, bias); });
 }
 
 LinearGrads linear_backward(const Tensor& input, const Tensor& weight, const Tensor& doutput,
@@ -88,7 +87,7 @@ LinearGrads linear_backward(const Tensor& input, const Tensor& weight, const Ten
   check_same_device(op, "input", input, "doutput", doutput);
   check_shape(op, "doutput", doutput, {input.size(0), weight.size(0)});
   return ops::dispatch_float(input.dtype(), [&](auto t) {
-    return backward<decltype(t)>(input, weight, doutput, bias, want_dinput);
+    return linear_backward<decltype(t)>(input, weight, doutput, bias, want_dinput);
   });
 }
 

@@ -10,7 +10,9 @@ namespace grux::cpu::ref {
 
 namespace {
 
-inline int64_t at(int64_t t, int64_t Tn, bool reverse) { return reverse ? Tn - 1 - t : t; }
+inline int64_t step_at(int64_t t, int64_t Tn, bool reverse) {
+  return reverse ? Tn - 1 - t : t;
+}
 
 template <typename T>
 T log_add_exp(T a, T b) {
@@ -57,7 +59,7 @@ void scan_elementwise(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn, in
     for (int64_t c = 0; c < C; ++c) {
       T acc = identity<T>(kind);
       for (int64_t t = 0; t < Tn; ++t) {
-        const int64_t i = (o * Tn + at(t, Tn, reverse)) * C + c;
+        const int64_t i = (o * Tn + step_at(t, Tn, reverse)) * C + c;
         if (exclusive) y[i] = acc;
         acc = combine(kind, acc, x[i]);
         if (!exclusive) y[i] = acc;
@@ -72,7 +74,7 @@ void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int6
     for (int64_t c = 0; c < C; ++c) {
       T state = h0 ? h0[o * C + c] : T(0);
       for (int64_t t = 0; t < Tn; ++t) {
-        const int64_t i = (o * Tn + at(t, Tn, reverse)) * C + c;
+        const int64_t i = (o * Tn + step_at(t, Tn, reverse)) * C + c;
         state = a[i] * state + b[i];
         h[i] = state;
       }
@@ -88,7 +90,7 @@ void log_affine_scan_diag(const T* la, const T* lb, const T* lh0, T* lh, int64_t
       T A = 0;                                // cumulative sum of la
       T acc = lh0 ? lh0[o * C + c] : ninf;  // cumulative logsumexp of lb_s - A_s (h0 at s=-1)
       for (int64_t t = 0; t < Tn; ++t) {
-        const int64_t i = (o * Tn + at(t, Tn, reverse)) * C + c;
+        const int64_t i = (o * Tn + step_at(t, Tn, reverse)) * C + c;
         A += la[i];
         acc = log_add_exp(acc, lb[i] - A);
         lh[i] = A + acc;
@@ -103,7 +105,7 @@ void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, in
   for (int64_t o = 0; o < O; ++o) {
     for (int64_t i = 0; i < d; ++i) state[i] = h0 ? h0[o * d + i] : T(0);
     for (int64_t t = 0; t < Tn; ++t) {
-      const int64_t s = o * Tn + at(t, Tn, reverse);
+      const int64_t s = o * Tn + step_at(t, Tn, reverse);
       for (int64_t i = 0; i < d; ++i) {
         T acc = b[s * d + i];
         for (int64_t j = 0; j < d; ++j) acc += A[(s * d + i) * d + j] * state[j];
@@ -121,7 +123,7 @@ void matmul_scan(const T* x, T* y, int64_t O, int64_t Tn, int64_t d, bool revers
   std::vector<T> acc(dd), next(dd);
   for (int64_t o = 0; o < O; ++o)
     for (int64_t t = 0; t < Tn; ++t) {
-      const T* m = x + (o * Tn + at(t, Tn, reverse)) * dd;
+      const T* m = x + (o * Tn + step_at(t, Tn, reverse)) * dd;
       if (t == 0) {
         std::copy(m, m + dd, acc.begin());
       } else {
@@ -136,7 +138,7 @@ void matmul_scan(const T* x, T* y, int64_t O, int64_t Tn, int64_t d, bool revers
           }
         acc = next;
       }
-      std::copy(acc.begin(), acc.end(), y + (o * Tn + at(t, Tn, reverse)) * dd);
+      std::copy(acc.begin(), acc.end(), y + (o * Tn + step_at(t, Tn, reverse)) * dd);
     }
 }
 
