@@ -223,10 +223,8 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
       s->head_packed =
           Tensor::empty({grux::cpu::packed_size<float>(h.H, h.O, panel)}, grux::DType::f32);
       // W (O x H) row-major used as W^T (H x O): stride_k = 1, stride_n = H (cpu::gemm's way).
-      const int64_t sub = grux::cpu::gemm_sub_panel<float>();
-      grux::cpu::pack_b<float>(h.H, h.O, panel, h.w.data(), 1, h.H, nullptr, nullptr,
-                               s->head_packed.data<float>(), sub);
-      s->head_b = {h.H, h.O, panel, s->head_packed.data<float>(), sub};
+      s->head_b = grux::cpu::pack_b_for_target<float>(h.H, h.O, panel, h.w.data(), 1, h.H, nullptr,
+                                                      nullptr, s->head_packed.data<float>());
     }
     return s.release();
   } catch (...) {

@@ -90,9 +90,7 @@ cpu::PackedB<T> pack_plain(int64_t n, const T* b, Tensor& storage) {
   const int64_t panel = 3 * cpu::kUnit<T>;
   storage = Tensor::empty({cpu::packed_size<T>(n, n, panel)}, dtype_of<T>());
   T* pk = storage.data<T>();
-  const int64_t sub = cpu::gemm_sub_panel<T>();
-  cpu::pack_b<T>(n, n, panel, b, 1, n, nullptr, nullptr, pk, sub);
-  return {n, n, panel, pk, sub};
+  return cpu::pack_b_for_target<T>(n, n, panel, b, 1, n, nullptr, nullptr, pk);
 }
 
 template <typename T>

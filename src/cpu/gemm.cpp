@@ -58,13 +58,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* 
   }
   T* packed = reinterpret_cast<T*>(buf);
   // op(B)(k, n) = B[k * ldb + n], or B[n * ldb + k] when transposed.
-  const int64_t sub = gemm_sub_panel<T>();
-  if (trans_b)
-    pack_b<T>(K, N, panel, B, 1, ldb, nullptr, nullptr, packed, sub);
-  else
-    pack_b<T>(K, N, panel, B, ldb, 1, nullptr, nullptr, packed, sub);
-  gemm_packed_parallel<T>(M, A, lda, trans_a, PackedB<T>{K, N, panel, packed, sub}, bias,
-                          accumulate, C, ldc);
+  const PackedB<T> pb =
+      trans_b ? pack_b_for_target<T>(K, N, panel, B, 1, ldb, nullptr, nullptr, packed)
+              : pack_b_for_target<T>(K, N, panel, B, ldb, 1, nullptr, nullptr, packed);
+  gemm_packed_parallel<T>(M, A, lda, trans_a, pb, bias, accumulate, C, ldc);
 }
 
 #define GRUX_GEMM_INSTANTIATE(T)                                                           \

@@ -747,9 +747,9 @@ void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
   }
   constexpr int64_t panel = 3 * kUnit<float>;
   Tensor packed = Tensor::empty({packed_size<float>(K, N, panel)}, DType::f32);  // aligned
-  const int64_t sub = gemm_sub_panel<float>();
-  pack_b<float>(K, N, panel, br.data(), N, 1, nullptr, nullptr, packed.data<float>(), sub);
-  gemm_packed_parallel<float>(M, ar.data(), M, true, {K, N, panel, packed.data<float>(), sub},
+  gemm_packed_parallel<float>(M, ar.data(), M, true,
+                              pack_b_for_target<float>(K, N, panel, br.data(), N, 1, nullptr,
+                                                       nullptr, packed.data<float>()),
                               nullptr, accumulate, C, ldc);
 }
 

@@ -75,6 +75,16 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
 template <typename T>
 int64_t gemm_sub_panel();
 
+// pack_b in the layout the current SIMD target reads fastest (gemm_sub_panel), and the
+// PackedB that describes it: what every caller that packs for this process's kernels uses.
+template <typename T>
+PackedB<T> pack_b_for_target(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
+                             int64_t stride_n, const int64_t* k_map, const int64_t* n_map, T* dst) {
+  const int64_t sub = gemm_sub_panel<T>();
+  pack_b<T>(K, N, panel, src, stride_k, stride_n, k_map, n_map, dst, sub);
+  return {K, N, panel, dst, sub};
+}
+
 // C (M x N, row stride ldc) = op(A) B + bias (N, or null) + (accumulate ? C : 0), for the
 // panels [p0, p1) of B only (columns [p0 * panel, min(N, p1 * panel))). op(A) is M x K:
 // A[m * lda + k], or A[k * lda + m] with trans_a. Single-threaded: callers split panels.

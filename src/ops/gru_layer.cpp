@@ -137,11 +137,9 @@ PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
   for (const Spec& s : specs) total += cpu::packed_size<T>(s.K, s.N, s.panel);
   if (!specs.empty()) P.storage = Tensor::empty({total}, dtype_of<T>());
   T* dst = specs.empty() ? nullptr : static_cast<T*>(P.storage.raw_data());
-  // In the block layout the SIMD target in use reads fastest (the same results in any).
-  const int64_t sub = cpu::gemm_sub_panel<T>();
   for (const Spec& s : specs) {
-    cpu::pack_b<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map, s.n_map, dst, sub);
-    *s.out = {s.K, s.N, s.panel, dst, sub};
+    *s.out = cpu::pack_b_for_target<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map,
+                                       s.n_map, dst);
     dst += cpu::packed_size<T>(s.K, s.N, s.panel);  // each panel row is 64-byte aligned
   }
   if (w.b_ih.defined()) {
@@ -245,9 +243,9 @@ void gradient_gemm(const GruKernels<T>& k, bool bf16, int64_t rows, int64_t M, c
   }
   const int64_t panel = cpu::gemm_panel_for<T>(N);
   Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, panel)}, dtype_of<T>());
-  const int64_t sub = cpu::gemm_sub_panel<T>();
-  cpu::pack_b<T>(rows, N, panel, B, N, 1, b_rows, nullptr, packed.data<T>(), sub);
-  k.gemm_all(M, A, lda, true, {rows, N, panel, packed.data<T>(), sub}, nullptr, false, C, N);
+  k.gemm_all(M, A, lda, true,
+             cpu::pack_b_for_target<T>(rows, N, panel, B, N, 1, b_rows, nullptr, packed.data<T>()),
+             nullptr, false, C, N);
 }
 }  // namespace
 

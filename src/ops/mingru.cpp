@@ -259,9 +259,8 @@ void layer_forward_split(const Kernels<T>& kn, int team, const MinGruConfig& c, 
     // j0..j1]^T, its bias likewise, and its initial state.
     std::vector<int64_t> rows_of(2 * u);
     for (int64_t j = 0; j < u; ++j) rows_of[j] = j0 + j, rows_of[u + j] = H + j0 + j;
-    const int64_t sub = cpu::gemm_sub_panel<T>();
-    cpu::pack_b<T>(in, 2 * u, kPanel<T>, W, 1, in, nullptr, rows_of.data(), packed, sub);
-    const cpu::PackedB<T> B{in, 2 * u, kPanel<T>, packed, sub};
+    const cpu::PackedB<T> B =
+        cpu::pack_b_for_target<T>(in, 2 * u, kPanel<T>, W, 1, in, nullptr, rows_of.data(), packed);
     if (bias)
       for (int64_t j = 0; j < 2 * u; ++j) bp[j] = bias[rows_of[j]];
     for (int64_t n = 0; n < N; ++n)
