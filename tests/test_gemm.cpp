@@ -130,6 +130,19 @@ TEST(GemmPacked, ChunkedAlongKOnlyChangesTheBlockingNotTheBits) {
       check_packed<float>({M, 49, K}, units, false, true, accumulate, false, rng);
 }
 
+// Where a panel is computed in windows (16-register targets), each window's chunk of B stays in
+// L1 while the row blocks pass, in groups of rows whose chunk of A takes half the L2: more rows
+// than one group (K 520: chunks of 174) give every row the bits it gets alone, transposed or
+// not, with and without the old C.
+TEST(GemmPacked, RowGroupsOfTheWindowsKeepTheBits) {
+  std::mt19937_64 rng(7);
+  const int64_t K = 520;
+  const int64_t M = cpu::l2_cache_bytes() / 2 / (174 * int64_t(sizeof(float))) + 40;
+  for (bool accumulate : {false, true})
+    for (bool ta : {false, true})
+      check_packed<float>({M, 49, K}, 3, ta, true, accumulate, false, rng);
+}
+
 // A transposed op(A) larger than half the L2 (the weight gradients' dL/dg^T) is copied chunk by
 // chunk of K into a k-major buffer before the panels read it: every row still gets the bits
 // it gets alone (one row of op(A), read in place, unchunked), and the bits of the same op(A)
