@@ -132,8 +132,9 @@ TEST(GemmPacked, ChunkedAlongKOnlyChangesTheBlockingNotTheBits) {
 
 // Where a panel is computed in windows (16-register targets), each window's chunk of B stays in
 // L1 while the row blocks pass, in groups of rows whose chunk of A takes half the L2: more rows
-// than one group (K 520: chunks of 174) give every row the bits it gets alone, transposed or
-// not, with and without the old C.
+// than one group (K 520: chunks of 174) give the reference's values, the bits of B packed in
+// blocks of a unit, and (A untransposed) every row the bits it gets alone; transposed or not,
+// with and without the old C.
 TEST(GemmPacked, RowGroupsOfTheWindowsKeepTheBits) {
   std::mt19937_64 rng(7);
   const int64_t K = 520;

@@ -325,15 +325,14 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
       if (m1 - m >= 1) f(std::integral_constant<int, 1>{}, m);
   };
   if (W < NVT && !(accumulate && chunked)) {
-    // Windows: each window's chunk of B (kc x W vectors: 16 KB at kc 256 on AVX2) stays in
-    // L1 while the row blocks pass, reading A from L2 (in groups of rows whose chunk of A
-    // takes at most half of it). Row block outermost, every block read its windows of B from
-    // L2 (a 48-column panel's chunk is 48 KB): 64 bytes of B a k against 24 of A now. One
-    // thread on a 2-core Zen 3 (32 KiB L1, 512 KiB L2), three interleaved rounds: M 1536 K 1536
-    // N 1536 84 -> 89 GFLOP/s, W3's input projection (M 6400, K 256, N 1536) 89.6 -> 93.2,
-    // M 1536 K 6400 N 512 81.7 -> 85.3 (OpenBLAS 90-94); two threads 1.03-1.06x. The same
-    // chains in the same order: the same bits. (With the old C kept aside across chunks,
-    // blocks keep the order below.)
+    // Windows: each window's chunk of B (kc x W vectors: 16 KB at kc 256 on AVX2) stays in L1 while
+    // the row blocks pass, reading A from L2 (in groups of rows whose chunk of A takes at most half
+    // of it). Before, with the row block outermost, every block read the windows of B from L2 (a
+    // 48-column panel's chunk is 48 KB): 64 bytes a k, where A's rows now bring 24. One thread on a
+    // 2-core Zen 3 (32 KiB L1, 512 KiB L2), three interleaved rounds: M 1536 K 1536 N 1536 84 -> 89
+    // GFLOP/s, W3's input projection (M 6400, K 256, N 1536) 89.6 -> 93.2, M 1536 K 6400 N 512 81.7
+    // -> 85.3 (OpenBLAS 90-94); two threads 1.03-1.06x. The same chains in the same order: the same
+    // bits. (With the old C kept aside across chunks, blocks keep the order below.)
     const int64_t group = std::max<int64_t>(
         kMr, l2_cache_bytes() / 2 / (std::max<int64_t>(kc, 1) * int64_t(sizeof(T))) / kMr * kMr);
     for (int64_t g0 = 0; g0 < M; g0 += group) {
