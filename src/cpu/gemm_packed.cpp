@@ -309,7 +309,7 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
       if (K == 0) break;
     }
   };
-  // Every row block of [m0, m1) with f (full blocks of kMr, then the last M % kMr rows as
+  // Every row block of [m0, m1) with f (full blocks of kMr, then the last (m1 - m0) % kMr rows as
   // blocks of 4, 2 and 1, at most one each as kMr <= 8): every row gets the same FMA chains
   // whatever block it is in, and three tail kernels instead of seven keep this file's compile
   // time down (it was most of the build's).
