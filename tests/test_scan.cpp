@@ -338,17 +338,22 @@ TEST(ScanCallable, BadCombinesAreErrors) {
 TEST(ScanAffine, DiagonalKernelMatchesReference) {
   std::mt19937_64 rng(8);
   for (int64_t Tn : kLengths)
-    for (auto [O, C] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {3, 600}})
+    for (auto [O, C] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {3, 600}}) {
+      if (Tn == 4097 && C == 600) continue;
+      // One set of operands for every walk of this shape (making them took most of the time).
+      const Tensor a = mul(random_tensor({O, Tn, C}, DType::f64, rng), 0.5);
+      const Tensor b = random_tensor({O, Tn, C}, DType::f64, rng);
+      const Tensor h0 = random_tensor({O, C}, DType::f64, rng);
+      const Tensor la = log(mul(sigmoid(a), 0.99)), lb = b;
+      const double nan = std::numeric_limits<double>::quiet_NaN();
       for (bool rev : {false, true})
         for (bool with_h0 : {false, true})
           for (int threads : {1, 2, 3})
             for (auto split : {cpu::TimeSplit::never, cpu::TimeSplit::always}) {
-              if (Tn == 4097 && C == 600) continue;
-              const Tensor a = mul(random_tensor({O, Tn, C}, DType::f64, rng), 0.5);
-              const Tensor b = random_tensor({O, Tn, C}, DType::f64, rng);
-              const Tensor h0 = random_tensor({O, C}, DType::f64, rng);
               const double* h0p = with_h0 ? h0.data<double>() : nullptr;
-              Tensor h = Tensor::empty(b.shape(), DType::f64), r = Tensor::empty(b.shape(), DType::f64);
+              // NaN: an element a kernel leaves unwritten fails.
+              Tensor h = Tensor::full(b.shape(), nan, DType::f64);
+              Tensor r = Tensor::full(b.shape(), nan, DType::f64);
               const cpu::ScanWalk w{false, rev, threads, split};
               cpu::affine_scan_diag(a.data<double>(), b.data<double>(), h0p, h.data<double>(), O,
                                     Tn, C, w);
@@ -358,13 +363,14 @@ TEST(ScanAffine, DiagonalKernelMatchesReference) {
                                                     Tn, O, C, rev, with_h0, threads, int(split));
               EXPECT_TRUE(all_close(where, "h", h, r, Tol{1e-12, 1e-11}));
               // Log space on positive terms (a in (0, 1)) against the two-pass reference.
-              const Tensor la = log(mul(sigmoid(a), 0.99)), lb = b;
+              h = Tensor::full(b.shape(), nan, DType::f64);
               cpu::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p,
                                         h.data<double>(), O, Tn, C, w);
               cpu::ref::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p,
                                              r.data<double>(), O, Tn, C, rev);
               EXPECT_TRUE(all_close(where + " log", "lh", h, r, Tol{1e-9, 1e-9}));
             }
+    }
 }
 
 TEST(ScanAffine, MatrixKernelMatchesReference) {

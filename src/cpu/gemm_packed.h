@@ -113,6 +113,12 @@ template <typename T>
 void gemm_a_rows(int64_t M, const T* a_base, const int64_t* a_offsets, const PackedB<T>& B,
                  bool accumulate, T* C, int64_t ldc);
 
+// Asks for the first lines of op(A)'s rows at once, where op(A) is one or two rows not
+// transposed (the recurrent products at batch 1 and 2); nothing otherwise. gemm_packed's
+// first step (gemm_packed.cpp says why).
+template <typename T>
+void prefetch_a_rows(int64_t M, const T* A, int64_t lda, bool trans_a, int64_t K);
+
 // The Highway target (an HWY_* bit of hwy/targets.h) the dispatched kernels run on now: the
 // best the CPU has, or the one set_simd_target chose. Cheap (an atomic load, no CPUID), for
 // kernels outside Highway that follow the same choice.
