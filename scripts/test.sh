@@ -14,9 +14,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 
-# Each part's heading with the minutes since the start (where CI's time goes).
+# Each part's heading with the time since the start (where CI's time goes).
 start=$SECONDS
-part() { echo "== $* ($(( (SECONDS - start) / 60 )) min in)"; }
+part() {
+  local s=$(( SECONDS - start ))
+  echo "== $* ($(( s / 60 )) min $(( s % 60 )) s in)"
+}
 # Release tests as many at once as half the cores: most run two threads (the thread-count
 # variants), and two at once on a 2-core Zen 3 took longer than one at a time (the suite 153 s
 # against 129, with twice the CPU time: each test's threads wait spinning for cores the other
