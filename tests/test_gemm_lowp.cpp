@@ -167,8 +167,9 @@ void check_all(Precision prec, bool portable) {
     for (Shape3 s : {Shape3{1, 17, 5}, {1, 200, 64}, {1, 600, 255}, {2, 200, 33}, {2, 97, 4},
                      {3, 48, 1}, {5, 49, 191}, {7, 95, 257}, {8, 48, 256}, {9, 33, 3},
                      {13, 16, 300}, {17, 64, 2}, {20, 130, 513},
-                     // More rows than one slab of prepared rows takes (at most 32, fewer as
-                     // K grows and the L1 shrinks): a slab's last rows and the next's first.
+                     // More rows than one slab of prepared rows takes (at most 32 on AVX-512,
+                     // 64 below; fewer as K grows and the L1 shrinks): a slab's last rows and
+                     // the next's first.
                      {40, 50, 700}, {70, 20, 64},
                      // Rows longer than the SIMD kernels' buffer (plain C++ then).
                      {3, 40, 16500}})

@@ -6,8 +6,9 @@
 //   plain kernel's separate multiply and add do; the pairs in the same order.
 // - int8: each quad of B split into two i16 pairs, (b0, b2) and (b1, b3), against A's
 //   quantized bytes likewise paired (vpmaddwd on x86): exact int32 sums, as vpdpbusd's.
-// Register blocks of 4 rows x 2 vectors (16 columns on AVX2), the panel's vectors in windows
-// of 2 (and 1 left over); a window of B (K x 16 columns) stays in L1 across the row blocks.
+// Register blocks of 5 (bf16) or 4 (int8) rows x 2 vectors (16 columns on AVX2), the panel's
+// vectors in windows of 2 (and 1 left over); a window of B (K x 16 columns) stays in L1
+// across the row blocks. bf16 with one or two rows: windows of 6 or 3 vectors (LowpSimd).
 // Before, these CPUs ran a scalar loop: W3 in bf16 on a 2-core Zen 3 took 1149 ms and int8
 // 2214 against f32's 294 (every product 1-row blocks then).
 #undef HWY_TARGET_INCLUDE
@@ -30,11 +31,28 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Words of A prepared on the stack (a slab of rows), as the AVX-512 kernels keep them.
 constexpr int64_t kSimdPrepared = 8192;
-constexpr int kSimdMr = 4;
+// Rows a register block. bf16 5: 10 accumulators on AVX2, 2 widened vectors of B, a broadcast
+// and the mask (with 6 rows, as the f32 kernel's 6 x 16, GCC kept 4 accumulators on the
+// stack). int8 4: 8 accumulators and both halves of each quad of B in registers (with 6 rows
+// GCC kept 12 products for the second half's additions, and spilled them).
+template <bool kInt8>
+constexpr int kSimdMr = kInt8 ? 4 : 5;
+
+// Hides from the compiler (GCC and Clang) that p still points where it pointed, so that a load
+// through it is done again rather than kept in a register.
+#if defined(__GNUC__)
+#define GRUX_OPAQUE(p) asm("" : "+r"(p))
+#else
+#define GRUX_OPAQUE(p) (void)0
+#endif
 
 // Rows [0, MR) x W vectors (L columns each) of one panel window: acc = the sum over the
-// groups of row r's prepared words against the window's words of B (b: its first group,
-// P words a group), into out (MR rows of W L floats).
+// groups (last to first when reverse) of row r's prepared words against the window's words of
+// B (b: its first group, P words a group), into out (MR rows of W L floats). Each group's even
+// k for every row, then its odd k: each accumulator still adds its even product, then its odd
+// one, group by group (the plain kernel's order), and only one half of the window's B is in
+// registers at a time. The words are loaded again for the odd half (GRUX_OPAQUE): kept from
+// the first load, they took 2 more registers, and GCC moved accumulators to the stack.
 template <int MR, int W>
 HWY_INLINE void Bf16Block(int64_t groups, const float* a, int64_t as, const uint32_t* b, int64_t P,
                           bool reverse, float* out) {
@@ -46,20 +64,24 @@ HWY_INLINE void Bf16Block(int64_t groups, const float* a, int64_t as, const uint
   for (int r = 0; r < MR; ++r)
     for (int w = 0; w < W; ++w) acc[r][w] = hn::Zero(df);
   const auto hi_mask = hn::Set(du, 0xFFFF0000u);
-  for (int64_t i = 0; i < groups; ++i) {
-    const int64_t g = reverse ? groups - 1 - i : i;
-    V even[W], odd[W];
-    for (int w = 0; w < W; ++w) {
-      const auto words = hn::LoadU(du, b + g * P + w * L);
-      even[w] = hn::BitCast(df, hn::ShiftLeft<16>(words));
-      odd[w] = hn::BitCast(df, hn::And(words, hi_mask));
-    }
+  const int64_t first = reverse ? groups - 1 : 0, dg = reverse ? -1 : 1;
+  const uint32_t* bg = b + first * P;
+  const float* ag = a + 2 * first;
+  for (int64_t i = 0; i < groups; ++i, bg += dg * P, ag += 2 * dg) {
+    V half[W];
+    for (int w = 0; w < W; ++w)
+      half[w] = hn::BitCast(df, hn::ShiftLeft<16>(hn::LoadU(du, bg + w * L)));
     for (int r = 0; r < MR; ++r) {
-      const V a0 = hn::Set(df, a[r * as + 2 * g]), a1 = hn::Set(df, a[r * as + 2 * g + 1]);
-      for (int w = 0; w < W; ++w) {
-        acc[r][w] = hn::MulAdd(a0, even[w], acc[r][w]);
-        acc[r][w] = hn::MulAdd(a1, odd[w], acc[r][w]);
-      }
+      const V a0 = hn::Set(df, ag[r * as]);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(a0, half[w], acc[r][w]);
+    }
+    const uint32_t* bo = bg;
+    GRUX_OPAQUE(bo);
+    for (int w = 0; w < W; ++w)
+      half[w] = hn::BitCast(df, hn::And(hn::LoadU(du, bo + w * L), hi_mask));
+    for (int r = 0; r < MR; ++r) {
+      const V a1 = hn::Set(df, ag[r * as + 1]);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(a1, half[w], acc[r][w]);
     }
   }
   for (int r = 0; r < MR; ++r)
@@ -105,26 +127,25 @@ HWY_INLINE void Int8Block(int64_t groups, const uint32_t* a, int64_t as, const u
 
 #endif
 
-// f(std::integral_constant<int, r>{}) for r in [1, kSimdMr].
-template <class F>
-HWY_INLINE void WithRows(int64_t r, F&& f) {
-  switch (r) {
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    default:
-      return f(std::integral_constant<int, 1>{});
+// f(std::integral_constant<int, n>{}) for n in [1, Max].
+template <int Max, class F>
+HWY_INLINE void WithConstant(int64_t n, F&& f) {
+  if constexpr (Max > 1) {
+    if (n >= Max) return f(std::integral_constant<int, Max>{});
+    return WithConstant<Max - 1>(n, f);
+  } else {
+    return f(std::integral_constant<int, 1>{});
   }
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// Rows of A in slabs that fit the prepared buffer; per panel, its vectors in windows of 2 (and
+// Rows of A in slabs that fit the prepared buffer; per panel, its vectors in windows (of 2, and
 // a last one of 1), each against the slab's rows in blocks of up to kSimdMr, whose results
-// (rows x window columns) then go to C as the plain kernels write them. False when one row
-// does not fit the buffer.
+// (rows x window columns) then go to C as the plain kernels write them. A slab of one or two
+// rows (batch 1 and 2's recurrent products, a stream's frames) takes windows of 6 or 3
+// vectors: with 2, one row's bf16 sums were 2 chains of dependent FMAs (K 256 N 768, one
+// thread on the AVX2 Zen 3: 21.8 GFLOP/s against f32's 24.5). False when one row does not
+// fit the buffer.
 template <bool kInt8>
 bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, const float* bias,
               bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
@@ -133,18 +154,19 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
   const int64_t groups = kInt8 ? (B.K + 3) / 4 : (B.K + 1) / 2;
   const int64_t as = 2 * groups;  // words (or floats) of a prepared row
   if (as > kSimdPrepared || P % L != 0) return false;
-  // Whole blocks of kSimdMr rows where the buffer holds them: a slab of 5 rows (bf16, K 1536)
-  // ran as 4 + 1, and a lone row reads and widens B for one row's multiply-adds (bf16 K 1536
-  // square, one thread on the AVX2 Zen 3: 30 GFLOP/s against int8's 69).
+  // Whole blocks of kSimdMr rows where the buffer holds them: a slab of 5 rows (int8 with 4,
+  // K 1536) ran as 4 + 1, and a lone row reads and widens B for one row's multiply-adds (bf16
+  // K 1536 square, one thread on the AVX2 Zen 3: 30 GFLOP/s against int8's 69).
   const int64_t fit = std::min<int64_t>(kSimdPrepared / as, 64);
-  const int64_t slab = fit >= kSimdMr ? fit / kSimdMr * kSimdMr : fit;
+  constexpr int MRmax = kSimdMr<kInt8>;
+  const int64_t slab = fit >= MRmax ? fit / MRmax * MRmax : fit;
   const bool reverse = !kInt8 && step % 2 != 0;
   const uint32_t* base =
       kInt8 ? reinterpret_cast<const uint32_t*>(B.i8) : reinterpret_cast<const uint32_t*>(B.bf16);
   HWY_ALIGN uint32_t prepared[kSimdPrepared];
   float* pf = reinterpret_cast<float*>(prepared);
   RowQuant rq[64];
-  HWY_ALIGN float out[kSimdMr * 2 * 64];  // a block's results (up to 64 lanes a vector)
+  HWY_ALIGN float out[MRmax * 2 * 64];  // a block's results (up to 64 lanes a vector)
   int32_t* out_i = reinterpret_cast<int32_t*>(out);
   for (int64_t m0 = 0; m0 < M; m0 += slab) {
     const int64_t rows = std::min(slab, M - m0);
@@ -163,32 +185,42 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
         for (int64_t k = 0; k < as; ++k) pf[r * as + k] = k < B.K ? from_bf16(to_bf16(a[k])) : 0.0f;
       }
     }
+    // Vectors a window (int8's sums have no chains of latency to hide).
+    const int64_t wide = kInt8 ? 2 : rows == 1 ? 6 : rows == 2 ? 3 : 2;
     for (int64_t p = p0; p < p1; ++p) {
       const uint32_t* panel = base + p * groups * P;
       const int64_t n0 = p * P, cols = std::min(P, B.N - n0);
-      for (int64_t v0 = 0; v0 < NV && v0 * L < cols; v0 += 2) {
-        const int W = v0 + 2 <= NV ? 2 : 1;
+      for (int64_t v0 = 0; v0 < NV && v0 * L < cols; v0 += wide) {
+        const int64_t W = std::min(wide, NV - v0);
         const int64_t c0 = v0 * L, wc = std::min<int64_t>(W * L, cols - c0);
-        for (int64_t m = 0; m < rows; m += kSimdMr) {
-          const int64_t mr = std::min<int64_t>(kSimdMr, rows - m);
-          WithRows(mr, [&](auto mr_tag) {
+        for (int64_t m = 0; m < rows; m += MRmax) {
+          const int64_t mr = std::min<int64_t>(MRmax, rows - m);
+          WithConstant<MRmax>(mr, [&](auto mr_tag) {
             constexpr int MR = decltype(mr_tag)::value;
-            if constexpr (kInt8) {
-              if (W == 2)
-                Int8Block<MR, 2>(groups, prepared + m * as, as, panel + c0, P, out_i);
+            // Windows of up to 6 vectors for one row, 3 for two, 2 otherwise (bf16).
+            constexpr int kWmax = kInt8 ? 2 : MR == 1 ? 6 : MR == 2 ? 3 : 2;
+            WithConstant<kWmax>(W, [&](auto w_tag) {
+              constexpr int kW = decltype(w_tag)::value;
+              if constexpr (kInt8)
+                Int8Block<MR, kW>(groups, prepared + m * as, as, panel + c0, P, out_i);
               else
-                Int8Block<MR, 1>(groups, prepared + m * as, as, panel + c0, P, out_i);
-            } else {
-              if (W == 2)
-                Bf16Block<MR, 2>(groups, pf + m * as, as, panel + c0, P, reverse, out);
-              else
-                Bf16Block<MR, 1>(groups, pf + m * as, as, panel + c0, P, reverse, out);
-            }
+                Bf16Block<MR, kW>(groups, pf + m * as, as, panel + c0, P, reverse, out);
+            });
           });
-          // The plain kernels' epilogue, element by element.
+          // The plain kernels' epilogue: bf16's by whole vectors (the same additions), then
+          // element by element (int8's, whose fused multiply-add is std::fma on every target).
           for (int64_t r = 0; r < mr; ++r) {
             float* c = C + (m0 + m + r) * ldc + n0 + c0;
-            for (int64_t j = 0; j < wc; ++j) {
+            int64_t j0 = 0;
+            if constexpr (!kInt8) {
+              for (; j0 + L <= wc; j0 += L) {
+                auto x = hn::Load(df, out + r * W * L + j0);
+                if (bias) x = hn::Add(x, hn::LoadU(df, bias + n0 + c0 + j0));
+                if (accumulate) x = hn::Add(x, hn::LoadU(df, c + j0));
+                hn::StoreU(x, df, c + j0);
+              }
+            }
+            for (int64_t j = j0; j < wc; ++j) {
               const int64_t n = n0 + c0 + j;
               float x;
               if constexpr (kInt8) {
@@ -212,8 +244,8 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
   }
   return true;
 }
-#endif
 
+#endif
 #if HWY_TARGET == HWY_SCALAR
 // Scalar: the plain C++ kernels.
 bool Bf16SimdKernel(int64_t, const float*, int64_t, const PackedB<float>&, const float*, bool,
