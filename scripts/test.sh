@@ -3,8 +3,9 @@
 # suite with CTest, the Python package (scripts/test_python.sh: wheel, pip install ., pytest),
 # check grux as an installed package (scripts/test_package.sh), run the
 # suite again on every other SIMD target this CPU can run, then the main job
-# (about 3 minutes of training); then build with AddressSanitizer + UndefinedBehaviorSanitizer
-# and run the whole suite again. Exits non-zero if anything fails.
+# (about 3 minutes of training); then run the whole suite again in a build with
+# AddressSanitizer + UndefinedBehaviorSanitizer (built in the background from the start, at
+# the lowest priority). Exits non-zero if anything fails.
 #
 # No grux result depends on the environment (README, "What results depend on"); the runs below
 # check that under three OpenBLAS settings: unset (what users have), the generic Prescott kernel
@@ -26,6 +27,20 @@ part() {
 # holds). The sanitized tests compute far more per wait and run one per core (215 s against 311).
 release_jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 ctest_all() { ctest --no-tests=error --output-on-failure -j"$release_jobs" "$@"; }
+
+# The sanitized build (its part below) starts now, in the background at the lowest CPU
+# priority: it takes what the Release build and the parts before its own leave idle (one of
+# the two cores through most tests), and its own part waits for the rest. Without MPI: that
+# build compiles and refuses to run as many ranks (the MPI runs are tested in the Release
+# build; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
+# tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt):
+# about 17 minutes to build alone on a 2-core Zen 3 (28 with the library at -O2).
+asan_log=build-asan.build.log
+setsid -w nice -n 19 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON -DGRUX_WITH_MPI=OFF >"$asan_log" 2>&1 &
+asan_pid=$!
+# On a failure before its part, the background build stops too (its whole process group).
+trap 'kill -- -"$asan_pid" 2>/dev/null || true' EXIT
 
 part "Release build and tests (OPENBLAS_CORETYPE unset)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON \
@@ -55,13 +70,13 @@ part "The main job (as scripts/demo.sh): train the default language model, then 
 ./build/grux train --out out/test-main-job
 ./build/grux generate --checkpoint out/test-main-job/checkpoint.safetensors --length 300
 
-part "AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
-# Without MPI: that build compiles and refuses to run as many ranks (the MPI runs are tested
-# above; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
-# tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt):
-# about 17 minutes to build on a 2-core Zen 3 (28 with the library at -O2) and 4 to test.
-bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON \
-  -DGRUX_WITH_MPI=OFF
+part "AddressSanitizer + UndefinedBehaviorSanitizer build (started at the beginning) and tests"
+if ! wait "$asan_pid"; then
+  cat "$asan_log"
+  echo "the sanitized build (build-asan) failed: its output is above" >&2
+  exit 1
+fi
+tail -n 2 "$asan_log"
 # The sanitized build compiles only this machine's best Highway target (CMakeLists.txt): it
 # must be the one the Release build runs, or the sanitizers would check another code path.
 best=$(env -u GRUX_SIMD_TARGET ./build/grux info --simd-targets | head -n 1)
