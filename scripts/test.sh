@@ -35,11 +35,15 @@ ctest_all() { ctest --no-tests=error --output-on-failure -j"$release_jobs" "$@";
 # build; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
 # tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt):
 # about 17 minutes to build alone on a 2-core Zen 3 (28 with the library at -O2).
+# Its own process group (set -m), so that a failure before its part stops it whole; not its
+# own session (setsid), whose scheduling group would share the CPU equally with ours whatever
+# its niceness (Linux's autogroups).
 asan_log=build-asan.build.log
-setsid -w nice -n 19 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+set -m
+nice -n 19 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON -DGRUX_WITH_MPI=OFF >"$asan_log" 2>&1 &
 asan_pid=$!
-# On a failure before its part, the background build stops too (its whole process group).
+set +m
 trap 'kill -- -"$asan_pid" 2>/dev/null || true' EXIT
 
 part "Release build and tests (OPENBLAS_CORETYPE unset)"

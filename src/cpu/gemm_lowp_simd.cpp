@@ -244,8 +244,8 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
   }
   return true;
 }
-
 #endif
+
 #if HWY_TARGET == HWY_SCALAR
 // Scalar: the plain C++ kernels.
 bool Bf16SimdKernel(int64_t, const float*, int64_t, const PackedB<float>&, const float*, bool,
