@@ -45,6 +45,8 @@ nice -n 19 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 asan_pid=$!
 set +m
 trap 'kill -- -"$asan_pid" 2>/dev/null || true' EXIT
+trap 'exit 130' INT  # (a shell killed by a signal would skip its EXIT trap)
+trap 'exit 143' TERM
 
 part "Release build and tests (OPENBLAS_CORETYPE unset)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DGRUX_BUILD_BENCH=ON \
