@@ -138,6 +138,13 @@ HWY_INLINE void WithConstant(int64_t n, F&& f) {
   }
 }
 
+// Vectors a window for a slab of `rows`: bf16 6 for one row, 3 for two, 2 otherwise; int8 2
+// (its sums have no chains of latency to hide).
+template <bool kInt8>
+constexpr int LowpWindow(int64_t rows) {
+  return kInt8 ? 2 : rows == 1 ? 6 : rows == 2 ? 3 : 2;
+}
+
 #if HWY_TARGET != HWY_SCALAR
 // Rows of A in slabs that fit the prepared buffer; per panel, its vectors in windows (of 2, and
 // a last one of 1), each against the slab's rows in blocks of up to kSimdMr, whose results
@@ -185,8 +192,7 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
         for (int64_t k = 0; k < as; ++k) pf[r * as + k] = k < B.K ? from_bf16(to_bf16(a[k])) : 0.0f;
       }
     }
-    // Vectors a window (int8's sums have no chains of latency to hide).
-    const int64_t wide = kInt8 ? 2 : rows == 1 ? 6 : rows == 2 ? 3 : 2;
+    const int64_t wide = LowpWindow<kInt8>(rows);
     for (int64_t p = p0; p < p1; ++p) {
       const uint32_t* panel = base + p * groups * P;
       const int64_t n0 = p * P, cols = std::min(P, B.N - n0);
@@ -197,8 +203,7 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
           const int64_t mr = std::min<int64_t>(MRmax, rows - m);
           WithConstant<MRmax>(mr, [&](auto mr_tag) {
             constexpr int MR = decltype(mr_tag)::value;
-            // Windows of up to 6 vectors for one row, 3 for two, 2 otherwise (bf16).
-            constexpr int kWmax = kInt8 ? 2 : MR == 1 ? 6 : MR == 2 ? 3 : 2;
+            constexpr int kWmax = LowpWindow<kInt8>(MR);
             WithConstant<kWmax>(W, [&](auto w_tag) {
               constexpr int kW = decltype(w_tag)::value;
               if constexpr (kInt8)
