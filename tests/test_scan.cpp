@@ -347,29 +347,33 @@ TEST(ScanAffine, DiagonalKernelMatchesReference) {
       const Tensor la = log(mul(sigmoid(a), 0.99)), lb = b;
       const double nan = std::numeric_limits<double>::quiet_NaN();
       for (bool rev : {false, true})
-        for (bool with_h0 : {false, true})
+        for (bool with_h0 : {false, true}) {
+          // The references once for every walk (computing them again for each took most of the
+          // time: 7.5 -> 5 s in Release, 22 -> 14 s under the sanitizers).
+          const double* h0p = with_h0 ? h0.data<double>() : nullptr;
+          Tensor r = Tensor::full(b.shape(), nan, DType::f64);
+          Tensor lr = Tensor::full(b.shape(), nan, DType::f64);
+          cpu::ref::affine_scan_diag(a.data<double>(), b.data<double>(), h0p, r.data<double>(), O,
+                                     Tn, C, rev);
+          // Log space on positive terms (a in (0, 1)) against the two-pass reference.
+          cpu::ref::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p,
+                                         lr.data<double>(), O, Tn, C, rev);
           for (int threads : {1, 2, 3})
             for (auto split : {cpu::TimeSplit::never, cpu::TimeSplit::always}) {
-              const double* h0p = with_h0 ? h0.data<double>() : nullptr;
               // NaN: an element a kernel leaves unwritten fails.
               Tensor h = Tensor::full(b.shape(), nan, DType::f64);
-              Tensor r = Tensor::full(b.shape(), nan, DType::f64);
               const cpu::ScanWalk w{false, rev, threads, split};
               cpu::affine_scan_diag(a.data<double>(), b.data<double>(), h0p, h.data<double>(), O,
                                     Tn, C, w);
-              cpu::ref::affine_scan_diag(a.data<double>(), b.data<double>(), h0p,
-                                         r.data<double>(), O, Tn, C, rev);
               const std::string where = fmt::format("T={} O={} C={} rev={} h0={} threads={} split={}",
                                                     Tn, O, C, rev, with_h0, threads, int(split));
               EXPECT_TRUE(all_close(where, "h", h, r, Tol{1e-12, 1e-11}));
-              // Log space on positive terms (a in (0, 1)) against the two-pass reference.
               h = Tensor::full(b.shape(), nan, DType::f64);
               cpu::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p,
                                         h.data<double>(), O, Tn, C, w);
-              cpu::ref::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p,
-                                             r.data<double>(), O, Tn, C, rev);
-              EXPECT_TRUE(all_close(where + " log", "lh", h, r, Tol{1e-9, 1e-9}));
+              EXPECT_TRUE(all_close(where + " log", "lh", h, lr, Tol{1e-9, 1e-9}));
             }
+        }
     }
 }
 
