@@ -273,47 +273,6 @@ constexpr int WindowVectors(int nvt, int regs, bool few) {
   return w;
 }
 
-// Every row block of [m0, m1) with f (full blocks of kMr, then the last (m1 - m0) % kMr rows as
-// blocks of 4, 2 and 1, at most one each as kMr <= 8): every row gets the same FMA chains
-// whatever block it is in, and three tail kernels instead of seven keep this file's compile
-// time down (it was most of the build's).
-template <int kMr, class F>
-HWY_INLINE void EachRowBlock(int64_t m0, int64_t m1, F&& f) {
-  static_assert(kMr <= 8);
-  int64_t m = m0;
-  for (; m + kMr <= m1; m += kMr) f(std::integral_constant<int, kMr>{}, m);
-  if constexpr (kMr > 4)
-    if (m1 - m >= 4) f(std::integral_constant<int, 4>{}, m), m += 4;
-  if constexpr (kMr > 2)
-    if (m1 - m >= 2) f(std::integral_constant<int, 2>{}, m), m += 2;
-  if constexpr (kMr > 1)
-    if (m1 - m >= 1) f(std::integral_constant<int, 1>{}, m);
-}
-
-// Where a group's vectors are computed in windows of W (AVX2 and below): the K chunk [k0, k1)
-// of rows [m0, m1), each window's vectors (up to v_end) for every row block in turn, so that the
-// window's chunk of B stays in L1 while the blocks pass. The first block reads B through b_first
-// (which may prefetch), the others through b_rest. old: the old C of row m0 (nullptr: none),
-// its rows ld_old apart. Not inlined: the kernels of every row count are compiled once here and
-// shared by both orders of RowsTimesPanels (inlined into each, they made src/cpu/gemm_packed.cpp
-// the longest compile of the build: its AVX2 and scalar copies took 179 s, 71 s this way on a
-// 2-core Zen 3, the whole file 324 -> 180 s); a call computes a whole K chunk of every window
-// for its rows, so that its cost does not show.
-template <int kMr, int W, int NP, int S, class AOp, class BOp, typename T>
-HWY_NOINLINE void WindowRows(int64_t m0, int64_t m1, int64_t k0, int64_t k1, int64_t K,
-                             const AOp& a_op, const BOp& b_first, const BOp& b_rest, int64_t v_end,
-                             int64_t cols, const T* bias, const T* old, int64_t ld_old, T* C,
-                             int64_t ldc) {
-  for (int64_t v = 0; v < v_end; v += W)
-    EachRowBlock<kMr>(m0, m1, [&](auto mr_tag, int64_t m) {
-      constexpr int MR = decltype(mr_tag)::value;
-      T* c = C + m * ldc;
-      MicroKernel<MR, W, NP, S>(k0, k1, k0 == 0, k1 == K, a_op.from_row(m),
-                                m == m0 ? b_first : b_rest, v, cols, bias,
-                                old ? old + (m - m0) * ld_old : nullptr, ld_old, c, ldc);
-    });
-}
-
 // Rows [0, M) against NP consecutive panels (or one), for the K chunks that start in
 // [kb, ke) (all of them by default); `few`: M is 1 or 2.
 template <int NP, int S, bool kFew, class AOp, class BOp, typename T>
@@ -335,33 +294,9 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   const BOp b_rest = b_op.without_prefetch();  // rows after the first find B in cache
   // The windows past the last real column (a partial last panel) are skipped.
   const int64_t v_end = std::min<int64_t>(NVT, (cols + L - 1) / L);
-  if constexpr (W < NVT) {
-    if (!(accumulate && chunked)) {
-      // Windows: each window's chunk of B (kc x W vectors: 16 KB at kc 256 on AVX2) stays in L1
-      // while the row blocks pass, reading A from L2 (in groups of rows whose chunk of A takes at
-      // most half of it). Before, with the row block outermost, every block read the windows of B
-      // from L2 (a 48-column panel's chunk is 48 KB): 64 bytes a k, where A's rows now bring 24.
-      // One thread on a 2-core Zen 3 (32 KiB L1, 512 KiB L2), three interleaved rounds: M 1536
-      // K 1536 N 1536 84 -> 89 GFLOP/s, W3's input projection (M 6400, K 256, N 1536) 89.6 ->
-      // 93.2, M 1536 K 6400 N 512 81.7 -> 85.3 (OpenBLAS 90-94); two threads 1.03-1.06x. The
-      // same chains in the same order: the same bits. (With the old C kept aside across chunks,
-      // blocks keep the order below.)
-      const int64_t group = std::max<int64_t>(
-          kMr, l2_cache_bytes() / 2 / (std::max<int64_t>(kc, 1) * int64_t(sizeof(T))) / kMr * kMr);
-      for (int64_t g0 = 0; g0 < M; g0 += group) {
-        const int64_t g1 = std::min(M, g0 + group);
-        for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
-          WindowRows<kMr, W, NP, S>(g0, g1, k0, std::min(K, k0 + kc), K, a_op, b_op, b_rest, v_end,
-                                    cols, bias, accumulate ? C + g0 * ldc : nullptr, ldc, C, ldc);
-          if (K == 0) break;
-        }
-      }
-      return;
-    }
-  }
-  // Row blocks outermost: each block's K chunks, each chunk's windows (one where W = NVT).
-  EachRowBlock<kMr>(0, M, [&](auto mr_tag, int64_t m) {
+  auto rows = [&](auto mr_tag, int64_t m) {
     constexpr int MR = decltype(mr_tag)::value;
+    const AOp a = a_op.from_row(m);
     T* c = C + m * ldc;
     const T* old = nullptr;
     int64_t ld_old = ldc;
@@ -376,16 +311,56 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
     }
     for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
       const int64_t k1 = std::min(K, k0 + kc);
-      const BOp& b = m == 0 ? b_op : b_rest;
-      if constexpr (W < NVT)
-        WindowRows<kMr, W, NP, S>(m, m + MR, k0, k1, K, a_op, b, b_rest, v_end, cols, bias, old,
-                                  ld_old, C, ldc);
-      else
-        MicroKernel<MR, W, NP, S>(k0, k1, k0 == 0, k1 == K, a_op.from_row(m), b, 0, cols, bias, old,
-                                  ld_old, c, ldc);
+      for (int64_t v = 0; v < v_end; v += W)
+        MicroKernel<MR, W, NP, S>(k0, k1, k0 == 0, k1 == K, a, m == 0 ? b_op : b_rest, v, cols,
+                                  bias, old, ld_old, c, ldc);
       if (K == 0) break;
     }
-  });
+  };
+  // Every row block of [m0, m1) with f (full blocks of kMr, then the last (m1 - m0) % kMr rows as
+  // blocks of 4, 2 and 1, at most one each as kMr <= 8): every row gets the same FMA chains
+  // whatever block it is in, and three tail kernels instead of seven keep this file's compile
+  // time down (it was most of the build's).
+  static_assert(kMr <= 8);
+  auto each_block = [&](int64_t m0, int64_t m1, auto&& f) {
+    int64_t m = m0;
+    for (; m + kMr <= m1; m += kMr) f(std::integral_constant<int, kMr>{}, m);
+    if constexpr (kMr > 4)
+      if (m1 - m >= 4) f(std::integral_constant<int, 4>{}, m), m += 4;
+    if constexpr (kMr > 2)
+      if (m1 - m >= 2) f(std::integral_constant<int, 2>{}, m), m += 2;
+    if constexpr (kMr > 1)
+      if (m1 - m >= 1) f(std::integral_constant<int, 1>{}, m);
+  };
+  if (W < NVT && !(accumulate && chunked)) {
+    // Windows: each window's chunk of B (kc x W vectors: 16 KB at kc 256 on AVX2) stays in L1 while
+    // the row blocks pass, reading A from L2 (in groups of rows whose chunk of A takes at most half
+    // of it). Before, with the row block outermost, every block read the windows of B from L2 (a
+    // 48-column panel's chunk is 48 KB): 64 bytes a k, where A's rows now bring 24. One thread on a
+    // 2-core Zen 3 (32 KiB L1, 512 KiB L2), three interleaved rounds: M 1536 K 1536 N 1536 84 -> 89
+    // GFLOP/s, W3's input projection (M 6400, K 256, N 1536) 89.6 -> 93.2, M 1536 K 6400 N 512 81.7
+    // -> 85.3 (OpenBLAS 90-94); two threads 1.03-1.06x. The same chains in the same order: the same
+    // bits. (With the old C kept aside across chunks, blocks keep the order below.)
+    const int64_t group = std::max<int64_t>(
+        kMr, l2_cache_bytes() / 2 / (std::max<int64_t>(kc, 1) * int64_t(sizeof(T))) / kMr * kMr);
+    for (int64_t g0 = 0; g0 < M; g0 += group) {
+      const int64_t g1 = std::min(M, g0 + group);
+      for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
+        const int64_t k1 = std::min(K, k0 + kc);
+        for (int64_t v = 0; v < v_end; v += W)
+          each_block(g0, g1, [&](auto mr_tag, int64_t m) {
+            constexpr int MR = decltype(mr_tag)::value;
+            T* c = C + m * ldc;
+            MicroKernel<MR, W, NP, S>(k0, k1, k0 == 0, k1 == K, a_op.from_row(m),
+                                      m == g0 ? b_op : b_rest, v, cols, bias,
+                                      accumulate ? c : nullptr, ldc, c, ldc);
+          });
+        if (K == 0) break;
+      }
+    }
+    return;
+  }
+  each_block(0, M, rows);
 }
 
 template <int S, class AOp, class BOp, typename T>
