@@ -34,7 +34,7 @@ ctest_all() { ctest --no-tests=error --output-on-failure -j"$release_jobs" "$@";
 # build compiles and refuses to run as many ranks (the MPI runs are tested in the Release
 # build; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
 # tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt):
-# about 9 minutes to build alone on a 2-core Zen 3 (only this CPU's best SIMD target).
+# about 10 minutes to build alone on a 2-core Zen 3 (only this CPU's best SIMD target).
 # Its own process group (set -m), so that a failure before its part stops it whole; not its
 # own session (setsid), whose scheduling group would share the CPU equally with ours whatever
 # its niceness (Linux's autogroups).
