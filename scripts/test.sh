@@ -7,7 +7,7 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer (built in the background from the start, at
 # the lowest priority). Exits non-zero if anything fails.
 #
-# No grux result depends on the environment (README, "What results depend on"); the runs below
+# No grux result depends on the environment (docs/determinism.md); the runs below
 # check that under three OpenBLAS settings: unset (what users have), the generic Prescott kernel
 # (what OpenBLAS 0.3.21 falls back to on a CPU it does not recognise) and the machine's own
 # core type.
@@ -22,19 +22,19 @@ part() {
   echo "== $* ($(( s / 60 )) min $(( s % 60 )) s in)"
 }
 # Release tests as many at once as half the cores: most run two threads (the thread-count
-# variants), and two at once on a 2-core Zen 3 took longer than one at a time (the suite 153 s
-# against 129, with twice the CPU time: each test's threads wait spinning for cores the other
-# holds). The sanitized tests compute far more per wait and run one per core (215 s against 311).
+# variants), and one test per core takes longer than one per two cores, with twice the CPU
+# time: each test's threads wait spinning for cores the other holds. The sanitized tests
+# compute far more per wait and run one per core, which is faster for them.
 release_jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 ctest_all() { ctest --no-tests=error --output-on-failure -j"$release_jobs" "$@"; }
 
 # The sanitized build (its part below) starts now, in the background at the lowest CPU
-# priority: it takes what the Release build and the parts before its own leave idle (one of
-# the two cores through most tests), and its own part waits for the rest. Without MPI: that
+# priority: it takes what the Release build and the parts before its own leave idle (about
+# half the cores through most tests), and its own part waits for the rest. Without MPI: that
 # build compiles and refuses to run as many ranks (the MPI runs are tested in the Release
 # build; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
-# tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt):
-# about 10 minutes to build alone on a 2-core Zen 3 (only this CPU's best SIMD target).
+# tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt),
+# only this CPU's best SIMD target.
 # Its own process group (set -m), so that a failure before its part stops it whole; not its
 # own session (setsid), whose scheduling group would share the CPU equally with ours whatever
 # its niceness (Linux's autogroups).
@@ -64,8 +64,8 @@ bash scripts/test_package.sh build
 # The kernels again on each other SIMD target (GRUX_SIMD_TARGET; the best one ran above),
 # with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats, the slow
 # Toeplitz gradient checks and the MPI runs (no SIMD of their own) run once above, and so do
-# the CLI's benchmark runs (CliBench: 10 timed runs, each measuring the GEMM peak, 35-75 s a
-# target; the kernels they run are checked on every target by the kernel tests).
+# the CLI's benchmark runs (CliBench: 10 timed runs, each measuring the GEMM peak, most of a
+# minute a target; the kernels they run are checked on every target by the kernel tests).
 for target in $(./build/grux info --simd-targets | tail -n +2); do
   part "Release tests on SIMD target $target (OPENBLAS_CORETYPE=Prescott)"
   GRUX_SIMD_TARGET=$target OPENBLAS_CORETYPE=Prescott \
@@ -74,8 +74,8 @@ done
 
 part "The main job (as scripts/demo.sh): train the default language model, then generate"
 # Alone: the background build stops meanwhile. The training's time budget plans its steps
-# from the speed of the first ones, and with the build running a clean clone planned 500 at
-# 289 ms a step, then ran them at 165 (it had planned 916 at 162 in the run before).
+# from the speed of the first ones, which a build running beside them would slow (the plan
+# would then hold far fewer steps than the budget allows).
 kill -STOP -- -"$asan_pid" 2>/dev/null || true
 ./build/grux demo --reps 3
 ./build/grux train --out out/test-main-job
