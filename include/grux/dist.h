@@ -1,7 +1,7 @@
 // Many processes: the group a data-parallel training run or a distributed scan is split
 // across. grux's distributed code is written against the abstract Communicator; an MPI one
-// comes from MpiSession when grux was built with MPI (README, section Many machines). Part of
-// libgrux_tools: an embedder of the engine alone never links MPI.
+// comes from MpiSession when grux was built with MPI. Part of libgrux_tools: an embedder of
+// the engine alone never links MPI.
 //
 // Every collective here is called by every rank of the group, in the same order; the results
 // are the same bits on every rank, and the same from run to run (sums are added in rank

@@ -170,7 +170,7 @@ class Gru {
   // precision bf16 (an f32 GRU only; int8 is refused) trains in bf16: every product with the
   // weights, here and in backward, and the weight gradients' products take their operands
   // rounded to bf16 and sum in f32; the weights themselves (the master copy the optimizer
-  // updates), the gates, states and gradients stay f32 (README, "Precision").
+  // updates), the gates, states and gradients stay f32 (docs/precision.md).
   // `share`: when this batch is part of a larger one (data parallelism: each process runs
   // some of the streams), which part; the masks are then the ones the whole batch would draw
   // for these streams, so K processes drop what one process would.
@@ -190,18 +190,17 @@ class Gru {
   std::vector<GruLayerWeights> weights_;
 };
 
-// Whole-sequence inference with the weights packed once, for running one model on many
-// inputs. Gru::forward packs the weights into the layout its kernels read on every call: about
-// 3% of W2 (l1d1t1000n1i128h256) and 6% of t32n16i2048h2048 (weights from DRAM) on the 2-core
-// machine. Same arguments and results as gru.forward() (bit-identical). Keeps its own packed
-// copy of the weights (about their size again) and of the configuration, not a reference to
-// `gru`: later changes to the weights are not seen (make a new GruInference), and `gru` may
-// go away. forward() may run on several threads at once.
+// Whole-sequence inference with the weights packed once, for running one model on many inputs.
+// Gru::forward packs the weights into the layout its kernels read on every call, a few percent of
+// the call's time (more where the weights come from DRAM). Same arguments and results as
+// gru.forward() (bit-identical). Keeps its own packed copy of the weights (about their size again)
+// and of the configuration, not a reference to `gru`: later changes to the weights are not seen
+// (make a new GruInference), and `gru` may go away. forward() may run on several threads at once.
 //
 // precision: f32 (the default) runs the GRU as Gru::forward does; bf16 or int8 (an f32 GRU
 // only; grux/precision.h) packs W_ih and W_hh in that precision once, here, and runs their
 // products in it: gates, state and outputs stay f32, results differ from f32 by the
-// precision's error (README, "Precision") and are still row-invariant (the same bits for a
+// precision's error (docs/precision.md) and are still row-invariant (the same bits for a
 // sequence alone or in any batch, on any thread count).
 class GruInference {
  public:
@@ -219,28 +218,27 @@ class GruInference {
   std::unique_ptr<Impl> impl_;
 };
 
-// nn.GRUCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh. The
-// weights are packed once, when the cell is made: a loop of forward() calls (one per frame)
-// repacks nothing. At batch 1 (or unbatched) in f32 forward() runs the real-time kernel of
-// GruStream on the calling thread (equal to the batched engine within f32 rounding; up to
-// hidden size 256 the same bits as a one-thread stream's first step from h), reading
-// contiguous arguments in place and making no Tensor but the result (a heap block: a loop of
-// calls costs about 150-350 ns a call more than a stream's step, which writes into the
-// caller's memory), its state on the calling thread's stack (16 KB). Where the weights
-// (3H (I + H) floats) take more than a quarter of the L2 cache and `threads` (0: all cores)
-// allows more than one, a linear-before-reset cell shares the step's units among the threads,
-// each reading its part of the weights from its own L2: the real-time kernel's step in parts
-// of 4 or more whole unit groups of the SIMD width, one part a thread, the same bits as on one
-// thread (I 64 on a 2-core Zen 5: H 128 1.9 -> 1.0 us a step, H 256 6.7 -> 3.0). The threads
-// are the cell's own, started at its first shared step and kept while it (or a copy) lives:
-// after a step they spin for 20 us, yield until 200 us, then sleep. One caller at a time uses
-// them; another caller at the same moment, or one inside an OpenMP region, takes an OpenMP
-// region instead (0.4-0.5 us more a step). A child process forked after they started starts
-// threads of its own (the parent's do not exist there); if none can be started, forward()
-// throws grux::Error. Where the weights take more than 3/4 of the L2 and there are no such
-// parts (a reset-before cell, whose n product needs every unit's r first, or too few units),
-// the engine's team shares the step instead, bit-identical to Gru::forward. Every other call
-// runs the engine's kernels.
+// nn.GRUCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh. The weights are
+// packed once, when the cell is made: a loop of forward() calls (one per frame) repacks nothing. At
+// batch 1 (or unbatched) in f32 forward() runs the real-time kernel of GruStream on the calling
+// thread (equal to the batched engine within f32 rounding; up to hidden size 256 the same bits as a
+// one-thread stream's first step from h), reading contiguous arguments in place and making no
+// Tensor but the result (a heap block: a loop of calls costs an allocation a call more than a
+// stream's step, which writes into the caller's memory), its state on the calling thread's stack
+// (16 KB). Where the weights (3H (I + H) floats) take more than a quarter of the L2 cache and
+// `threads` (0: all cores) allows more than one, a linear-before-reset cell shares the step's units
+// among the threads, each reading its part of the weights from its own L2: the real-time kernel's
+// step in parts of 4 or more whole unit groups of the SIMD width, one part a thread, the same bits
+// as on one thread (at I 64, from H 128 on, two threads take roughly half the time of one). The
+// threads are the cell's own, started at its first shared step and kept while it (or a copy) lives:
+// after a step they spin for 20 us, yield until 200 us, then sleep. One caller at a time uses them;
+// another caller at the same moment, or one inside an OpenMP region, takes an OpenMP region instead
+// (slower: the region starts and ends in every step). A child process forked after they started
+// starts threads of its own (the parent's do not exist there); if none can be started, forward()
+// throws grux::Error. Where the weights take more than 3/4 of the L2 and there are no such parts (a
+// reset-before cell, whose n product needs every unit's r first, or too few units), the engine's
+// team shares the step instead, bit-identical to Gru::forward. Every other call runs the engine's
+// kernels.
 struct GruCellPlan;
 class GruCell {
  public:
@@ -327,7 +325,7 @@ class GruStream {
   // precision: as GruInference's; a bf16 or int8 stream runs the engine's layer kernels
   // with the products in that precision (same bits as GruInference of that precision over
   // the frames since reset(): a bf16 step's bits depend on the parity of its index since the
-  // state was set, README "Precision").
+  // state was set, docs/precision.md).
   GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0,
             Precision precision = Precision::f32);
   ~GruStream();

@@ -58,7 +58,7 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
  *   head_prefix: the prefix of an nn.Linear head's "weight" (O, H) and optional "bias" (O);
  *     NULL or "" for no head.
  *   flags: GRUX_RESET_BEFORE, GRUX_RESIDUAL, at most one of GRUX_BF16 and GRUX_INT8 (the
- *     precision of the GRU's products: README, "Precision"; the head stays f32), or 0
+ *     precision of the GRU's products: docs/precision.md; the head stays f32), or 0
  *     (PyTorch's GRU in f32, no skip connection).
  * Returns NULL on error, with a one-line message in err (truncated to err_len bytes, always
  * NUL-terminated; err may be NULL when err_len is 0). Errors: a missing or malformed file, a
@@ -76,7 +76,7 @@ GRUX_API void grux_model_free(grux_model* m);
 
 /* Creates a stream of `batch` (>= 1) sequences, all starting from a zero state; sizes all its
  * memory here. After creation grux_stream_process and grux_stream_reset allocate nothing,
- * take no lock, start no thread and make no system call (see README, "Real time").
+ * take no lock, start no thread and make no system call (see docs/realtime.md).
  *   threads: 0 or 1 runs every call on the calling thread only (use this on an audio thread);
  *   k > 1 starts up to k - 1 worker threads here, which spin between calls for the stream's
  *   whole life (give them their own cores and the caller's priority); grux_stream_free joins

@@ -4,8 +4,8 @@
 //   int8: weights quantized symmetrically per output channel (per gate row) to [-127, 127];
 //     each product's input quantized per row, asymmetrically to [0, 255] (PyTorch's dynamic
 //     quantization, per row instead of per tensor); int32 accumulation.
-// Either way the hidden state, the gates and the outputs stay f32. The README ("Precision: bf16
-// and int8") has the measured errors against f32.
+// Either way the hidden state, the gates and the outputs stay f32. docs/precision.md has the
+// measured errors against f32.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 // A persistent team of threads for parallel work too short for OpenMP's fork and join: a
 // streaming GRU's frame takes a few microseconds, and an OpenMP parallel region of two
-// threads costs about 0.44 us to open and close on the 2-core machine (12% of a W1 frame).
+// threads costs about 0.44 us to open and close (12% of a W1 frame).
 // The caller is member 0; the other members are threads the team owns. After each job they
 // spin for 20 us, then yield the core between checks until 200 us (frames usually come back
 // to back), then sleep until the next job, so an idle team does not hold a core.
@@ -80,8 +80,8 @@ ThreadTeam& calling_thread_team(int size);
 // Round trip of one cache line between members 0 (the caller) and 1 of `team`, in ns: the
 // median of 5 rounds of 20000 exchanges; 0 for a team of one. A time step that threads share
 // pays about one for its barrier and one for the state it hands over. It depends on where the
-// host puts the two threads' cores: 140 ns or 560-600 ns, changing from minute to minute, on
-// the 2-core machine of the README's tables.
+// two threads' cores are (on a virtual machine, where the hypervisor puts them: 140 ns or
+// 560-600 ns, changing from minute to minute).
 double handoff_round_trip_ns(ThreadTeam& team);
 
 }  // namespace grux

@@ -96,8 +96,8 @@ HWY_INLINE V Sigmoid(D d, V x) {
 // StreamSigmoidOfHalf, so no multiply by 1/2 waits on the chain; the square is taken from
 // the unclamped argument and clamped at 81 (the same value as squaring the clamped one, one
 // operation shorter), the clamped argument itself formed beside it. Chain: a multiply, a
-// minimum, 4 multiply-adds deep, a multiply-add and one division (about 8 ns on a Zen 5 core,
-// against 13 for the sigmoid above and 20 for its tanh, measure_stream_latencies). Measured
+// minimum, 4 multiply-adds deep, a multiply-add and one division (about 8 ns, against 13 for
+// the sigmoid above and 20 for its tanh, measure_stream_latencies). Measured
 // against f64 (tests/test_gru_stream.cpp): at most 3.0e-7 absolute for tanh, 2.2e-7 for
 // sigmoid (about 5 ulp of 1, against 1.7), 3.5 ulp relative for tanh near 0: inside the
 // engine's f32 tolerance. f32 only.

@@ -52,9 +52,8 @@ void with_rows(int64_t r, F&& f) {
 // Vectors (16 columns each) per panel group: one panel (3 vectors, with 5 rows a block), or
 // two for a single row (bf16; int8 takes single rows panel by panel, Int8Row), whose chains
 // are its columns only. Each panel of a group is a stream read from L2 beside the others, and
-// more streams read slower. Measured on one Zen 5 core, K 256, N 768 (B in L2), GOP/s with
-// 1 / 2 / 4 panels a group: bf16 M 1 148 / 188 / 127-140, M 2 266-271 / 249-257 / 214-223;
-// int8 M 2 506-549 / 449-459 / 379-411.
+// more streams read slower: at K 256, N 768 (B in L2) two panels a group are the fastest for
+// one bf16 row (a quarter faster than one), one panel for two rows and for int8.
 int group_vectors(int64_t M) {
   return M == 1 ? 6 : 3;
 }
@@ -168,7 +167,7 @@ GRUX_AVX512_VNNI inline void QuantizeRow(const float* src, int64_t n, const RowQ
 }
 
 // Four chains of min and max (exact: any order gives the same lo and hi): a batch-1 step's
-// product waits for this row's quantization, whose one chain took 3 cycles a vector.
+// product waits for this row's quantization, whose one chain would take 3 cycles a vector.
 GRUX_AVX512_VNNI inline RowQuant RowQuantAvx(const float* row, int64_t K) {
   __m512 lo[4], hi[4];
   for (int c = 0; c < 4; ++c) lo[c] = hi[c] = _mm512_setzero_ps();
@@ -249,8 +248,7 @@ GRUX_AVX512_BF16 void Bf16Block(int64_t groups, const uint32_t* a, int64_t as, i
 
 // acc += the dot products of u8's unsigned byte quads with s8's signed ones (vpdpbusd).
 // Written out: GCC 12 copies every accumulator of Int8Block twice per k group around
-// _mm512_dpbusd_epi32 (30 register moves per 15 products), which halved the kernel's rate
-// (M 64, K 512, N 1536 on one Zen 5 core: 567 GOP/s against the instruction's 1060).
+// _mm512_dpbusd_epi32 (30 register moves per 15 products), which halves the kernel's rate.
 GRUX_AVX512_VNNI inline void Dpbusd(__m512i& acc, __m512i u8, __m512i s8) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
 }
@@ -316,8 +314,8 @@ GRUX_AVX512_VNNI void Int8Block(int64_t groups, const uint32_t* a, int64_t as,
 // One row of A against one panel of S vectors (S <= 3), the groups split four ways (12
 // accumulators at S = 3, summed at the end: the sums are exact integers, so the order
 // changes no bit). A single row reads each weight once: this reads the panel as one
-// sequential stream, where Int8Block<1, 12> read four panels side by side (M 1, K 256, N
-// 768 from L2 on one Zen 5 core: 0.92 against 1.54 us; the L2 reads at most 195 GB/s there).
+// sequential stream, where Int8Block<1, 12> would read four panels side by side (M 1, K 256,
+// N 768 from L2: 40% less time).
 template <int S>
 GRUX_AVX512_VNNI void Int8Row(int64_t groups, const uint32_t* a, const RowQuant& rq,
                               const uint32_t* b, int64_t P, int64_t cols, const float* scale,
@@ -365,13 +363,11 @@ int64_t prepared_stride(bool int8, int64_t K) {
 
 // Rows prepared at a time, for prepared rows of `as` words: as many as the buffer holds, at
 // most kSlabRows. Every panel of B is read from L2 (or, where the panels do not fit the L2,
-// from L3) once per slab; only the block of rows being multiplied needs to stay in L1. 10
-// rows a slab made those reads the int8 kernel's limit (M 6400, K 256, N 1536 on one Zen 5
-// core with a 48 KiB L1: 690 GOP/s with 10 rows, 720-760 with 16 to 60; M 64, K 512: 750-860
-// against 880-920); a quarter of the L1 (12 rows at K 512 in bf16) read the 1.5 MB of W3's
-// bf16 W_hh from L3 three times a step where the threads split the batch (two Zen 5 threads,
-// 32 rows against 12: W3 bf16 0.97x the time, int8 (24 rows before) 0.95x, I 512 H 512 bf16
-// 0.97x, W5 unchanged).
+// from L3) once per slab; only the block of rows being multiplied needs to stay in L1. With 10
+// rows a slab those reads would be the int8 kernel's limit (5-10% slower than 16 to 60 rows,
+// 48 KiB of L1); a slab of a quarter of the L1 (12 rows at K 512 in bf16) would read the 1.5
+// MB of W3's bf16 W_hh from L3 three times a step where the threads split the batch (3-5%
+// slower than 32 rows).
 int64_t slab_rows(int64_t as) {
   return std::min<int64_t>(kSlabRows, kPreparedWords / as);
 }
@@ -429,8 +425,8 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
       constexpr int NV = decltype(nv_tag)::value;
       const uint32_t* b[NV];
       for (int v = 0; v < NV; ++v) b[v] = base + (p + v / S) * groups * P + (v % S) * 16;
-      // Rows per block: 5 against 3 vectors (15 accumulators) measured fastest for both
-      // precisions (M 64, H 512: int8 2.9x / 3.4x f32 at 6 / 5 rows; 8 rows spilled).
+      // Rows per block: 5 against 3 vectors (15 accumulators) run fastest for both precisions
+      // (6 rows about 15% slower at M 64, H 512; 8 rows spill registers).
       constexpr int kMr = NV >= 12 ? 1 : NV >= 6 ? 2 : NV >= 3 ? 5 : kMaxMr;
       int64_t m = 0;
       // One block of r rows at row m (r below kMr, or up to 6 when kMr is 5).
@@ -580,8 +576,8 @@ GRUX_AVX512_BF16 void AtBAvx512(int64_t M, int64_t N, int64_t K, const float* A,
                      b.get() + (p * Kp + g) * kAtPanel);
   }
   // Blocks of K whose tile of A (kc pairs x 16 rows) takes a quarter of the L2: it stays
-  // there while every panel of B streams past it (measured: M 1536, K 6400, N 256 and 512 on
-  // a 1 MiB L2: 640 and 790 GFLOP/s, against 450 and 570 with B's panel held instead).
+  // there while every panel of B streams past it (M 1536, K 6400, N 256 and 512 with a 1 MiB
+  // L2: about 40% faster than holding B's panel instead).
   const int64_t kc = std::clamp<int64_t>(l2_cache_bytes() / 4 / (kAtTile * 4), 64, Kp);
   // Threads split the tiles of A (rows of C).
 #pragma omp parallel

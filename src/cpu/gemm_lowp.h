@@ -85,8 +85,8 @@ PackedB<float> pack_b_lowp(Precision p, int64_t K, int64_t N, int64_t panel, con
 // calls it when B.low_precision(). Allocates nothing (its row buffers are on the stack).
 // `step` (gemm_packed's): one row of A (batch 1) reads every weight once per call, from L2
 // where B does not fit in L1. Read in an order that starts on the lines the previous step read
-// last, a part of each step's weights comes from L1 (W2, I 128 H 256 at batch 1 on two Zen 5
-// threads: 98 KB of int8 and 196 KB of bf16 weights a thread, 48 KiB of L1).
+// last, a part of each step's weights comes from L1 (W2, I 128 H 256 at batch 1 on two
+// threads: 98 KB of int8 and 196 KB of bf16 weights a thread, against 48 KiB of L1).
 void gemm_packed_lowp(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
                       const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
                       int64_t p1, int64_t step = 0);

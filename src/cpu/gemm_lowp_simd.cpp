@@ -9,8 +9,6 @@
 // Register blocks of 5 (bf16) or 4 (int8) rows x 2 vectors (16 columns on AVX2), the panel's
 // vectors in windows of 2 (and 1 left over); a window of B (K x 16 columns) stays in L1
 // across the row blocks. bf16 with one or two rows: windows of 6 or 3 vectors (LowpSimd).
-// Before, these CPUs ran a scalar loop: W3 in bf16 on a 2-core Zen 3 took 1149 ms and int8
-// 2214 against f32's 294 (every product 1-row blocks then).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/gemm_lowp_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -52,7 +50,7 @@ constexpr int kSimdMr = kInt8 ? 4 : 5;
 // k for every row, then its odd k: each accumulator still adds its even product, then its odd
 // one, group by group (the plain kernel's order), and only one half of the window's B is in
 // registers at a time. The words are loaded again for the odd half (GRUX_OPAQUE): kept from
-// the first load, they took 2 more registers, and GCC moved accumulators to the stack.
+// the first load, they would take 2 more registers, and GCC moves accumulators to the stack.
 template <int MR, int W>
 HWY_INLINE void Bf16Block(int64_t groups, const float* a, int64_t as, const uint32_t* b, int64_t P,
                           bool reverse, float* out) {
@@ -150,9 +148,8 @@ constexpr int LowpWindow(int64_t rows) {
 // a last one of 1), each against the slab's rows in blocks of up to kSimdMr, whose results
 // (rows x window columns) then go to C as the plain kernels write them. A slab of one or two
 // rows (batch 1 and 2's recurrent products, a stream's frames) takes windows of 6 or 3
-// vectors: with 2, one row's bf16 sums were 2 chains of dependent FMAs (K 256 N 768, one
-// thread on the AVX2 Zen 3: 21.8 GFLOP/s against f32's 24.5). False when one row does not
-// fit the buffer.
+// vectors: with 2, one row's bf16 sums would be 2 chains of dependent FMAs (slower than f32).
+// False when one row does not fit the buffer.
 template <bool kInt8>
 bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, const float* bias,
               bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
@@ -161,9 +158,9 @@ bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, c
   const int64_t groups = kInt8 ? (B.K + 3) / 4 : (B.K + 1) / 2;
   const int64_t as = 2 * groups;  // words (or floats) of a prepared row
   if (as > kSimdPrepared || P % L != 0) return false;
-  // Whole blocks of kSimdMr rows where the buffer holds them: a slab of 5 rows (int8 with 4,
-  // K 1536) ran as 4 + 1, and a lone row reads and widens B for one row's multiply-adds (bf16
-  // K 1536 square, one thread on the AVX2 Zen 3: 30 GFLOP/s against int8's 69).
+  // Whole blocks of kSimdMr rows where the buffer holds them: otherwise a slab of 5 rows (int8
+  // with 4, K 1536) runs as 4 + 1, and a lone row reads and widens B for one row's
+  // multiply-adds (bf16 at K 1536 then at less than half int8's rate).
   const int64_t fit = std::min<int64_t>(kSimdPrepared / as, 64);
   constexpr int MRmax = kSimdMr<kInt8>;
   const int64_t slab = fit >= MRmax ? fit / MRmax * MRmax : fit;

@@ -1,6 +1,6 @@
 // The packed GEMM's kernels (gemm_packed.cpp for f32, gemm_packed_f64.cpp for f64; two
-// translation units so that a build compiles them side by side: together they were 9 of the
-// 13 minutes of a Release build on two cores). A Highway "-inl" header: included once per SIMD
+// translation units so that a build compiles them side by side: together they are most of a
+// Release build's compile time). A Highway "-inl" header: included once per SIMD
 // target by a file that includes hwy/foreach_target.h (the guard below flips with
 // HWY_TARGET_TOGGLE).
 #if defined(GRUX_CPU_GEMM_PACKED_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -33,8 +33,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (GemmPanelsChunked) and a panel's chunk stays near L1. Partial sums pass between chunks
 // through C exactly (they are already rounded to T), so chunking does not change results.
 // A smaller op(A) stays in L2 whole, and there chunks only cost: the recurrent product of W3
-// (M 64, K 512) unchunked runs 3% faster alone and 5% faster between the gates (one thread,
-// Intel Xeon, 2 MiB L2).
+// (M 64, K 512) runs 3% faster unchunked alone and 5% faster between the gates.
 constexpr int64_t kKc = 256;
 // K in equal chunks of at most `most`.
 inline int64_t EqualChunks(int64_t K, int64_t most) {
@@ -49,10 +48,9 @@ int64_t ChunkLength(int64_t M, int64_t K) {
 // The chunks of a transposed A copied k-major (GemmPanelsChunked): as long as the copy (M x kc)
 // takes at most a quarter of the L2, and at least kKc. Every chunk ends with C written and the
 // next begins by reading it back, and every micro-tile pays its start and its end once per
-// chunk: fewer, longer chunks pay both less often. W4's weight gradients on a 2-core Xeon
-// (2 MiB L2, 96-row tiles): dW_hh (M 1536, K 6400, N 512) 258 -> 285 GFLOP/s with chunks of
-// 1280 instead of 256. A copy too large for the L2 loses more than that (M 1536 on one
-// thread: 116 GFLOP/s with chunks of 256, 61 with chunks of 1600).
+// chunk: fewer, longer chunks pay both less often (W4's dW_hh, M 1536, K 6400, N 512, with a
+// 2 MiB L2: about 10% faster in chunks of 1280 than of 256). A copy too large for the L2 loses
+// more than that (M 1536 on one thread: half the rate in chunks of 1600).
 template <typename T>
 int64_t TransposedChunkLength(int64_t M, int64_t K) {
   const int64_t fit = l2_cache_bytes() / 4 / (std::max<int64_t>(M, 1) * int64_t(sizeof(T)));
@@ -110,8 +108,8 @@ struct ARows {
 
 // How far ahead (in k rows of a panel) the first row block prefetches a B that streams from
 // L3 or DRAM: 32 rows of a 3-unit f32 panel are 6 KB, about one DRAM latency of FMAs ahead.
-// `grux bench gru t32n16i2048h2048 --threads 1` (W_hh 50 MB), 0 / 16 / 24 / 32 / 64 rows:
-// about 183 / 176 / 164 / 164 / 176 ms (three runs each).
+// On `grux bench gru t32n16i2048h2048 --threads 1` (W_hh 50 MB) 24 or 32 rows take about 10%
+// less time than none, 7% less than 16 or 64.
 constexpr int64_t kPrefetchRows = 32;
 
 // Shortest k loop of a micro-kernel that prefetches its block of C (about one L3 latency of
@@ -211,8 +209,8 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
   }
   // The block of C this call stores, requested now (for writing) so that its lines arrive
   // during the k loop: a C written once and not read since (the input projection of a whole
-  // sequence: megabytes) otherwise misses at every store. W3's input projection on two
-  // threads: 19 -> 17.5 ms (16.2 with C in cache). Short loops do not hide the fetch.
+  // sequence: megabytes) otherwise misses at every store (W3's input projection: about 8% less
+  // time, half of what a C in cache would save). Short loops do not hide the fetch.
   if (first && k1 - k0 >= kPrefetchCMinK)
     for (int r = 0; r < MR; ++r)
       for (int64_t w = 0; w < W; w += kVectorsPerLine)
@@ -255,16 +253,16 @@ HWY_INLINE void MicroKernel(int64_t k0, int64_t k1, bool first, bool last, const
 }
 
 // Rows per micro-kernel, at most. 8 rather than 6: conv2d's 32-filter GEMMs run as 4 x 8 rows
-// instead of 5 x 6 + 2 (forward 5% faster, n8c16h64w64d32k3); GRU-shaped products measured
-// the same within noise.
+// instead of 5 x 6 + 2 (n8c16h64w64d32k3's forward 5% faster); GRU-shaped products run the
+// same within noise.
 constexpr int kMaxMr = 8;
 
 // Vectors of a panel group (NVT of them) one micro-kernel computes, with kRegs vector registers:
 // MR x W accumulators + W operands + 1 broadcast. All of them when that leaves at least 4 rows
 // (1 for a product of one or two rows, `few`); otherwise a window: 2 vectors (AVX2's 16
-// registers: 6 rows x 16 columns), or for few rows the widest that holds two rows. AVX2 ran
-// every product as 1-row blocks of a whole panel before (6 accumulators, 6 loads per 6 FMAs):
-// W3 f32 on a 2-core Zen 3 took 294 ms against oneDNN's 128.
+// registers: 6 rows x 16 columns), or for few rows the widest that holds two rows: 1-row
+// blocks of a whole panel (6 accumulators) would load once per FMA and run at about half the
+// rate.
 constexpr int WindowVectors(int nvt, int regs, bool few) {
   if ((regs - nvt - 1) / nvt >= (few ? 1 : 4)) return nvt;
   int w = 1;
@@ -320,7 +318,7 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   // Every row block of [m0, m1) with f (full blocks of kMr, then the last (m1 - m0) % kMr rows as
   // blocks of 4, 2 and 1, at most one each as kMr <= 8): every row gets the same FMA chains
   // whatever block it is in, and three tail kernels instead of seven keep this file's compile
-  // time down (it was most of the build's).
+  // time down (it is most of the build's).
   static_assert(kMr <= 8);
   auto each_block = [&](int64_t m0, int64_t m1, auto&& f) {
     int64_t m = m0;
@@ -335,12 +333,10 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
   if (W < NVT && !(accumulate && chunked)) {
     // Windows: each window's chunk of B (kc x W vectors: 16 KB at kc 256 on AVX2) stays in L1 while
     // the row blocks pass, reading A from L2 (in groups of rows whose chunk of A takes at most half
-    // of it). Before, with the row block outermost, every block read the windows of B from L2 (a
-    // 48-column panel's chunk is 48 KB): 64 bytes a k, where A's rows now bring 24. One thread on a
-    // 2-core Zen 3 (32 KiB L1, 512 KiB L2), three interleaved rounds: M 1536 K 1536 N 1536 84 -> 89
-    // GFLOP/s, W3's input projection (M 6400, K 256, N 1536) 89.6 -> 93.2, M 1536 K 6400 N 512 81.7
-    // -> 85.3 (OpenBLAS 90-94); two threads 1.03-1.06x. The same chains in the same order: the same
-    // bits. (With the old C kept aside across chunks, blocks keep the order below.)
+    // of it). With the row block outermost, every block would read the windows of B from L2 (a
+    // 48-column panel's chunk is 48 KB): 64 bytes a k, where A's rows bring 24 (large products
+    // 3-6% faster this way). The same chains in the same order: the same bits. (With the old C
+    // kept aside across chunks, blocks keep the order below.)
     const int64_t group = std::max<int64_t>(
         kMr, l2_cache_bytes() / 2 / (std::max<int64_t>(kc, 1) * int64_t(sizeof(T))) / kMr * kMr);
     for (int64_t g0 = 0; g0 < M; g0 += group) {
@@ -405,9 +401,8 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
 // A transposed A (the weight gradients' dL/dg, rows of 3H) is read M values from every row
 // of A, rows 3H apart: a new page at almost every k, which the prefetchers do not follow.
 // Each chunk is copied once into a k-major buffer (M kc values, allocated here) that the
-// panels then read in sequence: A^T B of W4's dW_hh (M 1536, K 6400, N 512) on two threads
-// 211-218 -> 250-261 GFLOP/s (W4 training 1.055x). The same values in the same order: the
-// same bits.
+// panels then read in sequence (A^T B of W4's dW_hh, M 1536, K 6400, N 512: about a fifth
+// faster than reading A in place). The same values in the same order: the same bits.
 template <int S, class AOp, class BOp, typename T>
 void GemmPanelsChunked(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, const T* bias,
                        bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {

@@ -207,11 +207,10 @@ template void pack_b<double>(int64_t, int64_t, int64_t, const double*, int64_t, 
 // A product of one or two rows reads each row of A a value at a time between the FMAs of a
 // whole group of panels, and the out-of-order window holds about one 64-byte line of the row
 // ahead. Where the row was just written by another core (the states of a batch-1 step at
-// two threads), each line is a transfer between the cores, and they came one after another.
-// Asked for at once, before the first FMA, they come together. W2 (I 128, H 256, batch 1) at
-// two threads with the cores about 500 ns apart (round trip), three interleaved rounds of a
-// measurement build that made the same requests before the cell's product: f32 3.87 -> 3.48
-// ms, int8 1.58 -> 1.53; with the cores close, no change beyond the noise.
+// two threads), each line is a transfer between the cores, and they would come one after
+// another. Asked for at once, before the first FMA, they come together: W2 (I 128, H 256,
+// batch 1) on two threads with the cores about 500 ns apart (round trip) about 10% faster in
+// f32, 3% in int8; with the cores close, no change beyond the noise.
 template <typename T>
 void prefetch_a_rows(int64_t M, const T* A, int64_t lda, bool trans_a, int64_t K) {
   constexpr int64_t kLine = 64 / sizeof(T), kMaxLines = 128;
@@ -253,9 +252,10 @@ int64_t l2_cache_bytes() {
   return bytes;
 }
 
-// Measured (one thread, Intel Xeon with a 2 MiB L2): the input projection of W3 (6400 rows,
-// K 256, 32 panels: 1.5 MiB of B) at 96 rows a block 130-135 GFLOP/s, at 48 146-153, at 24
-// 146-151.
+// Rows a tile takes: as many (in steps of 8, at most 96) as fit their rows of A and C in 7/8 of the
+// L2 beside the panels of B (96 where not even 8 fit). With a 2 MiB L2, the input projection of W3
+// (6400 rows, K 256, 32 panels: 1.5 MiB of B) runs about 12% faster at 48 or 24 rows a block than
+// at 96.
 template <typename T>
 int64_t gemm_row_block(const PackedB<T>& B, int64_t p0, int64_t p1, int64_t a_cols,
                        int64_t a_bytes) {
@@ -293,8 +293,8 @@ void gemm_packed_parallel(int64_t M, const T* A, int64_t lda, bool trans_a, cons
     if (M * B.K * int64_t(sizeof(T)) <= l2_cache_bytes() / 2)
       return gemm_packed<T>(M, A, lda, trans_a, B, bias, accumulate, C, ldc, 0, panels);
     // An op(A) larger than half the L2 in the row blocks threads take (one thread, A^T B of
-    // W4's dW_hh: 112 -> 140 GFLOP/s against all 1536 rows at once, whose transposed chunks
-    // no longer fit in L2).
+    // W4's dW_hh: a quarter faster than all 1536 rows at once, whose transposed chunks do not
+    // fit in L2).
     return blocks(0, row_blocks);
   }
 #pragma omp parallel num_threads(threads)

@@ -46,8 +46,7 @@ int64_t packed_size(int64_t K, int64_t N, int64_t panel) {
 // The panel width (2, 3 or 1 units) that pads N least, for a product whose panels need not
 // hold whole units' gates (the weight gradients, dL/dx). Ties go to 2 units (micro-kernels of
 // 6 rows x 64 columns), then 3. Padding is computed for nothing: W4's dW_ih (N 256) in panels
-// of 48 ran 16 of its last panel's 48 columns, and took 22-27 ms against 20 in panels of 32
-// (two threads); dW_hh (N 512) 39.9 -> 38.5 ms.
+// of 48 uses 16 of its last panel's 48 columns, and takes 10-35% longer than in panels of 32.
 template <typename T>
 int64_t gemm_panel_for(int64_t N) {
   constexpr int64_t U = kUnit<T>;
@@ -68,10 +67,9 @@ void pack_b(int64_t K, int64_t N, int64_t panel, const T* src, int64_t stride_k,
 // The PackedB::sub the current SIMD target's kernels read fastest: 0 where a micro-kernel
 // holds a whole panel's width in registers (AVX-512), kUnit<T> where it takes a panel in
 // windows of two vectors (16 registers: AVX2 and below), so that each window reads one
-// contiguous block instead of a part of every panel row. One thread of a 2-core Zen 3, M
-// 6400, K 256, N 1536 (W3's input projection) in panels of 48: 70.9 GFLOP/s as whole panels,
-// 81.2 in blocks of 16 (OpenBLAS 76.9, the FMA peak about 94). The result is the same either
-// way; a B packed for one target is read correctly on any other.
+// contiguous block instead of a part of every panel row (W3's input projection, M 6400, K 256,
+// N 1536, in panels of 48 on AVX2: about 15% faster in blocks of 16 than as whole panels). The
+// result is the same either way; a B packed for one target is read correctly on any other.
 template <typename T>
 int64_t gemm_sub_panel();
 

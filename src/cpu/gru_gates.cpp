@@ -38,11 +38,10 @@ HWY_INLINE void ForBlocks(D d, int64_t H, int64_t b0, int64_t b1, Body body) {
 }
 
 // In two passes over groups of up to kGroup blocks: every r and z first, then every n and h.
-// One pass per block gave the out-of-order window each block's whole chain (a sigmoid, then
-// the tanh that needs it, about 150 cycles), of which it holds about four blocks' operations.
-// One Zen 5 core, one row in L1: 8 blocks (a W2 thread's share) 108 -> 94 ns, 16 blocks 214
-// -> 180; W3 bf16 at two threads 17.8 -> 17.2 ms (three rounds). The same operations on the
-// same values: the same bits.
+// One pass per block would give the out-of-order window each block's whole chain (a sigmoid,
+// then the tanh that needs it, about 150 cycles), of which it holds about four blocks'
+// operations: with one row in L1, two passes take 13-16% less time over 8 blocks (a W2
+// thread's share) or 16. The same operations on the same values: the same bits.
 template <typename T>
 void LbrForward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, const T* gh, const T* b_hh,
                 const T* h_prev, T* h, T* hn_out, int64_t ldh) {

@@ -130,8 +130,8 @@ Plan PlanFor(int64_t per, int64_t G, int64_t K, bool narrow = false) {
   int S = 1;
   while (S < 4 && 2 * S * g * per <= kAccRegs && 2 * S <= K) S *= 2;
   // S from the wide tiles either way: the sums' order (the results) does not depend on the
-  // cache size. Narrow tiles keep it (AVX-512 above 4 groups: 2, which measured faster than 1
-  // or 4 there).
+  // cache size. Narrow tiles keep it (AVX-512 above 4 groups: 2, which runs faster than 1 or
+  // 4 there).
   return {narrow ? 1 : g, S};
 }
 
@@ -440,8 +440,7 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
 // A call's frames in blocks of L.projection_frames (all of them when 0): the input
 // projections of a block are computed before its steps, and a block small enough that they
 // stay in L1 beside the weights. Flattened (every call inlined) except under AddressSanitizer,
-// where flattening the instrumented tiles made this file take 5.5 minutes to compile (3
-// without).
+// where flattening the instrumented tiles nearly doubles this file's compile time.
 #if defined(__SANITIZE_ADDRESS__)
 #define GRUX_STREAM_FLATTEN
 #else

@@ -55,30 +55,30 @@ constexpr int64_t StreamTileGroups(int64_t per, bool narrow) {
   return narrow ? 1 : kStreamTileAccs / per;
 }
 // Above this size of recurrent weights (3 H^2 floats) a step reads them in the other direction
-// than the step before (stream_alternates). A rule of H alone, not of this machine's cache, so
-// results do not depend on the cache size: 32 KiB, the smallest L1 data cache of the x86 cores
-// grux is measured on. In L1 the reversal costs time (the first columns a step reads are
-// those whose state the step before wrote last: 3 ns of 85 at H 48 on a Zen 5 core, 48 KiB);
-// beyond it, reading from the last-used end saves more (147 against 180-200 ns at H 64 there).
+// than the step before (stream_alternates). A rule of H alone, not of the machine's cache, so
+// results do not depend on the cache size: 32 KiB, the smallest L1 data cache of current x86
+// cores. In L1 the reversal costs a little time (the first columns a step reads are those
+// whose state the step before wrote last: about 4% at H 48 in a 48 KiB L1); beyond it,
+// reading from the last-used end saves more (about a fifth of a step at H 64).
 constexpr int64_t kStreamAlternateBytes = int64_t(32) << 10;
 GRUX_INTERNAL bool stream_alternates(int64_t H);
 // Whether a layer of hidden size H (and form) takes narrow tiles (one unit group each) rather
 // than wide ones. Never where its recurrent weights (3 H^2 floats) fit in the L1 data cache the
 // OS reports. Beyond it a step streams them from L2, and which tiles do that faster depends on
-// the core: narrow ones on an AMD Zen 5 (1555 -> 1000 ns a frame at H 128), wide ones by 3-8%
-// on an Intel Xeon (model 207) at H 72-256. So where they fit in the L2 cache, the first call
-// for an (H, form) on the SIMD target in use times both on a synthetic layer of that size (it
-// packs the two and runs 9 rounds of a block of each: 0.7 ms at H 80, 6 ms at H 256 there,
-// with a mutex held) and every later call returns that answer; beyond the L2, narrow. The
-// tiles change the speed only: their results are the same bits.
+// the core: narrow ones on some (a third less time a frame at H 128), wide ones by 3-8% on
+// others. So where they fit in the L2 cache, the first call for an (H, form) on the SIMD
+// target in use times both on a synthetic layer of that size (it packs the two and runs 9
+// rounds of a block of each: about a millisecond at H 80, several at H 256, with a mutex
+// held) and every later call returns that answer; beyond the L2, narrow. The tiles change the
+// speed only: their results are the same bits.
 GRUX_INTERNAL bool stream_narrow_tiles(int64_t H, bool reset_before);
 
 // How many frames of a call the kernel projects before their steps (0: all of them): where the
 // layer's weights (3 Hp (I + H) floats) leave room in 3/4 of the L1 data cache for the
 // projections (3 Hp floats a frame) of at least 4 frames, as many as fit there, so that a
-// block's projections do not push the recurrent weights out of L1 (I1H48, 64-frame calls: 166
-// -> 154 ns a frame on an Intel Xeon, 48 KiB L1). Beyond that, all of them: where the weights
-// are read from L2 anyway, projecting in smaller blocks measured slower. Speed only: the
+// block's projections do not push the recurrent weights out of L1 (which costs about 7% a
+// frame at I 1, H 48 in a 48 KiB L1). Beyond that, all of them: where the weights are read
+// from L2 anyway, projecting in smaller blocks is slower. Speed only: the
 // projections and steps are the same arithmetic either way.
 GRUX_INTERNAL int64_t stream_projection_frames(int64_t I, int64_t H, int64_t Hp);
 

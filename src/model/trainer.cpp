@@ -173,7 +173,7 @@ TrainOptions TrainOptions::from_json(const std::string& text, const CharLmConfig
     o.val_fraction = j.at("val_fraction").get<double>();
     o.eval_every = j.at("eval_every").get<int64_t>();
     o.seed = j.at("seed").get<uint64_t>();
-    // Checkpoints from before bf16 training have no precision: they trained in f32.
+    // A checkpoint without a precision trained in f32.
     if (j.contains("precision")) o.precision = parse_precision(j.at("precision").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("training options are malformed: {}", e.what()));

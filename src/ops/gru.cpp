@@ -321,10 +321,9 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
       // L2s: each thread's state rows stay its own (no barrier a step, no read of what the
       // other core just wrote), though each thread reads all the weights every step, from
       // L3 where they do not fit its L2. Rows are independent: the same bits. Both rules
-      // from measurements, two threads of a Zen 5 with 1 MiB of L2, batch split against
-      // units: W5 f32 (1.2 and 2.3 MB a layer) 0.88x the time, W3 (I 256 H 512: 2.25 MB in
-      // bf16, 1.1 in int8) 0.90x and 0.89x, I 256 H 384 f32 (2.95 MB) 0.94x; 3-7.4 MB (W3
-      // f32, I 512 H 512, I 128 H 768 in f32 and bf16) 0.99-1.0x; H 1024 (6-24 MB) 1.0-1.13x.
+      // from the batch split timed against the units' on two threads with 1 MiB of L2 each:
+      // about 10% less time up to 2.3 MB of weights a layer (W5, W3 in bf16 and int8), 6% at
+      // 3 MB, none from 3 to 7.4 MB, up to 13% more at H 1024 (6-24 MB).
       const auto bytes = [&](const cpu::PackedB<T>& b) {
         return b.K * b.N * (b.i8 ? 1 : b.bf16 ? 2 : int64_t(sizeof(T)));
       };
@@ -747,8 +746,8 @@ struct GruCellPlan {
   // (cell_step_parts); empty where the units make fewer than two such parts.
   std::vector<cpu::StreamLayer> parts;
   // The threads that share a step of the parts (cell_step_parts), started at the first such
-  // step and kept while the plan lives: an OpenMP region a step cost 0.4-0.5 us (I 64 H 256
-  // on a 2-core Zen 5: 3.46 -> 3.0 us a step, H 128 1.31 -> 0.95). One caller at a time: a
+  // step and kept while the plan lives: an OpenMP region a step would cost 0.4-0.5 us (an
+  // eighth of a step at I 64 H 256, a quarter at H 128). One caller at a time: a
   // caller that finds it busy, or that runs inside an OpenMP region, takes a region instead.
   mutable std::mutex team_mu;
   mutable std::unique_ptr<ThreadTeam> team;
@@ -866,8 +865,8 @@ CellProblem cell_problem(const Tensor& x, const Tensor& h, int64_t I, int64_t H)
 
 // One sequence of a contiguous f32 cell (input (1, I) or (I), hx None or the same form, all
 // f32 and contiguous): the real-time kernel's step straight from the arguments' memory, with
-// no Tensor made but the result (a GRUCell loop's per-call bookkeeping was most of a small
-// model's step: I8 H16 490 ns a call against 60 for a stream's step). Anything else (and every
+// no Tensor made but the result (a GRUCell loop's per-call bookkeeping would be most of a
+// small model's step: at I 8 H 16 about 8 times a stream's step). Anything else (and every
 // error) takes the general path.
 bool cell_fast_case(const Tensor& x, const Tensor& h, int64_t I, int64_t H, DType weights) {
   if (weights != DType::f32 || !x.defined() || x.dtype() != DType::f32 || !x.is_contiguous())
@@ -882,21 +881,16 @@ bool cell_fast_case(const Tensor& x, const Tensor& h, int64_t I, int64_t H, DTyp
 // rather than run by the real-time kernel on the calling thread alone, each thread then
 // reading its share of the weights from its own L2: in the plan's parts where it has them
 // (weights past a quarter of the L2), on the engine's team where the weights take more than
-// 3/4 of it and there are no parts (its call costs about 4 us more). GruCell::forward from
-// raw memory in a loop, I 64, on a 2-core Zen 5 (1 MiB L2, handoffs of about 0.5 us a round
-// trip), one thread against parts on two: H 128 (288 KB of weights) 1.93 us a step against
-// 1.42 (medians of 5 interleaved runs), H 192 4.24 against 2.38, H 256 6.57 against 3.51 (the
-// engine's team: 6.6), H 512 31.7 against 17.5 (24.4); I 8 H 144 (262 KB) 1.51 against
-// 1.31. Below a quarter of the L2 the parts gain less (their step alone, I 8 H 128, 204 KB:
-// 1.17 against 0.99-1.06 us) and lose below about 150 KB (I 8 H 96 on AVX2: 0.68 against 0.80).
+// 3/4 of it and there are no parts (its call costs about 4 us more). Past a quarter of the
+// L2, parts on two threads take up to about half the time of one thread a step (the more, the
+// larger H); below it they gain less, and below about 150 KB of weights they lose.
 bool cell_shares_step(const GruCellPlan& plan, int64_t I, int64_t H, int threads) {
   const int team = threads > 0 ? threads : omp_get_max_threads();
   return team > 1 && (!plan.parts.empty() || weights_exceed_l2(I, H, 3));
 }
 
 // A cell step's state and scratch: on the stack where they fit in 16 KB (H up to about 580
-// for one layer), else one heap block (a heap block of that size per call cost 40-250 ns,
-// I8H16-I64H256).
+// for one layer), else one heap block (a heap block of that size per call costs 40-250 ns).
 class StepBuffer {
  public:
   explicit StepBuffer(int64_t floats) {

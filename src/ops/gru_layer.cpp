@@ -190,10 +190,9 @@ void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const Se
     //    in chunks, each projected just before it runs, whose rows of g take at most a
     //    quarter of the L2 (at least one step): a chunk's g is read back by the gates while
     //    it is still in cache, not from memory. Only this thread reads its units' columns of
-    //    g, so no barrier. (W3, 39 MB of g, two threads of a Zen 5 with 1 MiB of L2, five
-    //    interleaved rounds: bf16 19.5 -> 17.8 ms, int8 12.0 -> 10.8, f32 33.2 -> 32.7.)
+    //    g, so no barrier. (W3, 39 MB of g: bf16 and int8 about 10% faster, f32 2%.)
     //    Inference only: training keeps every step's gates in g for the backward pass, and
-    //    its step (W4) measured 7% slower in chunks (f32 106 -> 114 ms, bf16 66.5 -> 68).
+    //    its step (W4) runs 2-7% slower in chunks.
     const int64_t chunk_rows = aux ? rows : cpu::l2_cache_bytes() / 4 / (G * int64_t(sizeof(T)));
     for (int64_t s0 = 0; s0 < lay.S;) {
       int64_t s1 = s0 + 1;
@@ -264,9 +263,8 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   // the cache into one of two buffers, by the step's parity (the step's dL/dh_prev product
   // reads them at once; the same lines every other step, so they are not fetched from memory
   // before each write). Two: a thread may write step s - 1's rows while the other still
-  // multiplies step s's (no barrier between the steps). With the carry added by the gate
-  // kernel (no pass of its own over dh), W4's time loop at two threads on a Zen 5 took
-  // 25.4 ms instead of 26.3 (medians of five interleaved rounds; the same bits).
+  // multiplies step s's (no barrier between the steps). The carry is added by the gate
+  // kernel (no pass of its own over dh: W4's time loop 3% faster, the same bits).
   Tensor dgh = Tensor::empty({lbr ? rows : 0, G}, dt);
   Tensor dgh_step = Tensor::empty({lbr ? 2 * N : 0, G}, dt);
   Tensor dn = Tensor::empty({lbr ? 0 : rows, H}, dt),
@@ -275,7 +273,7 @@ void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const S
   // Linear-before-reset: the bias gradients (column sums of dg and dgh) are summed by the gate
   // kernel as it writes each row, steps from the last, rows in order; each column by the one
   // thread that owns it, so the same bits for any number of threads. (Summing dg and dgh
-  // afterwards read 2 x 39 MB back from memory: 5 ms of a 192 ms W4 training step.)
+  // afterwards would read 2 x 39 MB back from memory: about 3% of a W4 training step.)
   const bool bias = dw.b_ih.defined();
   Tensor bsum = Tensor::zeros({lbr && bias ? 2 * G : 0}, dt);
   T* dg_sum = lbr && bias ? bsum.data<T>() : nullptr;
