@@ -147,7 +147,7 @@ TEST(DistCli, CtrlCSavesAndStopsEveryRankAndOneProcessContinues) {
   ASSERT_EQ(whole.code, 0) << whole.err;
   // In f64 the runs agree to the CSV's 6 decimals over thousands of steps. (In f32 two runs
   // that add the same numbers in another order drift apart after several thousand steps, as
-  // any two f32 trainings do: README, section Many machines.)
+  // any two f32 trainings do.)
   const Curve a = read_curve(tmp.path + "/whole/loss.csv"), b = read_curve(out + "/loss.csv");
   ASSERT_EQ(b.train.size(), a.train.size());
   for (size_t i = 0; i < a.train.size(); ++i)

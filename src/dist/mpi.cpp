@@ -154,7 +154,7 @@ std::string mpi_library() {
 MpiSession::MpiSession() {
   throw Error(
       "this grux was built without MPI (install Open MPI, libopenmpi-dev, and rebuild; "
-      "README, section Many machines)");
+      "docs/building.md)");
 }
 
 MpiSession::~MpiSession() = default;

@@ -183,7 +183,7 @@ Action add_generate_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--precision", a->precision,
                   "f32, bf16 or int8: the precision of the GRU's products (bf16 and int8 take "
-                  "a float32 model; README, section Precision)")
+                  "a float32 model; docs/precision.md)")
       ->capture_default_str();
   sub->add_flag("--stats", a->stats, "print the generation speed on stderr");
   return [a] { run_generate(*a); };

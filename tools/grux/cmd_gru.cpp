@@ -126,7 +126,7 @@ Action add_gru_command(CLI::App& app) {
               "instead of PyTorch's linear-before-reset form");
   c->add_option("--precision", a->precision,
                 "f32, bf16 or int8: the precision of the products with W_ih and W_hh "
-                "(inference; bf16 and int8 take float32 arrays; README, section Precision)")
+                "(inference; bf16 and int8 take float32 arrays; docs/precision.md)")
       ->capture_default_str();
   c->add_option("--grad-output", a->grad_output, ".npy gradient of the loss w.r.t. output");
   c->add_option("--grad-hn", a->grad_hn, ".npy gradient of the loss w.r.t. h_n");

@@ -107,8 +107,7 @@ Action add_scan_command(CLI::App& app) {
       "Prefix scan of a .npy array along --dim (inclusive by default; f32 or f64), or the linear "
       "recurrence h_t = a_t h_{t-1} + b_t. Writes one .npy (--out, written atomically). Bad "
       "input: one line on stderr, exit code 2. Under mpirun -np K, each process scans 1/K of "
-      "--dim of the memory-mapped input and they write --out together (README, section Many "
-      "machines).");
+      "--dim of the memory-mapped input and they write --out together (docs/cli.md).");
   // One of the subcommands below; an unknown name lands in OP and is reported by name.
   c->require_subcommand(0, 1);
   c->add_option("OP", s->op, "sum, prod, max, min, logaddexp, matmul or affine");

@@ -120,8 +120,8 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
       if (evaluated)
         throw CollectiveError(fmt::format("--resume {}: the run is complete ({} of {} steps)",
                                           a.resume, tr->steps_done(), tr->options().steps));
-      // grux before 2026-11-23 checkpointed the last step before evaluating it: a kill in
-      // between left a finished run without its final validation loss. Finish it.
+      // A finished run's checkpoint without its final validation loss (written by a grux that
+      // checkpointed the last step before evaluating it, then killed in between): finish it.
       const double v = tr->evaluate();
       make_out_dir();
       save_all(*tr, a.out);
@@ -272,7 +272,7 @@ Action add_train_command(CLI::App& app) {
       "Train a character-level GRU language model (embedding -> GRU -> linear -> softmax) on a "
       "UTF-8 text; writes DIR/checkpoint.safetensors, DIR/loss.csv and DIR/loss.svg. Under "
       "mpirun -np K, one model on K processes: each takes batch/K streams, the gradients are "
-      "summed every step, rank 0 prints and writes (README, section Many machines)");
+      "summed every step, rank 0 prints and writes (docs/cli.md)");
   TrainOptions& o = a->o;
   sub->add_option("--data", a->data,
                   "UTF-8 text to train on (default: the embedded Shakespeare corpus)");
@@ -312,7 +312,7 @@ Action add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--precision", a->precision,
                   "f32 or bf16: the GRU's products in training (bf16: an f32 model, its "
-                  "weights and optimizer state kept in f32; README, section Precision)")
+                  "weights and optimizer state kept in f32; docs/precision.md)")
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)");
   sub->add_option("--seed", o.seed, "seed of the initial weights and dropout")

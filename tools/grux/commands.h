@@ -26,16 +26,16 @@ class Interrupted : public Error {
 };
 
 // Ends grux with this exit code, the message already printed (each rank of an MPI job prints
-// its line before the job ends, README, section Many machines).
+// its line before the job ends).
 struct Exit {
   int code;
 };
 
 // Runs `body` in this process alone, or, when an MPI launcher (mpirun) started several
-// copies of grux, as one rank of them (README, section Many machines). An error every rank
-// throws alike (CollectiveError) or an interruption ends each rank with its line; an error
-// one rank alone meets ends the whole job (the others would wait for it forever). `what`
-// names the command in the error for a grux built without MPI.
+// copies of grux, as one rank of them. An error every rank throws alike (CollectiveError) or
+// an interruption ends each rank with its line; an error one rank alone meets ends the whole
+// job (the others would wait for it forever). `what` names the command in the error for a
+// grux built without MPI.
 void run_launched(const char* what, const std::function<void(Communicator&)>& body);
 
 // Sets OpenMP's (grux's kernels) and OpenBLAS's (the measured peer) thread counts; 0 means all
