@@ -1,5 +1,6 @@
 # Runs the standard workloads (../shared/WORKLOADS.md) through grux, PyTorch and oneDNN in one
-# run, one process at a time, and prints a Markdown table of times, ratios and issue-3 targets.
+# run, one process at a time, and prints a Markdown table of times, ratios and the performance
+# targets.
 #
 # Usage (from the repository root, after building):  /usr/bin/python3 bench/compare.py
 #   [--reps R] [--only W3[,W4...]] [--threads 1,2] [--grux build/grux]
@@ -19,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # id, descriptor, extra flags, mode label, tools measured. Extras (ids with a dash) are grux-only
-# rows that some issue-3 targets need: f64, and the reset-before form.
+# rows that some performance targets need: f64, and the reset-before form.
 WORKLOADS = [
     ("W1", "t1000n1i64h256", ["--cell"], "cell", ("grux", "pytorch", "onednn")),
     ("W2", "l1d1t1000n1i128h256", [], "inference", ("grux", "pytorch", "onednn")),
@@ -302,7 +303,7 @@ def main():
                    f" | {fmt_ratio(speedup(wid, 'pytorch'))} | {fmt_ratio(speedup(wid, 'onednn'))}"
                    f" | {pct} | {fmt_ratio(scaling(wid))} |")
 
-    # Issue-3 targets: (workload, what, measured value or None, threshold, formatter).
+    # Performance targets: (workload, what, measured value or None, threshold, formatter).
     targets = []
     ids = {w[0] for w in selected}
 

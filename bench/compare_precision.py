@@ -35,7 +35,7 @@ WORKLOADS = [  # id, descriptor (../shared/WORKLOADS.md)
 TRAINING = {"W4"}  # grux only: neither peer trains a GRU in bf16
 PRECISIONS = ["f32", "bf16", "int8"]
 TRAIN_PRECISIONS = ["f32", "bf16"]
-# Targets of the precision issue: (workload, precision) -> minimum speed-up over grux f32.
+# The precision targets: (workload, precision) -> minimum speed-up over grux f32.
 TARGETS = {("W3", "bf16"): 1.7, ("W3", "int8"): 2.5, ("W2", "bf16"): 1.7, ("W2", "int8"): 3.0,
            ("W4", "bf16"): 1.5, ("W5", "bf16"): 1.6, ("W5", "int8"): 2.2}
 

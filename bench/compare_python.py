@@ -1,6 +1,6 @@
 # The Python package against PyTorch, in one run: how much of grux's C++ speed-up over PyTorch
 # survives the trip through Python and autograd, what a GRUStream.step call from Python costs
-# over the C++ call, and grux.prefix_scan against torch_parallel_scan's algorithm (issue 18).
+# over the C++ call, and grux.prefix_scan against torch_parallel_scan's algorithm.
 """Usage (from the repository root, after building with -DGRUX_BUILD_PYTHON=ON):
 
     env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/compare_python.py [--reps 7] [--threads 1,2]
@@ -32,8 +32,8 @@ setting (the lower median over --threads); "kept" is the Python speed-up over th
                (bench/seed_scan.py, our own implementation; target >= 5x), at each thread count.
 
 The GRU rows time each side in --procs processes (default 3) and keep the fastest: with two
-threads a batch-1 run's speed on a shared 2-core machine differs from process to process by up
-to 1.6x (C++ and Python alike). Every timing is its own process, one after another (the machine's cores are shared by nothing
+threads a batch-1 run's speed on a shared machine with few cores differs from process to
+process by up to 1.6x (C++ and Python alike). Every timing is its own process, one after another (the machine's cores are shared by nothing
 else we start). Progress goes to stderr, the Markdown table to stdout.
 """
 import argparse
@@ -186,7 +186,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--procs", type=int, default=3,
                     help="processes per GRU timing, the fastest kept (with 2 threads a run's "
-                         "speed varies from process to process on a shared 2-core machine)")
+                         "speed varies from process to process on a shared machine)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:

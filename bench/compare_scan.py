@@ -1,6 +1,6 @@
 # Cumulative-matmul comparison in one run: grux's work-efficient scan (`grux bench scan`)
 # against the seed's padded log-depth algorithm run in PyTorch (bench/seed_scan.py); prints
-# the ratio for the issue-5 target (>= 5x).
+# the ratio for its target (>= 5x).
 """Usage:  env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/compare_scan.py [--grux build/grux]
 
 Run it with OPENBLAS_CORETYPE unset: the environment pins OpenBLAS to its Haswell kernels,
@@ -22,8 +22,8 @@ Problem: cumulative matrix product of 8192 matrices 64x64, f32, x = randn / sqrt
     the two (the stronger baseline); --seed-malloc default|warm times only one;
   * grux: `grux bench scan matmul t8192d64 --threads T` for T in 1 and 2 (it prints one
     JSON line with median_ms); the better is used.
-Ratio = seed ms / grux ms; target >= 5x. Then (unless --seed-only) the other targets of the
-issue in the same run, each at the better of 1 and 2 threads: `grux bench scan sum t16777216`
+Ratio = seed ms / grux ms; target >= 5x. Then (unless --seed-only) the other scan targets
+in the same run, each at the better of 1 and 2 threads: `grux bench scan sum t16777216`
 and `affine n8t4096c1536` (pct_of_limit: % of memcpy bandwidth), the callable / built-in
 ratio of `grux bench scan matmul t8192d64`, and `grux bench mingru l1t4096n8i256h256`
 (speedup_vs_gru, and speedup_bound: the GRU's time over that of the minGRU's GEMM alone,
@@ -187,7 +187,7 @@ def grux_json(exe, args):
     return r, None
 
 
-# The issue-5 targets other than the seed comparison, each at the better of 1 and 2 threads:
+# The scan targets other than the seed comparison, each at the better of 1 and 2 threads:
 # (label, bench arguments, JSON key, target, higher is better).
 OTHER_TARGETS = [
     ("sum 2^24, one sequence: % of memcpy", ["scan", "sum", "t16777216"], "pct_of_limit", 70, True),
@@ -234,7 +234,7 @@ def main():
     ap.add_argument("--seed-malloc", choices=["both", "default", "warm"], default="both",
                     help="glibc heap setting(s) under which the seed is timed (see above)")
     ap.add_argument("--seed-only", action="store_true",
-                    help="only the seed comparison (skip the other issue-5 targets)")
+                    help="only the seed comparison (skip the other scan targets)")
     ap.add_argument("--keep-coretype", action="store_true",
                     help="do not unset OPENBLAS_CORETYPE")
     a = ap.parse_args()

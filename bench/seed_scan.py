@@ -1,5 +1,5 @@
 # The seed's padded log-depth parallel scan, re-implemented in PyTorch as the baseline that
-# bench/compare_scan.py times against grux's work-efficient scan (issue 5, target >= 5x).
+# bench/compare_scan.py times against grux's work-efficient scan (target >= 5x).
 """Usage:  env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/seed_scan.py --selftest
 
 A from-scratch implementation of the algorithm that the torch_parallel_scan library

@@ -1,8 +1,7 @@
-// The C++ API's promises (docs/api.md) and the holes issue 16 closed, each a test that failed
-// on the code before: const tensors give read-only pointers; tapes are opaque; copies of a
-// model deep-copy its weights; replaced weights in any layout give the same results (and
-// are checked like the constructor's, device included); every operator takes a per-call
-// `threads` option that leaves the caller's OpenMP setting as it was.
+// The C++ API's promises (docs/api.md), each a test: const tensors give read-only pointers; tapes
+// are opaque; copies of a model deep-copy its weights; replaced weights in any layout give the same
+// results (and are checked like the constructor's, device included); every operator takes a
+// per-call `threads` option that leaves the caller's OpenMP setting as it was.
 #include <omp.h>
 
 #include <atomic>

@@ -35,7 +35,7 @@ bool same_state(const std::map<std::string, Tensor>& a, const std::map<std::stri
   return true;
 }
 
-// Targets of the optimizer issue: f64 within 1e-12, f32 within 1e-6 relative.
+// The optimizers' tolerances: f64 within 1e-12, f32 within 1e-6 relative.
 test::Tol optim_tol(DType t) {
   return t == DType::f32 ? test::Tol{1e-6, 1e-6} : test::Tol{1e-12, 1e-12};
 }

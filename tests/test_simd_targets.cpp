@@ -1,6 +1,6 @@
 // Results on every SIMD target this CPU can run (grux/runtime.h's set_simd_target): the same
 // operators computed once per target in one process. Every target with fused multiply-add
-// (AVX2 and the AVX-512 ones) gives the same bits, so a Xeon and an EPYC agree exactly; the
+// (AVX2 and the AVX-512 ones) gives the same bits, so Intel and AMD machines agree exactly; the
 // older ones (SSE4, SSSE3, the scalar baseline) round a*b + c twice and agree within the
 // tolerances. The whole suite also runs once per target (scripts/test.sh), which checks each
 // promise within a target.

@@ -22,7 +22,7 @@
 
 namespace grux::test {
 
-// Tolerances of the engine issue: f32 1e-5 absolute + 1e-4 relative; f64 1e-10.
+// The engine's tolerances: f32 1e-5 absolute + 1e-4 relative; f64 1e-10.
 struct Tol {
   double atol, rtol;
 };

@@ -1,4 +1,4 @@
-/* A GRU audio effect the way a plugin runs one (README, "Real time"): everything that
+/* A GRU audio effect the way a plugin runs one (docs/realtime.md): everything that
  * allocates happens in effect_prepare (the host's "prepare to play", off the audio thread);
  * effect_process is the audio callback: it only calls grux_stream_process, which allocates
  * nothing, takes no lock, starts no thread and makes no system call; effect_reset is

@@ -290,7 +290,7 @@ class GRUCell(nn.Module):
 def _install_cell_call():
     # nn.Module.__call__ and forward's inference fast path as one C call (cell_call in
     # python/src/module.cpp), where they would do nothing else: no hooks, no tracing, autograd
-    # off, the class exactly GRUCell. Everything else calls nn.Module.__call__ as before. Left
+    # off, the class exactly GRUCell. Everything else calls nn.Module.__call__ as usual. Left
     # out under a torch whose nn.Module keeps its global hooks elsewhere.
     import torch.nn.modules.module as mm
     names = ("_global_backward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks")

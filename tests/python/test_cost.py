@@ -1,6 +1,6 @@
 """grux.cost (the C++ cost model of one problem) and grux.profile (a per-layer table of a torch
 module) against operation counts written here from the formulas in include/grux/cost.h,
-gru.h, conv.h and the README (seed: GRUCell = 6NH(I + H + 3.5) with bias; gemm: 2 per
+gru.h, conv.h and docs/cost_model.md (seed: GRUCell = 6NH(I + H + 3.5) with bias; gemm: 2 per
 multiply-add; mac: multiply-adds), parameter counts against torch's modules, and predictions
 against the preset's documented rates (docs/cost_model.md) and a profile file written here.
 Counts are exact integers: every comparison is ==; predicted times are floats computed by the
@@ -48,7 +48,7 @@ def preset(monkeypatch, tmp_path):
 @pytest.mark.parametrize("N,I,H", [(1, 256, 256), (3, 5, 7), (8, 64, 32)])
 def test_cost_gru_cell_counts(N, I, H):
     d = grux.cost("gru_cell", f"n{N}i{I}h{H}")
-    # The seed formula (README), written as integers: 6NH(I + H + 3.5) = 3NH(2I + 2H + 7).
+    # The seed formula (docs/cost_model.md), written as integers: 6NH(I + H + 3.5) = 3NH(2I + 2H + 7).
     assert 6 * N * H * (I + H + 3.5) == 3 * N * H * (2 * I + 2 * H + 7)
     assert d["forward_total_ops"] == 3 * N * H * (2 * I + 2 * H + 7)
     assert d["forward_total_MAC"] == N * 3 * H * (I + H)
@@ -297,7 +297,7 @@ def test_profile_gru_cell_seed_formula(cls, bias):
     cell = cls(I, H, bias=bias)
     r = grux.profile(cell, torch.randn(N, I), torch.randn(N, H))[0]
     if bias:
-        assert r.operations == 6 * N * H * (I + H + 3.5)  # the README's seed formula
+        assert r.operations == 6 * N * H * (I + H + 3.5)  # docs/cost_model.md's seed formula
     assert r.macs == N * 3 * H * (I + H)
     assert r.parameters == numel(cell)
     r1 = grux.profile(cell, torch.randn(I))[0]  # unbatched (I,): N = 1
