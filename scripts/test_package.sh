@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# grux as other projects take it in (README, "Embedding grux"), from a configured and built tree:
+# grux as other projects take it in (docs/building.md), from a configured and built tree:
 #   - installs it static and shared (cmake --install) and builds the Debian packages (cpack);
 #   - checks the installed files: every public header, libraries, SONAME, that the shared
 #     library exports the public API and nothing of grux's internals, that the installed CLI
@@ -104,7 +104,7 @@ PKG_CONFIG_PATH=$work/static/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -ped
   examples/c_api/stream.c -o "$work/stream-static" \
   $(PKG_CONFIG_PATH=$work/static/lib/pkgconfig pkg-config --static --cflags --libs grux) -lm
 "$work/stream-static" data/example/gru.safetensors
-# The README's real-time example: an effect (GRU + head + skip) in blocks of 64 frames.
+# The real-time example (docs/realtime.md): an effect (GRU + head + skip) in blocks of 64 frames.
 PKG_CONFIG_PATH=$work/static/lib/pkgconfig quiet gcc -std=c99 -Wall -Wextra -pedantic -Werror \
   examples/c_api/effect.c -o "$work/effect-static" \
   $(PKG_CONFIG_PATH=$work/static/lib/pkgconfig pkg-config --static --cflags --libs grux) -lm
