@@ -54,8 +54,8 @@ Action add_info_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "info",
       "What grux runs on here: the SIMD target its kernels use (results are bit-identical on "
-      "every target with FMA: AVX2, AVX3, AVX3_DL; see the README), the targets this CPU could "
-      "use, threads, the switches that change results (GRUX_REFERENCE, GRUX_SIMD_TARGET) and "
+      "every target with FMA: AVX2, AVX3, AVX3_DL; docs/determinism.md), the targets this CPU "
+      "could use, threads, the switches that change results (GRUX_REFERENCE, GRUX_SIMD_TARGET) and "
       "the kernel OpenBLAS picked.");
   c->add_flag("--simd-targets", args->simd_targets,
               "print only the SIMD targets this build and CPU can run, best first, one per line "
