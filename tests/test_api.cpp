@@ -232,7 +232,7 @@ TEST(Api, EveryOperatorTakesThreadsAndRestoresTheCallersSetting) {
     EXPECT_TRUE(all_close("gru", "threads 1", gru.forward(x, {}, {}, 1).output, all.output,
                           test::tol_for(DType::f32)));
     GruTape tape;
-    const GruOutput y = gru.forward_train(x, {}, {}, tape, 0, 1);
+    const GruOutput y = gru.forward_train(x, {}, {}, tape, 0, Precision::f32, {}, 1);
     gru.backward(tape, y.output, {}, 1);
     GruInference(gru).forward(x, {}, {}, 1);
   });

@@ -141,7 +141,7 @@ TEST(CApi, PrecisionFlagsRunTheStreamInThatPrecision) {
   for (auto [flag, prec] : {std::pair{GRUX_BF16, Precision::bf16}, {GRUX_INT8, Precision::int8}})
     for (int64_t n : {int64_t(1), N}) {
       const Tensor xs = x.slice(1, 0, n).contiguous();
-      GruStream stream(gru, n, {}, 0, prec);
+      GruStream stream(gru, n, {}, prec);
       const Tensor h = stream.step(xs);
       Tensor expected = linear_forward(h.view({T * n, 6}), g.tensors.at("fc.weight"),
                                        g.tensors.at("fc.bias"))
@@ -243,7 +243,7 @@ TEST(CApi, ResetBeforeAndThreads) {
     const Gru gru = Gru::from_state_dict(under(f, "net.gru."), options);
     std::mt19937_64 rng(1);
     const Tensor x = test::random_tensor({9, 3, 4}, DType::f32, rng);
-    GruStream stream(gru, 3, {}, 1);
+    GruStream stream(gru, 3, {}, Precision::f32, 1);
     const Tensor h = stream.step(x);
     const Tensor expected =
         linear_forward(h.view({27, 96}), f.tensors.at("net.out.weight"),

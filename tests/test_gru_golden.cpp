@@ -54,7 +54,7 @@ TEST_P(GoldenTest, MatchesPyTorch) {
     GruCell cell = GruCell::from_state_dict(g.weights);
     const Tensor x = g.get("input"), h = g.get("h0");
     EXPECT_TRUE(test::all_close(where, "h_new", cell.forward(x, h), g.get("h_new"), tol));
-    GruCell::Grads d = cell.backward(x, h, g.get("grad_h_new"));
+    GruCellGrads d = cell.backward(x, h, g.get("grad_h_new"));
     EXPECT_TRUE(test::all_close(where, "grad.input", d.dinput, g.get("grad.input"), tol));
     if (h.defined()) {
       EXPECT_TRUE(test::all_close(where, "grad.h0", d.dh, g.get("grad.h0"), tol));

@@ -116,7 +116,7 @@ TEST_P(Invariance, PartsOfABatchDrawTheWholeBatchsDropout) {
         std::string(k.name) + " streams " + std::to_string(first) + "+" + std::to_string(count);
     GruTape t;
     const Tensor xp = x.slice(1, first, first + count).contiguous();
-    const GruOutput y = gru.forward_train(xp, {}, {}, t, 77, 0, Precision::f32, {first, N});
+    const GruOutput y = gru.forward_train(xp, {}, {}, t, 77, Precision::f32, {first, N});
     EXPECT_TRUE(test::all_close(part, "output", y.output, all.output.slice(1, first, first + count),
                                 {0, 0}));
     const GruGrads g = gru.backward(t, dy.slice(1, first, first + count).contiguous(), {});
@@ -128,7 +128,7 @@ TEST_P(Invariance, PartsOfABatchDrawTheWholeBatchsDropout) {
   const GruOutput y = gru.forward_train(x.slice(1, 2, 5).contiguous(), {}, {}, t, 77);
   EXPECT_FALSE(test::all_close(k.name, "output", y.output, all.output.slice(1, 2, 5), {0, 0}));
   EXPECT_THROW(
-      gru.forward_train(x.slice(1, 2, 5).contiguous(), {}, {}, t, 77, 0, Precision::f32, {3, 5}),
+      gru.forward_train(x.slice(1, 2, 5).contiguous(), {}, {}, t, 77, Precision::f32, {3, 5}),
       Error);
 }
 

@@ -124,7 +124,7 @@ TEST(GruPrecision, StreamEqualsInference) {
         const int64_t T = 20, N = batch == 0 ? 1 : batch;
         const Tensor x = test::random_tensor({T, N, 6}, DType::f32, rng);
         const Tensor want = GruInference(gru, prec).forward(x).output;
-        GruStream stream(gru, N, {}, threads, prec);
+        GruStream stream(gru, N, {}, prec, threads);
         Tensor got = Tensor::empty({T, N, 40}, DType::f32);
         for (int64_t t = 0; t < 7; ++t)
           stream.process(x.data<float>() + t * N * 6, got.data<float>() + t * N * 40, 1);
@@ -149,7 +149,7 @@ TEST(GruPrecision, Bf16TrainingMatchesTheTwinsAndStaysNearF32) {
     // Output, h_n, dinput, dh0, then the weight gradients by key.
     auto train = [&](Precision p, int threads) {
       GruTape tape;
-      const GruOutput y = gru.forward_train(x, h0, lengths, tape, 0, threads, p);
+      const GruOutput y = gru.forward_train(x, h0, lengths, tape, 0, p, {}, threads);
       const GruGrads g = gru.backward(tape, dy, {}, threads);
       std::vector<std::pair<std::string, Tensor>> out{
           {"output", y.output}, {"h_n", y.h_n}, {"dinput", g.dinput}, {"dh0", g.dh0}};
@@ -187,14 +187,14 @@ TEST(GruPrecision, TrainingTakesF32OrBf16) {
   const Tensor x = Tensor::zeros({2, 1, 3}, DType::f32);
   GruTape tape;
   try {
-    Gru(c, DType::f32, 1).forward_train(x, {}, {}, tape, 0, 0, Precision::int8);
+    Gru(c, DType::f32, 1).forward_train(x, {}, {}, tape, 0, Precision::int8);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
               "gru forward_train: precision int8 is for inference; train in f32 or bf16");
   }
   try {
-    Gru(c, DType::f64, 1).forward_train(x.to(DType::f64), {}, {}, tape, 0, 0, Precision::bf16);
+    Gru(c, DType::f64, 1).forward_train(x.to(DType::f64), {}, {}, tape, 0, Precision::bf16);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -231,12 +231,12 @@ TEST(GruPrecision, PortableKernelsCanBeSwitchedOff) {
       EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("precision " + p + " needs"));
       EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("GRUX_LOWP_PORTABLE=0"));
     }
-    EXPECT_THROW(GruStream(gru, 1, {}, 0, prec), Error) << p;
+    EXPECT_THROW(GruStream(gru, 1, {}, prec), Error) << p;
     set_simd_target(saved);
   }
   GruTape tape;
   set_simd_target(below);
-  EXPECT_THROW(gru.forward_train(Tensor::zeros({2, 1, 3}, DType::f32), {}, {}, tape, 0, 0,
+  EXPECT_THROW(gru.forward_train(Tensor::zeros({2, 1, 3}, DType::f32), {}, {}, tape, 0,
                                  Precision::bf16),
                Error);
   set_portable_precision(true);
@@ -259,7 +259,7 @@ TEST(GruPrecision, AnF64GruIsRefused) {
                 "gru inference: precision " + p + " takes an f32 GRU; this one is f64");
     }
     try {
-      GruStream s(gru, 1, {}, 0, prec);
+      GruStream s(gru, 1, {}, prec);
       FAIL() << "no error";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()),

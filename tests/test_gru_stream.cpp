@@ -151,7 +151,7 @@ TEST(StreamApi, Errors) {
   EXPECT_THROW(s.step(Tensor::zeros({0, 2, 4}, DType::f32)), Error);             // empty chunk
   EXPECT_THROW(GruStream(gru, 2, Tensor::zeros({1, 3, 8}, DType::f32)), Error);  // h0 shape
   EXPECT_THROW(GruStream(gru, -1), Error);
-  EXPECT_THROW(GruStream(gru, 1, {}, -2), Error);  // threads
+  EXPECT_THROW(GruStream(gru, 1, {}, Precision::f32, -2), Error);  // threads
   float in[8] = {0}, out[16] = {0};
   EXPECT_THROW(s.process<float>(nullptr, out, 1), Error);
   EXPECT_THROW(s.process<float>(in, out, -1), Error);
@@ -171,7 +171,7 @@ TEST(StreamApi, OutlivesItsGruAndRawProcessMatchesStep) {
   const Tensor x = test::random_tensor({6, 3, 5}, DType::f32, rng);
   auto gru = std::make_unique<Gru>(c, DType::f32, 2);
   const Tensor expected = gru->forward(x).output;
-  GruStream one(*gru, 3, {}, 1), any(*gru, 3, {}, 0);
+  GruStream one(*gru, 3, {}, Precision::f32, 1), any(*gru, 3, {}, Precision::f32, 0);
   { Gru moved = std::move(*gru); }
   gru.reset();
   EXPECT_EQ(max_abs_diff(one.step(x), expected), 0.0);
@@ -356,7 +356,7 @@ TEST(StreamApi, StreamsAndCellsMadeBeforeForkRunInTheChild) {
   const Gru gru(c, DType::f32, 3);
   const Tensor x3 = test::random_tensor({4, 3, 5}, DType::f32, rng);
   const Tensor x1 = test::random_tensor({4, 1, 5}, DType::f32, rng);
-  GruStream batched(gru, 3, {}, 2), single(gru, 1, {}, 2);
+  GruStream batched(gru, 3, {}, Precision::f32, 2), single(gru, 1, {}, Precision::f32, 2);
   const Tensor want3 = gru.forward(x3).output;  // the streams' bits (engine kernels)
   const Tensor want1 = gru.forward(x1).output;
   const int64_t I = 8, H = hidden_past_l2(I);  // a shared step

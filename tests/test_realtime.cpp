@@ -207,7 +207,7 @@ TEST(Realtime, StreamsNeitherAllocateNorBlock) {
     c.hidden_size = k.H;
     c.num_layers = 2;
     const Gru gru(c, k.dtype, 1);
-    GruStream stream(gru, k.batch, {}, k.threads, k.precision);
+    GruStream stream(gru, k.batch, {}, k.precision, k.threads);
     std::mt19937_64 rng(2);
     const int64_t T = 96;
     const Tensor x = random_tensor({T, k.batch, 5}, k.dtype, rng);
@@ -244,7 +244,7 @@ TEST(Realtime, StreamProcessAndStepIntoAllocateNothing) {
     c.hidden_size = H;
     c.num_layers = 2;
     const Gru gru(c, DType::f32, 1);
-    GruStream stream(gru, 1, {}, 1);
+    GruStream stream(gru, 1, {}, Precision::f32, 1);
     std::mt19937_64 rng(2);
     const Tensor x = random_tensor({512, 1, 4}, DType::f32, rng);
     Tensor y = Tensor::empty({512, 1, H}, DType::f32);

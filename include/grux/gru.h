@@ -175,8 +175,9 @@ class Gru {
   // some of the streams), which part; the masks are then the ones the whole batch would draw
   // for these streams, so K processes drop what one process would.
   GruOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                          GruTape& tape, uint64_t dropout_seed = 0, int threads = 0,
-                          Precision precision = Precision::f32, BatchShare share = {}) const;
+                          GruTape& tape, uint64_t dropout_seed = 0,
+                          Precision precision = Precision::f32, BatchShare share = {},
+                          int threads = 0) const;
 
   // Gradients given d(loss)/d(output) and/or d(loss)/d(h_n) (either may be undefined, not
   // both), with the shapes forward_train returned, from the tape that forward_train filled.
@@ -240,6 +241,13 @@ class GruInference {
 // team shares the step instead, bit-identical to Gru::forward. Every other call runs the engine's
 // kernels.
 struct GruCellPlan;
+// GruCell::backward's gradients.
+struct GruCellGrads {
+  Tensor dinput;               // same shape as input
+  Tensor dh;                   // same shape as h (zeros' shape if h was not given)
+  GruLayerWeights dweights;
+};
+
 class GruCell {
  public:
   GruCell(int64_t input_size, int64_t hidden_size, bool bias = true,
@@ -258,13 +266,9 @@ class GruCell {
   // is an error.
   void forward(const float* input, const float* h, float* h_new, int threads = 0) const;
 
-  struct Grads {
-    Tensor dinput, dh;
-    GruLayerWeights dweights;
-  };
   // Gradients of one step given dh_new = d(loss)/d(h'); recomputes the forward.
-  Grads backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
-                 int threads = 0) const;
+  GruCellGrads backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
+                        int threads = 0) const;
 
   // Copies deep-copy the weights (as Gru's); moves keep them.
   GruCell(const GruCell& other);
@@ -326,8 +330,8 @@ class GruStream {
   // with the products in that precision (same bits as GruInference of that precision over
   // the frames since reset(): a bf16 step's bits depend on the parity of its index since the
   // state was set, docs/precision.md).
-  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {}, int threads = 0,
-            Precision precision = Precision::f32);
+  GruStream(const Gru& gru, int64_t batch, const Tensor& h0 = {},
+            Precision precision = Precision::f32, int threads = 0);
   ~GruStream();
   GruStream(GruStream&&) noexcept;
   GruStream& operator=(GruStream&&) noexcept;

@@ -547,7 +547,7 @@ void grux_py::bind_gru(py::module_& m) {
             grux::GruOutput out;
             {
               py::gil_scoped_release nogil;
-              out = g.forward_train(tx, th, tl, tape->tape, dropout_seed, threads, p);
+              out = g.forward_train(tx, th, tl, tape->tape, dropout_seed, p, {}, threads);
             }
             return py::make_tuple(to_array(out.output), to_array(out.h_n), std::move(tape));
           },
@@ -607,7 +607,7 @@ void grux_py::bind_gru(py::module_& m) {
              const py::object& dh_new, int threads) {
             const Tensor tx = from_array(x, "input"), th = from_optional(h, "hx"),
                          td = from_array(dh_new, "grad_output");
-            grux::GruCell::Grads g;
+            grux::GruCellGrads g;
             {
               py::gil_scoped_release nogil;
               g = c.backward(tx, th, td, threads);
@@ -630,8 +630,8 @@ void grux_py::bind_gru(py::module_& m) {
                        const std::string& precision) {
              auto st = std::make_unique<Stream>();
              st->stream = std::make_unique<grux::GruStream>(g, batch, from_optional(h0, "h0"),
-                                                            threads,
-                                                            grux::parse_precision(precision));
+                                                            grux::parse_precision(precision),
+                                                            threads);
              st->N = batch, st->I = g.config().input_size, st->H = g.config().hidden_size;
              st->batch_first = g.config().batch_first, st->dtype = g.dtype();
              return st;

@@ -204,7 +204,7 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "or more",
           threads));
     std::unique_ptr<grux_stream> s(new grux_stream{
-        grux::GruStream(m->gru, batch, Tensor(), threads, m->precision), m->head, batch});
+        grux::GruStream(m->gru, batch, Tensor(), m->precision, threads), m->head, batch});
     const Head& h = s->head;
     s->fast = grux::GruStreamAccess::fast(s->stream);
     if (s->fast) {

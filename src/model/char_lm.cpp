@@ -308,7 +308,7 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
   Tensor x = embedding_forward(ids, emb_w);
   // 2. GRU over the window from the carried state.
   GruTape tape;
-  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed, 0, precision, share)
+  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed, precision, share)
                       : gru_->forward(x, h);
   h = y.h_n;
   // 3. Logits and loss over all T * N positions.
@@ -340,7 +340,7 @@ struct CharLm::Stream::Impl {
   int64_t B;
   GruStream gru;
   Impl(const CharLm& m, int64_t beams, Precision precision)
-      : model(m), B(beams), gru(m.gru(), beams, {}, 0, precision) {}
+      : model(m), B(beams), gru(m.gru(), beams, {}, precision) {}
 };
 
 CharLm::Stream::Stream(const CharLm& model, int64_t beams, Precision precision) {

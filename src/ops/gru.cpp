@@ -655,8 +655,8 @@ GruOutput GruInference::forward(const Tensor& input, const Tensor& h0, const Ten
 }
 
 GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
-                             GruTape& tape, uint64_t dropout_seed, int threads, Precision precision,
-                             BatchShare share) const {
+                             GruTape& tape, uint64_t dropout_seed, Precision precision,
+                             BatchShare share, int threads) const {
   ops::ThreadsScope scope("gru", threads);
   if (precision == Precision::int8)
     throw Error("gru forward_train: precision int8 is for inference; train in f32 or bf16");
@@ -1025,18 +1025,18 @@ void GruCell::forward(const float* input, const float* h, float* h_new, int thre
   std::memcpy(h_new, r.data<float>(), H * sizeof(float));
 }
 
-GruCell::Grads GruCell::backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
-                                 int threads) const {
+GruCellGrads GruCell::backward(const Tensor& input, const Tensor& h, const Tensor& dh_new,
+                               int threads) const {
   CellProblem p = cell_problem(input, h, input_size_, hidden_size_);
   check_defined("gru cell backward", "dh_new", dh_new);
   check_shape("gru cell backward", "dh_new", dh_new,
               p.unbatched ? Shape{hidden_size_} : Shape{p.x.size(1), hidden_size_});
   Gru g(cell_config(input_size_, hidden_size_, w_.b_ih.defined(), form_), {w_});
   GruTape tape;
-  g.forward_train(p.x, p.h, {}, tape, 0, threads);
+  g.forward_train(p.x, p.h, {}, tape, 0, Precision::f32, {}, threads);
   Tensor dhn = p.unbatched ? dh_new.unsqueeze(0).unsqueeze(0) : dh_new.unsqueeze(0);
   GruGrads gg = g.backward(tape, {}, dhn, threads);
-  Grads out;
+  GruCellGrads out;
   out.dinput = p.unbatched ? gg.dinput.select(0, 0).select(0, 0) : gg.dinput.select(0, 0);
   out.dh = p.unbatched ? gg.dh0.select(0, 0).select(0, 0) : gg.dh0.select(0, 0);
   out.dweights = gg.dweights[0];

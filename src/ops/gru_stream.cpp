@@ -235,8 +235,8 @@ void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* o
   run_layers_fast(xpd, I, t, top);
 }
 
-GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, int threads,
-                     Precision precision)
+GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, Precision precision,
+                     int threads)
     : impl_(new Impl) {
   ops::check_precision("gru stream", gru.dtype(), precision);
   if (gru.config().bidirectional)
