@@ -224,7 +224,7 @@ void run_bench_gru(const BenchArgs& a) {
   if (a.train) {
     run = [&] {
       GruTape tape;
-      GruOutput y = gru.forward_train(x, {}, lengths, tape, 0, 0, prec);
+      GruOutput y = gru.forward_train(x, {}, lengths, tape, 0, prec);
       GruGrads g = gru.backward(tape, dy, {});
       std::vector<Tensor> out{y.output, y.h_n, g.dinput};
       for (const auto& [k, v] : g.state_dict(gru.config())) out.push_back(v);
@@ -234,7 +234,7 @@ void run_bench_gru(const BenchArgs& a) {
     // `block` frames per call through the raw real-time API (GruStream::process), as a
     // real-time caller would, on the threads the stream was created with; outputs kept for
     // the check.
-    run = [&, stream = std::make_shared<GruStream>(gru, p.N, Tensor(), a.threads, prec),
+    run = [&, stream = std::make_shared<GruStream>(gru, p.N, Tensor(), prec, a.threads),
            all = Tensor::empty({p.T, p.N, p.hidden_size}, p.dtype)]() mutable {
       stream->reset();
       const int64_t in_frame = p.N * p.input_size, out_frame = p.N * p.hidden_size;
