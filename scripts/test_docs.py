@@ -211,6 +211,10 @@ def main():
         compiled = {}
         if native:
             pc = install_prefix(build, tmp)
+            # A shared build's programs find its libraries there (a static one has none).
+            libdir = os.path.dirname(pc)
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
             with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
                 futures = {id(b): pool.submit(compile_block, b, n, tmp, pc, env)
                            for n, b in enumerate(native)}
