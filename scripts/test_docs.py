@@ -196,7 +196,7 @@ def main():
         sys.exit(f"test_docs: {build}/grux is missing: build the tree first")
 
     selected = [b for b in blocks if b.runs and (not args.only or args.only in b.where)]
-    skipped = [b for b in blocks if b.skip is not None]
+    skipped = [b for b in blocks if b.skip is not None and (not args.only or args.only in b.where)]
     if not selected:
         sys.exit("test_docs: no block to run")
     tmp = tempfile.mkdtemp(prefix="grux-doc-test-")
