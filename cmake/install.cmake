@@ -9,18 +9,19 @@ include(CMakePackageConfigHelpers)
 set(GRUX_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/grux)
 
 set(GRUX_ENGINE_HEADERS
-  include/grux/calibrate.h include/grux/conv.h include/grux/cost.h include/grux/error.h include/grux/export.h
-  include/grux/gru.h include/grux/grux.h include/grux/io.h include/grux/mingru.h
-  include/grux/nn.h include/grux/optim.h include/grux/precision.h include/grux/rearrange.h
-  include/grux/runtime.h
-  include/grux/scan.h include/grux/sequence.h include/grux/tensor.h include/grux/tensor_ops.h
+  include/grux/conv.h include/grux/cost.h include/grux/cost_format.h include/grux/cost_predict.h
+  include/grux/cost_profile.h include/grux/cost_registry.h include/grux/error.h
+  include/grux/export.h include/grux/gru.h include/grux/grux.h include/grux/io.h
+  include/grux/mingru.h include/grux/nn.h include/grux/optim.h include/grux/precision.h
+  include/grux/rearrange.h include/grux/runtime.h include/grux/scan.h include/grux/sequence.h
+  include/grux/tensor.h include/grux/tensor_ops.h
   ${GRUX_GENERATED_INCLUDE}/grux/version.h)
 install(FILES ${GRUX_ENGINE_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/grux COMPONENT dev)
 
 set(GRUX_INSTALLED_TARGETS grux)
 if(GRUX_BUILD_TOOLS)
   list(APPEND GRUX_INSTALLED_TARGETS grux_tools)
-  install(FILES include/grux/lm.h include/grux/sweep.h
+  install(FILES include/grux/calibrate.h include/grux/lm.h include/grux/sweep.h
                 include/grux/train.h include/grux/dist.h
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/grux COMPONENT dev)
   install(TARGETS grux_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
@@ -80,9 +81,11 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libgrux-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # The headers include nothing outside grux; a static build's consumers link these.
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libhwy-dev, libfmt-dev, libopenblas-dev, pkg-config")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libhwy-dev, libfmt-dev, pkg-config")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME grux-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)
+# The peer that grux bench gemm and grux calibrate measure, loaded when installed.
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "libopenblas0-openmp")
 set(CPACK_COMPONENTS_ALL runtime dev)
 if(GRUX_BUILD_TOOLS)
   list(APPEND CPACK_COMPONENTS_ALL tools)

@@ -79,6 +79,19 @@ done
 internal=$(grep -E 'grux::(cpu|ops|cost_detail)::' <<<"$exports" || true)
 [ -z "$internal" ] || { head -3 <<<"$internal"; fail "libgrux.so exports internal symbols (above)"; }
 echo "libgrux.so.$soversion: $(wc -l <<<"$exports") symbols exported, no internals"
+# The engine needs Highway and OpenMP only: no library, package file or Debian package of grux
+# names OpenBLAS (the peer of grux bench gemm and grux calibrate, loaded at run time).
+for lib in "$so" "$work/shared/lib/libgrux_tools.so.$soversion"; do
+  needs=$(readelf -d "$lib")
+  if grep -qi "NEEDED.*blas" <<<"$needs"; then fail "$(basename "$lib") needs a BLAS"; fi
+done
+grep -qi blas "$work/shared/lib/pkgconfig/grux.pc" "$work/static/lib/pkgconfig/grux.pc" &&
+  fail "grux.pc names OpenBLAS"
+grep -rqi blas "$work/shared/lib/cmake/grux" "$work/static/lib/cmake/grux" &&
+  fail "the installed CMake package names OpenBLAS"
+debdeps=$(for deb in "$work"/deb/*.deb; do dpkg-deb -f "$deb" Depends; done)
+if grep -qi blas <<<"$debdeps"; then fail "a Debian package depends on a BLAS: $debdeps"; fi
+echo "no library, package file or Debian package needs OpenBLAS"
 
 echo "== CMake consumer (find_package) against the static, shared and Debian installs"
 for kind in static shared debroot; do

@@ -1,6 +1,7 @@
 // Measurements of this machine (grux calibrate, grux bench): GEMM rates, bandwidths, per-step
 // costs, and the calibration that writes a MachineProfile for the cost model (grux/cost.h).
-// OpenBLAS is timed here as a peer; no operator uses it.
+// Part of grux::tools (libgrux_tools), not of the engine. OpenBLAS, where the build found it,
+// is timed here as a peer; no operator uses it.
 #pragma once
 
 #include <algorithm>
@@ -10,13 +11,15 @@
 
 #include "grux/export.h"
 #include "grux/cost.h"
+#include "grux/cost_profile.h"
 
 namespace grux GRUX_API {
 
 // ---- Measurements (grux calibrate, grux bench) ----------------------------------------------
 
-// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm) and
-// grux's packed GEMM (what the GRU uses); n x n x n, the best of `reps` runs.
+// Large square GEMM rates (GFLOP/s) at the current thread count: the BLAS (sgemm / dgemm; 0 in
+// a build without OpenBLAS) and grux's packed GEMM (what the GRU uses); n x n x n, the best of
+// `reps` runs.
 struct GemmRates {
   int64_t n = 0;
   double blas = 0, grux = 0;

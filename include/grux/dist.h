@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "grux/cost.h"
+#include "grux/cost_profile.h"
 #include "grux/error.h"
 #include "grux/export.h"
 #include "grux/scan.h"

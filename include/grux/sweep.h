@@ -8,6 +8,8 @@
 
 #include "grux/export.h"
 #include "grux/cost.h"
+#include "grux/cost_registry.h"
+#include "grux/cost_profile.h"
 
 namespace grux GRUX_API {
 

@@ -12,6 +12,10 @@
 #include <vector>
 
 #include "grux/cost.h"
+#include "grux/cost_registry.h"
+#include "grux/cost_format.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_predict.h"
 #include "grux/error.h"
 
 namespace py = pybind11;

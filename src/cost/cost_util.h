@@ -10,6 +10,10 @@
 #include <string>
 
 #include "grux/cost.h"
+#include "grux/cost_format.h"
+#include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_registry.h"
 #include "grux/error.h"
 
 namespace grux {

@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "commands.h"
-#include "cpu/blas.h"
+#include "measure/blas.h"
 #include "grux/calibrate.h"
 #include "grux/conv.h"
 #include "grux/cost.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_predict.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/mingru.h"
@@ -491,14 +493,19 @@ void run_bench_gemm(const BenchArgs& a) {
       "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f},\"blas_core\":\"{}\","
       "\"blas_fallback\":{},\"simd\":\"{}\"}}\n",
       peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas,
-      peak.grux, cpu::blas_core(), cpu::blas_core_is_fallback(), simd_target());
-  if (cpu::blas_core_is_fallback())
+      peak.grux, measure::blas_core(), measure::blas_core_is_fallback(), simd_target());
+  if (!measure::blas_available())
+    fmt::print(stderr,
+               "grux: note: OpenBLAS (libopenblas.so.0) is not installed, so blas_gflops is 0 "
+               "and gflops is grux's own GEMM (install libopenblas0-openmp to measure the "
+               "peer)\n");
+  if (measure::blas_core_is_fallback())
     fmt::print(stderr,
                "grux: note: OpenBLAS picked its generic {} kernel on this AVX2 CPU (it does not "
                "recognise the CPU), so blas_gflops is several times below the machine; grux's "
                "operators do not use the BLAS. To measure the BLAS at its best, set "
                "OPENBLAS_CORETYPE (e.g. Haswell, SkylakeX or Zen).\n",
-               cpu::blas_core());
+               measure::blas_core());
 }
 
 // ---- conv2d ------------------------------------------------------------------------------

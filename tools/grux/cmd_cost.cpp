@@ -10,6 +10,10 @@
 
 #include "commands.h"
 #include "grux/cost.h"
+#include "grux/cost_registry.h"
+#include "grux/cost_format.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_predict.h"
 #include "grux/io.h"
 #include "grux/sweep.h"
 

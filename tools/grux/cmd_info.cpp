@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "commands.h"
-#include "cpu/blas.h"
+#include "measure/blas.h"
 #include "grux/dist.h"
 #include "grux/precision.h"
 #include "grux/runtime.h"
@@ -39,12 +39,16 @@ void run_info(const InfoArgs& a) {
   fmt::print("mpi: {}\n", mpi_available()
                               ? mpi_library() + " (mpirun -np K grux train | scan | calibrate)"
                               : std::string("no (built without; one process only)"));
-  fmt::print("blas: OpenBLAS with its {} kernel{}; only grux bench gemm and grux calibrate "
-             "measure it, no operator computes through it\n",
-             cpu::blas_core(),
-             cpu::blas_core_is_fallback()
-                 ? " (a generic fallback: OpenBLAS does not recognise this AVX2 CPU)"
-                 : "");
+  if (measure::blas_available())
+    fmt::print("blas: OpenBLAS with its {} kernel{}; only grux bench gemm and grux calibrate "
+               "measure it, no operator computes through it\n",
+               measure::blas_core(),
+               measure::blas_core_is_fallback()
+                   ? " (a generic fallback: OpenBLAS does not recognise this AVX2 CPU)"
+                   : "");
+  else
+    fmt::print("blas: none (OpenBLAS, libopenblas.so.0, not installed: grux bench gemm and grux "
+               "calibrate measure grux's GEMM alone; no operator uses a BLAS)\n");
 }
 
 }  // namespace

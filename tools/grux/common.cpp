@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "commands.h"
-#include "cpu/blas.h"
+#include "measure/blas.h"
 #include "grux/io.h"
 
 namespace grux::cli {
@@ -18,7 +18,7 @@ int set_threads(int k) {
   if (k < 0) throw Error(fmt::format("--threads {} (expected >= 1)", k));
   const int n = k == 0 ? omp_get_num_procs() : k;
   omp_set_num_threads(n);
-  cpu::blas_set_threads(n);
+  measure::blas_set_threads(n);
   return n;
 }
 

@@ -14,14 +14,11 @@
 #include <random>
 #include <vector>
 
-#include "core/thread_team.h"
 #include "cost/cost_util.h"
-#include "cpu/blas.h"
-#include "cpu/gemm_lowp.h"
-#include "cpu/gemm_packed.h"
-#include "cpu/gru_stream.h"
-#include "cpu/read_bandwidth.h"
+#include "cpu/kernel_probe.h"
 #include "grux/calibrate.h"
+#include "measure/blas.h"
+#include "measure/read_bandwidth.h"
 
 namespace grux {
 namespace {
@@ -62,53 +59,46 @@ std::vector<T> uniform_values(int64_t count, std::mt19937_64& rng) {
   return v;
 }
 
-// grux's packed GEMM on the n x n operands a, b (B packed by `pack`, as the measured kernel
-// reads it): the best GFLOP/s of `reps` runs.
-template <typename T, class Pack>
+// grux's packed GEMM (precision p) on the n x n operands a, b, B packed as the operators pack
+// it: the best GFLOP/s of `reps` runs.
+template <typename T>
 double packed_rate(int reps, int64_t n, const std::vector<T>& a, const std::vector<T>& b,
-                   const Pack& pack) {
+                   Precision p) {
   std::vector<T> c(n * n);
-  Tensor storage;
-  const cpu::PackedB<T> bp = pack(n, b.data(), storage);
-  const double s = best_seconds(reps, [&] {
-    cpu::gemm_packed_parallel<T>(n, a.data(), n, false, bp, nullptr, false, c.data(), n);
-  });
+  const probe::PackedGemm gemm(dtype_of<T>(), p, n, b.data());
+  const double s = best_seconds(reps, [&] { gemm.run(a.data(), c.data()); });
   return 2.0 * n * n * n / s / 1e9;
 }
 
 // The side peak_side gives for the rate of a probe at 192 (operands from `seed`).
-template <typename T, class Pack>
-int64_t probed_side(uint64_t seed, const Pack& pack) {
+template <typename T>
+int64_t probed_side(uint64_t seed, Precision p) {
   std::mt19937_64 rng(seed);
   const std::vector<T> a = uniform_values<T>(192 * 192, rng), b = uniform_values<T>(192 * 192, rng);
-  return peak_side(packed_rate<T>(3, 192, a, b, pack));
-}
-
-// B packed in T's panels into `storage`.
-template <typename T>
-cpu::PackedB<T> pack_plain(int64_t n, const T* b, Tensor& storage) {
-  const int64_t panel = 3 * cpu::kUnit<T>;
-  storage = Tensor::empty({cpu::packed_size<T>(n, n, panel)}, dtype_of<T>());
-  T* pk = storage.data<T>();
-  return cpu::pack_b_for_target<T>(n, n, panel, b, 1, n, nullptr, nullptr, pk);
+  return peak_side(packed_rate<T>(3, 192, a, b, p));
 }
 
 template <typename T>
 GemmRates gemm_rates(int reps, int64_t n) {
-  if (n == 0) n = probed_side<T>(1, pack_plain<T>);
+  if (n == 0) n = probed_side<T>(1, Precision::f32);
   std::mt19937_64 rng(1);
   const std::vector<T> a = uniform_values<T>(n * n, rng), b = uniform_values<T>(n * n, rng);
   std::vector<T> c(n * n);
   const double flops = 2.0 * n * n * n;
-  const double blas = best_seconds(reps, [&] {
-    cpu::blas_gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(), n);
-  });
-  return {n, flops / blas / 1e9, packed_rate<T>(reps, n, a, b, pack_plain<T>)};
+  double blas = 0;
+  if (measure::blas_available()) {
+    const double s = best_seconds(reps, [&] {
+      measure::blas_gemm<T>(false, true, n, n, n, T(1), a.data(), n, b.data(), n, T(0), c.data(),
+                            n);
+    });
+    blas = flops / s / 1e9;
+  }
+  return {n, blas, packed_rate<T>(reps, n, a, b, Precision::f32)};
 }
 
 void set_threads(int k) {
   omp_set_num_threads(k);
-  cpu::blas_set_threads(k);
+  measure::blas_set_threads(k);
 }
 
 std::string cpu_model() {
@@ -146,17 +136,12 @@ int64_t peak_side(double probe_gflops) {
 
 double measure_lowp_gemm_rate(Precision p, int reps, int64_t n, int64_t* n_used) {
   if (p == Precision::f32) throw Error("measure_lowp_gemm_rate: bf16 or int8, not f32");
-  const auto pack = [p](int64_t side, const float* b, Tensor& storage) {
-    const int64_t panel = 3 * cpu::kUnit<float>;
-    storage = Tensor::empty({cpu::packed_lowp_bytes(p, side, side, panel) / 4}, DType::f32);
-    return cpu::pack_b_lowp(p, side, side, panel, b, 1, side, nullptr, nullptr, storage.raw_data());
-  };
-  if (n == 0) n = probed_side<float>(2, pack);
+  if (n == 0) n = probed_side<float>(2, p);
   if (n_used) *n_used = n;
   std::mt19937_64 rng(2);
   const std::vector<float> a = uniform_values<float>(n * n, rng),
                            b = uniform_values<float>(n * n, rng);
-  return packed_rate<float>(reps, n, a, b, pack);
+  return packed_rate<float>(reps, n, a, b, p);
 }
 
 double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double bytes_to_read,
@@ -176,7 +161,7 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
     for (int rep = 0; rep < 3; ++rep) {
 #pragma omp barrier
       const auto t0 = Clock::now();
-      for (int64_t p = 0; p < passes; ++p) sums[t] += cpu::read_sum(buf, n, alternate && (p & 1));
+      for (int64_t p = 0; p < passes; ++p) sums[t] += measure::read_sum(buf, n, alternate && (p & 1));
 #pragma omp barrier
 #pragma omp master
       best =
@@ -187,11 +172,11 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
 }
 
 double measure_handoff_ns(int threads) {
-  return threads < 2 ? 0 : handoff_round_trip_ns(calling_thread_team(threads));
+  return probe::handoff_round_trip_ns(threads);
 }
 
 StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
-  const cpu::StreamLatencies lat = cpu::measure_stream_latencies();
+  const probe::StreamLatencies lat = probe::stream_latencies();
   StreamBound b;
   b.fma_ns = lat.fma_ns, b.sigmoid_ns = lat.sigmoid_ns, b.tanh_ns = lat.tanh_ns;
   const double H = static_cast<double>(p.hidden_size);

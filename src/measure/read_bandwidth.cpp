@@ -1,16 +1,16 @@
 // Read-bandwidth kernel (Highway, dynamic dispatch): four independent vector accumulators so
 // that loads, not the add latency, limit the pass.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "cpu/read_bandwidth.cpp"
+#define HWY_TARGET_INCLUDE "measure/read_bandwidth.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include <hwy/highway.h>
 
-#include "cpu/read_bandwidth.h"
+#include "measure/read_bandwidth.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace grux {
-namespace cpu {
+namespace measure {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -40,15 +40,15 @@ float ReadSum(const float* data, int64_t n, bool reverse) {
 }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace cpu
+}  // namespace measure
 }  // namespace grux
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace grux::cpu {
+namespace grux::measure {
 HWY_EXPORT(ReadSum);
 float read_sum(const float* data, int64_t n, bool reverse) {
   return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, reverse);
 }
-}  // namespace grux::cpu
+}  // namespace grux::measure
 #endif

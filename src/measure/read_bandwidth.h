@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
-namespace grux::cpu {
+namespace grux::measure {
 
 // Sums n floats (data 64-byte aligned), from the first to the last or, with reverse, from the
 // last to the first; the sum keeps the reads from being optimized away.
 float read_sum(const float* data, int64_t n, bool reverse = false);
 
-}  // namespace grux::cpu
+}  // namespace grux::measure
