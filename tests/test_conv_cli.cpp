@@ -147,7 +147,9 @@ TEST_F(ConvCliBad, DtypesAndShapes) {
   expect_user_error(grux_cli(tmp.path, args()), {"bias", "(3,)", "(4,)"});
   b = golden(c, "bias");
   dy = put("dy_bad.npy", Tensor::zeros({2, 4, 5, 4}, DType::f32));
-  expect_user_error(grux_cli(tmp.path, args()), {"doutput", "(2, 4, 5, 4)", "(2, 4, 5, 3)"});
+  expect_user_error(grux_cli(tmp.path, args()),
+                    {"dy_bad.npy: --grad-output has shape (2, 4, 5, 4), expected the output's "
+                     "(2, 4, 5, 3)"});
   dy = golden(c, "grad_output");
   x = put("x_i64.npy", Tensor::zeros({2, 3, 7, 5}, DType::i64));
   expect_user_error(grux_cli(tmp.path, args()), {"x_i64.npy", "i64", "f32 or f64"});

@@ -243,3 +243,13 @@ from ._cost import *  # noqa: E402,F401,F403
 from . import _scan, _mingru, _conv, _cost  # noqa: E402
 
 __all__ += _scan.__all__ + _mingru.__all__ + _conv.__all__ + _cost.__all__
+
+
+def __getattr__(name):
+    # grux.torch on first use (import grux; grux.torch.GRU(...)), so that `import grux` does
+    # not import torch for those who never use it.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'grux' has no attribute {name!r}")

@@ -415,3 +415,23 @@ def _check_gru_cell_sees_every_weight_change(dtype):
     cell.reset_packed_weights()
     check()
     copy.deepcopy(cell)(x, h)  # the packed copy is not part of the module's state
+
+
+def test_torch_submodule_without_importing_it():
+    """`import grux; grux.torch.GRU(...)` works without `import grux.torch`, and `import grux`
+    alone does not import torch (the submodule is loaded on first use)."""
+    import os
+    import subprocess
+    code = ("import sys, grux\n"
+            "print('torch' in sys.modules)\n"
+            "print(type(grux.torch.GRU(3, 4)).__name__)\n"
+            "try:\n"
+            "    grux.no_such_name\n"
+            "except AttributeError as e:\n"
+            "    print('AttributeError', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(grux.__file__)))
+    lines = out.stdout.splitlines()
+    assert lines[0] == "False", out.stdout + out.stderr
+    assert lines[1] == "GRU", out.stdout + out.stderr
+    assert "no_such_name" in lines[2], out.stdout + out.stderr

@@ -43,6 +43,14 @@ Tensor read_float(const std::string& path, DType want) {
   return t;
 }
 
+// The gradient's shape is the output's, reported under the option's name (the engine's
+// message would name its own argument, doutput).
+void check_grad_output(const std::string& path, const Tensor& dy, const Tensor& y) {
+  if (dy.defined() && dy.shape() != y.shape())
+    throw Error(fmt::format("{}: --grad-output has shape {}, expected the output's {}", path,
+                            shape_str(dy.shape()), shape_str(y.shape())));
+}
+
 void run_conv(const ConvArgs& a) {
   const Pair2 stride = parse_spatial("--stride", a.stride, a.dims);
   const Pair2 padding = parse_spatial("--padding", a.padding, a.dims);
@@ -60,10 +68,12 @@ void run_conv(const ConvArgs& a) {
   if (a.dims == 2) {
     const Conv2dOptions o{stride, padding, dilation, a.groups, algo};
     y = conv2d_forward(x, w, b, o);
+    check_grad_output(a.grad_output, dy, y);
     if (dy.defined()) g = conv2d_backward(x, w, dy, b.defined(), o);
   } else {
     const Conv1dOptions o{stride.w, padding.w, dilation.w, a.groups, algo};
     y = conv1d_forward(x, w, b, o);
+    check_grad_output(a.grad_output, dy, y);
     if (dy.defined()) g = conv1d_backward(x, w, dy, b.defined(), o);
   }
 
