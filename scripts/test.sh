@@ -28,6 +28,9 @@ part() {
 release_jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 ctest_all() { ctest --no-tests=error --output-on-failure -j"$release_jobs" "$@"; }
 
+part "Format: every C and C++ source as .clang-format says (clang-format --dry-run)"
+bash scripts/check_format.sh
+
 # The sanitized build (its part below) starts now, in the background at the lowest CPU
 # priority: it takes what the Release build and the parts before its own leave idle (about
 # half the cores through most tests), and its own part waits for the rest. Without MPI: that
@@ -60,6 +63,9 @@ bash scripts/test_python.sh build
 
 part "Packaging: install, find_package, pkg-config, dlopen'ed plugin, Debian packages"
 bash scripts/test_package.sh build
+
+part "Documentation: every command in README.md and docs/ (scripts/test_docs.py)"
+python3 scripts/test_docs.py build
 
 # The kernels again on each other SIMD target (GRUX_SIMD_TARGET; the best one ran above),
 # with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats, the slow
