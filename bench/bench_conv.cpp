@@ -26,7 +26,8 @@ void BM_conv2d_api(benchmark::State& state) {
   const auto algo = static_cast<grux::ConvAlgo>(state.range(0));
   const bool train = state.range(1) != 0;
   const grux::ConvProblem p = grux::ConvProblem::parse("n4c8h20w20d16k3p1");
-  const grux::Tensor x = random({p.N, p.C, p.H, p.W}), w = random({p.D, p.C, p.kernel.h, p.kernel.w});
+  const grux::Tensor x = random({p.N, p.C, p.H, p.W}),
+                     w = random({p.D, p.C, p.kernel.h, p.kernel.w});
   const grux::Tensor b = random({p.D}), dy = random({p.N, p.D, p.OH(), p.OW()});
   const grux::Conv2dOptions o = p.options(algo);
   for (auto _ : state) {
@@ -49,13 +50,14 @@ BENCHMARK(BM_conv2d_api)
 void BM_im2col_kernels(benchmark::State& state) {
   const grux::ConvProblem p =
       grux::ConvProblem::parse(state.range(0) == 0 ? "n8c16h64w64d32k3" : "n8c64h56w56d64k3p1");
-  grux::cpu::ConvGeom g{p.N,          p.C,          p.H,          p.W,
-                        p.D,          p.kernel.h,   p.kernel.w,   p.stride.h,
-                        p.stride.w,   p.padding.h,  p.padding.w,  p.dilation.h,
-                        p.dilation.w, p.groups,     p.OH(),       p.OW()};
+  grux::cpu::ConvGeom g{p.N,          p.C,         p.H,         p.W,
+                        p.D,          p.kernel.h,  p.kernel.w,  p.stride.h,
+                        p.stride.w,   p.padding.h, p.padding.w, p.dilation.h,
+                        p.dilation.w, p.groups,    p.OH(),      p.OW()};
   const grux::cpu::Im2colPlan plan = grux::cpu::im2col_plan(g, omp_get_max_threads());
   const bool train = state.range(1) != 0;
-  const grux::Tensor x = random({p.N, p.C, p.H, p.W}), w = random({p.D, p.C, p.kernel.h, p.kernel.w});
+  const grux::Tensor x = random({p.N, p.C, p.H, p.W}),
+                     w = random({p.D, p.C, p.kernel.h, p.kernel.w});
   const grux::Tensor b = random({p.D}), dy = random({p.N, p.D, p.OH(), p.OW()});
   grux::Tensor y = grux::Tensor::empty({p.N, p.D, p.OH(), p.OW()}, grux::DType::f32);
   grux::Tensor dx = grux::Tensor::empty(x.shape(), grux::DType::f32);

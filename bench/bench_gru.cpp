@@ -4,12 +4,12 @@
 
 #include <vector>
 
-#include "measure/blas.h"
 #include "cpu/gemm_lowp.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
 #include "cpu/ref/gru_gates_ref.h"
 #include "grux/gru.h"
+#include "measure/blas.h"
 
 namespace {
 
@@ -44,20 +44,27 @@ void BM_input_projection(benchmark::State& state) {
   }
   const int64_t panel = 3 * grux::cpu::kUnit<float>;
   std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N), b(N, 0.1f);
-  grux::Tensor P = grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
+  grux::Tensor P =
+      grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
   grux::cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, P.data<float>());
   const grux::cpu::PackedB<float> B{K, N, panel, P.data<float>()};
   for (auto _ : state) {
-    if (packed) grux::cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, b.data(), false, C.data(), N);
-    else grux::measure::blas_gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f, C.data(), N);
+    if (packed)
+      grux::cpu::gemm_packed_parallel<float>(M, A.data(), K, false, B, b.data(), false, C.data(),
+                                             N);
+    else
+      grux::measure::blas_gemm<float>(false, true, M, N, K, 1.f, A.data(), K, W.data(), K, 0.f,
+                                      C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_input_projection)
-    ->Args({6400, 256, 512, 0})->Args({6400, 256, 512, 1})   // W3 layer input
-    ->Args({1000, 128, 256, 0})->Args({1000, 128, 256, 1})   // W2
+    ->Args({6400, 256, 512, 0})
+    ->Args({6400, 256, 512, 1})  // W3 layer input
+    ->Args({1000, 128, 256, 0})
+    ->Args({1000, 128, 256, 1})  // W2
     ->Unit(benchmark::kMillisecond);
 
 // One step's recurrent product gh (M x 3H) = h (M x H) W_hh^T on one thread, the packed
@@ -66,15 +73,17 @@ void BM_recurrent_gemm(benchmark::State& state) {
   const int64_t M = state.range(0), K = state.range(1), N = 3 * K;
   const int64_t panel = 3 * grux::cpu::kUnit<float>;
   std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N);
-  grux::Tensor P = grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
+  grux::Tensor P =
+      grux::Tensor::empty({grux::cpu::packed_size<float>(K, N, panel)}, grux::DType::f32);
   grux::cpu::pack_b<float>(K, N, panel, W.data(), 1, K, nullptr, nullptr, P.data<float>());
   const grux::cpu::PackedB<float> B{K, N, panel, P.data<float>()};
   for (auto _ : state) {
-    grux::cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, C.data(), N, 0, B.panels());
+    grux::cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, C.data(), N, 0,
+                                  B.panels());
     benchmark::DoNotOptimize(C.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_recurrent_gemm)->Args({64, 512})->Args({32, 256})->Args({1, 256})->Args({1, 512});
 
@@ -85,21 +94,26 @@ void BM_recurrent_gemm_lowp(benchmark::State& state) {
   const grux::Precision p = state.range(2) == 1 ? grux::Precision::bf16 : grux::Precision::int8;
   const int64_t panel = 3 * grux::cpu::kUnit<float>;
   std::vector<float> A(M * K, 0.5f), W(N * K, 0.01f), C(M * N);
-  grux::Tensor P = grux::Tensor::empty({grux::cpu::packed_lowp_bytes(p, K, N, panel) / 4},
-                                       grux::DType::f32);
-  const grux::cpu::PackedB<float> B = grux::cpu::pack_b_lowp(p, K, N, panel, W.data(), 1, K,
-                                                             nullptr, nullptr, P.raw_data());
+  grux::Tensor P =
+      grux::Tensor::empty({grux::cpu::packed_lowp_bytes(p, K, N, panel) / 4}, grux::DType::f32);
+  const grux::cpu::PackedB<float> B =
+      grux::cpu::pack_b_lowp(p, K, N, panel, W.data(), 1, K, nullptr, nullptr, P.raw_data());
   for (auto _ : state) {
-    grux::cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, C.data(), N, 0, B.panels());
+    grux::cpu::gemm_packed<float>(M, A.data(), K, false, B, nullptr, false, C.data(), N, 0,
+                                  B.panels());
     benchmark::DoNotOptimize(C.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.SetLabel(grux::cpu::lowp_kernel(p));
 }
 BENCHMARK(BM_recurrent_gemm_lowp)
-    ->Args({64, 512, 1})->Args({64, 512, 2})->Args({1, 256, 1})->Args({1, 256, 2})
-    ->Args({1, 512, 1})->Args({1, 512, 2});
+    ->Args({64, 512, 1})
+    ->Args({64, 512, 2})
+    ->Args({1, 256, 1})
+    ->Args({1, 256, 2})
+    ->Args({1, 512, 1})
+    ->Args({1, 512, 2});
 
 // A weight gradient of training: dW (3H x N) = dG^T X over K = T * batch rows, in f32 (the
 // packed GEMM with A transposed, B packed each call as training does) or bf16
@@ -118,18 +132,21 @@ void BM_gradient_gemm(benchmark::State& state) {
       grux::cpu::gemm_at_b_bf16(M, N, K, A.data(), M, B.data(), N, nullptr, false, C.data(), N);
     } else {
       grux::cpu::pack_b<float>(K, N, panel, B.data(), N, 1, nullptr, nullptr, pk);
-      grux::cpu::gemm_packed_parallel<float>(M, A.data(), M, true, {K, N, panel, pk},
-                                             nullptr, false, C.data(), N);
+      grux::cpu::gemm_packed_parallel<float>(M, A.data(), M, true, {K, N, panel, pk}, nullptr,
+                                             false, C.data(), N);
     }
     benchmark::DoNotOptimize(C.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.SetLabel(bf16 ? grux::cpu::lowp_kernel(grux::Precision::bf16) : "f32");
 }
 BENCHMARK(BM_gradient_gemm)
-    ->Args({6400, 512, 256, 0})->Args({6400, 512, 256, 1})->Args({6400, 512, 512, 0})
-    ->Args({6400, 512, 512, 1})->UseRealTime();
+    ->Args({6400, 512, 256, 0})
+    ->Args({6400, 512, 256, 1})
+    ->Args({6400, 512, 512, 0})
+    ->Args({6400, 512, 512, 1})
+    ->UseRealTime();
 
 // One streaming step (W1: a frame of batch N through GruStream). Args: N, I, H.
 void BM_stream_step(benchmark::State& state) {

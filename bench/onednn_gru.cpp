@@ -268,9 +268,9 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
                    random_memory({{1, D, H, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
                    random_memory({{1, D, 4, H}, dt::f32, tag::ldgo}, eng, rng, wscale)};
     const memory::desc dst_md({T, N, D * H}, xdt, tag::tnc);
-    dnnl::lbr_gru_forward::desc d(
-        prop, dir, src.get_desc(), none, {{1, D, C, 3, H}, wdt, tag::any},
-        {{1, D, H, 3, H}, wdt, tag::any}, w.bias.get_desc(), dst_md, none);
+    dnnl::lbr_gru_forward::desc d(prop, dir, src.get_desc(), none, {{1, D, C, 3, H}, wdt, tag::any},
+                                  {{1, D, H, 3, H}, wdt, tag::any}, w.bias.get_desc(), dst_md,
+                                  none);
     dnnl::lbr_gru_forward::primitive_desc pd(d, int8 ? weight_attr(w, true) : attr, eng);
     memory dst(pd.dst_layer_desc(), eng);
     Args args{{DNNL_ARG_SRC_LAYER, src},

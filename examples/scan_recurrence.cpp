@@ -13,7 +13,8 @@ int main() {
   const int64_t T = 1000, d = 8;
   std::mt19937_64 rng(0);
   std::normal_distribution<double> nd(0.0, 1.0 / std::sqrt(double(d)));
-  Tensor W = Tensor::empty({T, d, d}, grux::DType::f64), b = Tensor::empty({T, d}, grux::DType::f64);
+  Tensor W = Tensor::empty({T, d, d}, grux::DType::f64),
+         b = Tensor::empty({T, d}, grux::DType::f64);
   Tensor x0 = Tensor::empty({d}, grux::DType::f64);
   for (int64_t i = 0; i < W.numel(); ++i) W.data<double>()[i] = nd(rng);
   for (int64_t i = 0; i < b.numel(); ++i) b.data<double>()[i] = nd(rng);
@@ -28,9 +29,8 @@ int main() {
   M.slice(1, 0, d).slice(2, 0, d).copy_from(W.transpose(1, 2));
   M.select(1, d).slice(1, 0, d).copy_from(b);
   M.select(1, d).select(1, d).fill(1.0);
-  const Tensor cum = grux::prefix_scan(M, 0, [](const Tensor& l, const Tensor& r) {
-    return grux::matmul(l, r);
-  });
+  const Tensor cum =
+      grux::prefix_scan(M, 0, [](const Tensor& l, const Tensor& r) { return grux::matmul(l, r); });
   Tensor row = Tensor::full({1, d + 1}, 1.0, grux::DType::f64);
   row.slice(1, 0, d).copy_from(x0.unsqueeze(0));
   const Tensor x_aug = grux::matmul(row, cum).squeeze(1).slice(1, 0, d);
@@ -51,8 +51,9 @@ int main() {
       worst = std::max(worst, std::abs(x_aug.item({t, i}) - h[i]) / scale);
     }
   }
-  std::printf("x_t = W_t x_{t-1} + b_t, T=%lld d=%lld: affine scan and augmented products vs a "
-              "loop, max relative difference %.3g\n",
-              static_cast<long long>(T), static_cast<long long>(d), worst);
+  std::printf(
+      "x_t = W_t x_{t-1} + b_t, T=%lld d=%lld: affine scan and augmented products vs a "
+      "loop, max relative difference %.3g\n",
+      static_cast<long long>(T), static_cast<long long>(d), worst);
   return worst < 1e-9 ? 0 : 1;
 }

@@ -2,13 +2,12 @@
 // gen_capi_golden.py), bit-identity with the C++ GruStream + linear_forward, independence from
 // how frames are split and from threads, and every error path (one-line message, no crash).
 // tests/test_capi_c.c checks that the header is C99 and runs the basics from C.
-#include "grux/grux.h"
-
 #include <cstring>
 #include <fstream>
 #include <thread>
 
 #include "grux/gru.h"
+#include "grux/grux.h"
 #include "grux/nn.h"
 #include "grux/version.h"
 #include "test_util.h"
@@ -117,9 +116,9 @@ TEST(CApi, BitIdenticalToGruStreamAndLinear) {
   const Gru gru = Gru::from_state_dict(under(g, "rnn."));
   GruStream stream(gru, N);
   const Tensor h = stream.step(x);
-  Tensor expected = linear_forward(h.view({T * N, 6}), g.tensors.at("fc.weight"),
-                                   g.tensors.at("fc.bias"))
-                        .view({T, N, 3});
+  Tensor expected =
+      linear_forward(h.view({T * N, 6}), g.tensors.at("fc.weight"), g.tensors.at("fc.bias"))
+          .view({T, N, 3});
   for (int64_t i = 0; i < expected.numel(); ++i)
     expected.data<float>()[i] = x.contiguous().data<float>()[i] + expected.data<float>()[i];
 
@@ -130,8 +129,8 @@ TEST(CApi, BitIdenticalToGruStreamAndLinear) {
 }
 
 // GRUX_BF16 / GRUX_INT8: the C++ GruStream of that precision + linear_forward + the input
-// (bit for bit for a batch), near PyTorch's f32 output (within the precision's scale), for one sequence
-// (where f32 would run the real-time kernel) and a batch, frame by frame or in one call.
+// (bit for bit for a batch), near PyTorch's f32 output (within the precision's scale), for one
+// sequence (where f32 would run the real-time kernel) and a batch, frame by frame or in one call.
 TEST(CApi, PrecisionFlagsRunTheStreamInThatPrecision) {
   const std::string path = kGolden + "model_residual.safetensors";
   const SafeTensors g = read_safetensors(path);
@@ -143,9 +142,9 @@ TEST(CApi, PrecisionFlagsRunTheStreamInThatPrecision) {
       const Tensor xs = x.slice(1, 0, n).contiguous();
       GruStream stream(gru, n, {}, prec);
       const Tensor h = stream.step(xs);
-      Tensor expected = linear_forward(h.view({T * n, 6}), g.tensors.at("fc.weight"),
-                                       g.tensors.at("fc.bias"))
-                            .view({T, n, 3});
+      Tensor expected =
+          linear_forward(h.view({T * n, 6}), g.tensors.at("fc.weight"), g.tensors.at("fc.bias"))
+              .view({T, n, 3});
       for (int64_t i = 0; i < expected.numel(); ++i)
         expected.data<float>()[i] = xs.data<float>()[i] + expected.data<float>()[i];
       ModelPtr m = load(path, "rnn.", "fc.", GRUX_RESIDUAL | flag);
@@ -156,9 +155,9 @@ TEST(CApi, PrecisionFlagsRunTheStreamInThatPrecision) {
         if (n > 1)
           EXPECT_TRUE(bit_equal(out, expected)) << precision_name(prec) << " chunk " << chunk;
         else
-          EXPECT_LE(max_abs_diff(out, expected), 1e-5) << precision_name(prec) << " chunk " << chunk;
-        const double err =
-            max_abs_diff(out, g.tensors.at("expected").slice(1, 0, n).contiguous());
+          EXPECT_LE(max_abs_diff(out, expected), 1e-5)
+              << precision_name(prec) << " chunk " << chunk;
+        const double err = max_abs_diff(out, g.tensors.at("expected").slice(1, 0, n).contiguous());
         EXPECT_LT(err, 0.05) << precision_name(prec);
         EXPECT_GT(err, 1e-7) << precision_name(prec);
       }
@@ -190,8 +189,8 @@ TEST(CApi, OneSequenceMatchesPyTorch) {
                                 g.tensors.at("fc.bias"))
                      .view({T, 1, 3});
     for (int64_t i = 0; i < cpp.numel(); ++i) cpp.data<float>()[i] += x.data<float>()[i];
-    EXPECT_TRUE(test::all_close("sequence " + std::to_string(n), "against C++", out, cpp,
-                                {1e-6, 1e-6}));
+    EXPECT_TRUE(
+        test::all_close("sequence " + std::to_string(n), "against C++", out, cpp, {1e-6, 1e-6}));
   }
 }
 
@@ -245,10 +244,9 @@ TEST(CApi, ResetBeforeAndThreads) {
     const Tensor x = test::random_tensor({9, 3, 4}, DType::f32, rng);
     GruStream stream(gru, 3, {}, Precision::f32, 1);
     const Tensor h = stream.step(x);
-    const Tensor expected =
-        linear_forward(h.view({27, 96}), f.tensors.at("net.out.weight"),
-                       head_bias ? f.tensors.at("net.out.bias") : Tensor())
-            .view({9, 3, 2});
+    const Tensor expected = linear_forward(h.view({27, 96}), f.tensors.at("net.out.weight"),
+                                           head_bias ? f.tensors.at("net.out.bias") : Tensor())
+                                .view({9, 3, 2});
 
     ModelPtr m = load(path, "net.gru.", "net.out.", GRUX_RESET_BEFORE);
     ASSERT_TRUE(m);
@@ -288,8 +286,7 @@ TEST(CApi, OneModelManyThreads) {
   const Tensor expected = run(m.get(), x, 1);
   std::vector<Tensor> outs(4);
   std::vector<std::thread> threads;
-  for (int k = 0; k < 4; ++k)
-    threads.emplace_back([&, k] { outs[k] = run(m.get(), x, 1 + k); });
+  for (int k = 0; k < 4; ++k) threads.emplace_back([&, k] { outs[k] = run(m.get(), x, 1 + k); });
   for (auto& t : threads) t.join();
   for (const Tensor& o : outs) EXPECT_TRUE(bit_equal(o, expected));
 }
@@ -321,9 +318,10 @@ TEST(CApi, LoadErrorsNameTheProblem) {
                 ::testing::HasSubstr("garbage.safetensors"));
   }
   EXPECT_THAT(load_error(good, "nope.", nullptr), ::testing::HasSubstr("no key starts with"));
-  EXPECT_THAT(load_error(write("nohh.safetensors", with([](auto& t) { t.erase("rnn.weight_hh_l1"); })),
-                         "rnn.", "fc."),
-              ::testing::HasSubstr("weight_hh_l1"));
+  EXPECT_THAT(
+      load_error(write("nohh.safetensors", with([](auto& t) { t.erase("rnn.weight_hh_l1"); })),
+                 "rnn.", "fc."),
+      ::testing::HasSubstr("weight_hh_l1"));
   EXPECT_THAT(load_error(write("shape.safetensors", with([](auto& t) {
                                  t["rnn.bias_ih_l0"] = Tensor::zeros({17}, DType::f32);
                                })),
@@ -403,9 +401,9 @@ TEST(CApi, StreamErrorsNameTheProblem) {
 
 TEST(CApi, Version) {
   EXPECT_STREQ(grux_version(), GRUX_VERSION_STRING);
-  EXPECT_EQ(std::string(grux_version()),
-            std::to_string(GRUX_VERSION_MAJOR) + "." + std::to_string(GRUX_VERSION_MINOR) + "." +
-                std::to_string(GRUX_VERSION_PATCH));
+  EXPECT_EQ(std::string(grux_version()), std::to_string(GRUX_VERSION_MAJOR) + "." +
+                                             std::to_string(GRUX_VERSION_MINOR) + "." +
+                                             std::to_string(GRUX_VERSION_PATCH));
 }
 
 }  // namespace

@@ -10,12 +10,12 @@
 #include "grux/grux.h"
 
 static int failures = 0;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                     \
-    }                                                                 \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
   grux_model_free(NULL);
   grux_stream_free(NULL);
 
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("C API from C99: ok\n");
+  if (failures)
+    fprintf(stderr, "%d check(s) failed\n", failures);
+  else
+    printf("C API from C99: ok\n");
   return failures ? 1 : 0;
 }

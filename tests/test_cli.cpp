@@ -145,9 +145,9 @@ TEST(Cli, PrecisionRunsGruInferenceAtThatPrecision) {
     CliRun r = grux_cli(tmp.path, write_inputs(g, tmp.path, false, false) + " --precision " + p);
     ASSERT_EQ(r.code, 0) << p << ": " << r.err;
     const Tensor out = read_npy(tmp.path + "/out/output.npy");
-    const GruOutput y = GruInference(gru, parse_precision(p))
-                            .forward(g.tensors.at("input"), g.tensors.at("h0"),
-                                     g.tensors.at("lengths"));
+    const GruOutput y =
+        GruInference(gru, parse_precision(p))
+            .forward(g.tensors.at("input"), g.tensors.at("h0"), g.tensors.at("lengths"));
     EXPECT_EQ(max_abs_diff(out, y.output), 0.0) << p;
     EXPECT_EQ(max_abs_diff(read_npy(tmp.path + "/out/h_n.npy"), y.h_n), 0.0) << p;
     const double err = max_abs_diff(out, g.tensors.at("output"));
@@ -157,7 +157,8 @@ TEST(Cli, PrecisionRunsGruInferenceAtThatPrecision) {
   test::TempDir tmp;
   const std::string args = write_inputs(g, tmp.path, false, true);
   expect_user_error(grux_cli(tmp.path, args + " --precision fp8"), {"fp8", "bf16"});
-  expect_user_error(grux_cli(tmp.path, args + " --precision int8"), {"--precision int8", "--grad-hn"});
+  expect_user_error(grux_cli(tmp.path, args + " --precision int8"),
+                    {"--precision int8", "--grad-hn"});
   const SafeTensors g64 = golden("gru_basic_f64");
   test::TempDir tmp64;
   expect_user_error(
@@ -321,12 +322,15 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
         << extra;
   }
   // bf16 and int8: checked against the reference twins, with the kernel and the error vs f32.
-  for (const char* extra : {" --precision bf16", " --precision bf16 --train --lengths uniform:2:7:3",
-                            " --precision bf16 --train --reset-before", " --precision int8 --cell",
-                            " --precision int8 --lengths uniform:2:7:3 --reset-before"}) {
-    CliRun r = grux_cli(tmp.path, std::string("bench gru l2d1t7n5i3h17 --threads 1 --reps 2") + extra);
+  for (const char* extra :
+       {" --precision bf16", " --precision bf16 --train --lengths uniform:2:7:3",
+        " --precision bf16 --train --reset-before", " --precision int8 --cell",
+        " --precision int8 --lengths uniform:2:7:3 --reset-before"}) {
+    CliRun r =
+        grux_cli(tmp.path, std::string("bench gru l2d1t7n5i3h17 --threads 1 --reps 2") + extra);
     ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
-    for (const char* field : {"\"precision_kernel\":", "\"max_abs_diff_vs_f32\":", "\"checked\":true"})
+    for (const char* field :
+         {"\"precision_kernel\":", "\"max_abs_diff_vs_f32\":", "\"checked\":true"})
       EXPECT_THAT(r.out, HasSubstr(field)) << extra;
     EXPECT_THAT(r.out, HasSubstr(std::string(extra).find("bf16") != std::string::npos
                                      ? "\"precision\":\"bf16\""

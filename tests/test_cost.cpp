@@ -8,9 +8,9 @@
 
 #include "grux/calibrate.h"
 #include "grux/cost.h"
-#include "grux/cost_registry.h"
-#include "grux/cost_profile.h"
 #include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_registry.h"
 #include "grux/error.h"
 
 namespace grux::test_cost {

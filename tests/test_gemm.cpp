@@ -34,11 +34,11 @@ struct Shape3 {
 };
 
 template <typename T>
-void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumulate,
-                  bool maps, std::mt19937_64& rng) {
+void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumulate, bool maps,
+                  std::mt19937_64& rng) {
   const int64_t M = s.M, N = s.N, K = s.K, panel = units * cpu::kUnit<T>;
-  const std::string where = "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
-                            std::to_string(K) + " panel=" + std::to_string(panel) +
+  const std::string where = "M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                            " K=" + std::to_string(K) + " panel=" + std::to_string(panel) +
                             (trans_a ? " trans_a" : "") + (bias ? " bias" : "") +
                             (accumulate ? " accumulate" : "") + (maps ? " maps" : "");
   // A: op(A) is M x K. src: a (K2 x N2) matrix read through maps (reversed orders).
@@ -53,8 +53,8 @@ void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumul
   const cpu::PackedB<T> B{K, N, panel, packed.data<T>()};
   auto C0 = random_vec<T>(M * N, rng);
   std::vector<T> C = C0, R = C0;
-  cpu::gemm_packed<T>(M, A.data(), lda, trans_a, B, bias ? b.data() : nullptr, accumulate,
-                      C.data(), N, 0, B.panels());
+  cpu::gemm_packed<T>(M, A.data(), lda, trans_a, B, bias ? b.data() : nullptr, accumulate, C.data(),
+                      N, 0, B.panels());
   // Reference on the logical operand, unpacked by hand.
   std::vector<T> logical(K * N);
   for (int64_t k = 0; k < K; ++k)
@@ -91,8 +91,8 @@ void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumul
   for (int64_t m = 0; m < M; ++m) {
     std::vector<T> row(C0.begin() + m * N, C0.begin() + (m + 1) * N);
     for (int64_t p = 0; p < B.panels(); ++p)
-      cpu::gemm_packed<T>(1, A.data() + m * K, K, false, B, bias ? b.data() : nullptr,
-                          accumulate, row.data(), N, p, p + 1);
+      cpu::gemm_packed<T>(1, A.data() + m * K, K, false, B, bias ? b.data() : nullptr, accumulate,
+                          row.data(), N, p, p + 1);
     for (int64_t n = 0; n < N; ++n)
       ASSERT_EQ(row[n], C[m * N + n]) << where << ": row " << m << " alone differs at col " << n;
   }
@@ -101,9 +101,18 @@ void check_packed(Shape3 s, int64_t units, bool trans_a, bool bias, bool accumul
 TEST(GemmPacked, MatchesReferenceAtTileEdgesF32) {
   std::mt19937_64 rng(1);
   for (int64_t units : {1, 2, 3})
-    for (Shape3 s : {Shape3{1, 17, 5}, {2, 200, 33}, {3, 48, 1}, {5, 49, 191}, {6, 96, 192},
-                     {7, 95, 193}, {8, 48, 144}, {9, 33, 32}, {13, 16, 300}, {15, 47, 2},
-                     {17, 64, 257}, {97, 100, 64},
+    for (Shape3 s : {Shape3{1, 17, 5},
+                     {2, 200, 33},
+                     {3, 48, 1},
+                     {5, 49, 191},
+                     {6, 96, 192},
+                     {7, 95, 193},
+                     {8, 48, 144},
+                     {9, 33, 32},
+                     {13, 16, 300},
+                     {15, 47, 2},
+                     {17, 64, 257},
+                     {97, 100, 64},
                      // B over 512 KB: the first row block prefetches it (streamed from L3).
                      {20, 400, 520}})
       for (bool ta : {false, true})
@@ -275,8 +284,7 @@ void check_pack_transposed(int64_t K, int64_t N, int64_t units, bool map, std::m
   std::vector<int64_t> nmap(N);
   for (int64_t n = 0; n < N; ++n) nmap[n] = N - 1 - n;
   std::vector<T> packed(cpu::packed_size<T>(K, N, panel), T(-7));
-  cpu::pack_b<T>(K, N, panel, W.data(), 1, K, nullptr, map ? nmap.data() : nullptr,
-                 packed.data());
+  cpu::pack_b<T>(K, N, panel, W.data(), 1, K, nullptr, map ? nmap.data() : nullptr, packed.data());
   for (int64_t p = 0; p * panel < N; ++p)
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < panel; ++j) {
@@ -374,16 +382,16 @@ void check_rows(int64_t M, int64_t N, int64_t K, int64_t units, bool accumulate,
 
   const int64_t panel = units * cpu::kUnit<T>;
   auto Bsrc = random_vec<T>(K * N, rng);
-  Tensor packed = Tensor::empty({std::max<int64_t>(1, cpu::packed_size<T>(K, N, panel))},
-                                dtype_of<T>());
+  Tensor packed =
+      Tensor::empty({std::max<int64_t>(1, cpu::packed_size<T>(K, N, panel))}, dtype_of<T>());
   cpu::pack_b<T>(K, N, panel, Bsrc.data(), N, 1, nullptr, nullptr, packed.data<T>());
   auto C0 = random_vec<T>(M * N, rng);
   C = C0;
   R = C0;
   cpu::gemm_a_rows<T>(M, src.data(), offs.data(), {K, N, panel, packed.data<T>()}, accumulate,
                       C.data(), N);
-  cpu::ref::gemm<T>(false, false, M, N, K, logical_a.data(), K, Bsrc.data(), N, nullptr,
-                    accumulate, R.data(), N);
+  cpu::ref::gemm<T>(false, false, M, N, K, logical_a.data(), K, Bsrc.data(), N, nullptr, accumulate,
+                    R.data(), N);
   for (int64_t i = 0; i < M * N; ++i)
     ASSERT_NEAR(C[i], R[i], gemm_tol<T>(K)) << "gemm_a_rows " << where << " at " << i;
   // B in blocks of one unit (PackedB::sub): the same bits.
@@ -400,8 +408,14 @@ void check_rows(int64_t M, int64_t N, int64_t K, int64_t units, bool accumulate,
 
 TEST(GemmRows, MatchReferenceAtTileEdges) {
   std::mt19937_64 rng(6);
-  for (Shape3 s : {Shape3{1, 1, 1}, {2, 47, 5}, {3, 48, 144}, {7, 49, 31}, {8, 96, 257},
-                   {9, 100, 300}, {16, 145, 8}, {17, 33, 64}})
+  for (Shape3 s : {Shape3{1, 1, 1},
+                   {2, 47, 5},
+                   {3, 48, 144},
+                   {7, 49, 31},
+                   {8, 96, 257},
+                   {9, 100, 300},
+                   {16, 145, 8},
+                   {17, 33, 64}})
     for (int64_t units : {1, 2, 3}) {
       check_rows<float>(s.M, s.N, s.K, units, units != 2, rng);
       check_rows<double>(s.M, s.N, s.K, units, units == 2, rng);
@@ -424,8 +438,8 @@ void check_gemm(Shape3 s, bool ta, bool tb, bool bias, bool accumulate, std::mt1
   auto A = random_vec<T>((ta ? K : M) * lda, rng), B = random_vec<T>((tb ? N : K) * ldb, rng);
   auto b = random_vec<T>(N, rng), C0 = random_vec<T>(M * ldc, rng);
   std::vector<T> C = C0, R = C0;
-  cpu::gemm<T>(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, bias ? b.data() : nullptr,
-               accumulate, C.data(), ldc);
+  cpu::gemm<T>(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, bias ? b.data() : nullptr, accumulate,
+               C.data(), ldc);
   cpu::ref::gemm<T>(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, bias ? b.data() : nullptr,
                     accumulate, R.data(), ldc);
   for (int64_t m = 0; m < M; ++m)
@@ -446,8 +460,14 @@ void check_gemm(Shape3 s, bool ta, bool tb, bool bias, bool accumulate, std::mt1
 
 TEST(Gemm, MatchesReferenceAllTransposes) {
   std::mt19937_64 rng(4);
-  for (Shape3 s : {Shape3{1, 1, 1}, {2, 7, 3}, {7, 9, 11}, {8, 16, 256}, {9, 17, 257},
-                   {33, 47, 64}, {40, 96, 100}, {3, 130, 513}})
+  for (Shape3 s : {Shape3{1, 1, 1},
+                   {2, 7, 3},
+                   {7, 9, 11},
+                   {8, 16, 256},
+                   {9, 17, 257},
+                   {33, 47, 64},
+                   {40, 96, 100},
+                   {3, 130, 513}})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         check_gemm<float>(s, ta, tb, (s.M + ta) % 2 == 0, (s.N + tb) % 2 == 1, rng);

@@ -53,7 +53,7 @@ TEST(Int8, RowQuantizationKeepsZeroAndSpansTheRow) {
   EXPECT_EQ(cpu::quantize(0.0f, q), 64);
   EXPECT_EQ(cpu::quantize(3.0f, q), 255);
   EXPECT_EQ(cpu::quantize(-1.0f, q), 0);
-  EXPECT_EQ(cpu::quantize(100.0f, q), 255);  // clamped
+  EXPECT_EQ(cpu::quantize(100.0f, q), 255);              // clamped
   const cpu::RowQuant pos = cpu::row_quant(0.0f, 2.0f);  // all >= 0: zero point 0
   EXPECT_EQ(pos.zero, 0);
   const cpu::RowQuant none = cpu::row_quant(0.0f, 0.0f);  // a row of zeros
@@ -107,18 +107,18 @@ struct Shape3 {
 void check(Precision prec, Shape3 s, int64_t units, bool bias, bool accumulate, bool maps,
            std::mt19937_64& rng) {
   const int64_t M = s.M, N = s.N, K = s.K, panel = 16 * units;
-  const std::string where = std::string(precision_name(prec)) + " on " +
-                            cpu::lowp_kernel(prec) + " M=" + std::to_string(M) +
-                            " N=" + std::to_string(N) + " K=" + std::to_string(K) +
-                            " panel=" + std::to_string(panel) + (bias ? " bias" : "") +
-                            (accumulate ? " accumulate" : "") + (maps ? " maps" : "");
+  const std::string where = std::string(precision_name(prec)) + " on " + cpu::lowp_kernel(prec) +
+                            " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                            " K=" + std::to_string(K) + " panel=" + std::to_string(panel) +
+                            (bias ? " bias" : "") + (accumulate ? " accumulate" : "") +
+                            (maps ? " maps" : "");
   // Rows of A with a shifted range (the asymmetric zero point is not always 128).
   auto A = random_vec(M * K, rng, -0.5, 1.5), W = random_vec(N * K, rng), b = random_vec(N, rng);
   const Packed P = pack(prec, K, N, panel, W, maps);
   auto C0 = random_vec(M * N, rng);
   std::vector<float> R = C0;
-  cpu::ref::gemm_packed<float>(M, A.data(), K, false, P.B, bias ? b.data() : nullptr,
-                               accumulate, R.data(), N, 0, P.B.panels());
+  cpu::ref::gemm_packed<float>(M, A.data(), K, false, P.B, bias ? b.data() : nullptr, accumulate,
+                               R.data(), N, 0, P.B.panels());
   // Steps of a recurrence read B in different orders (one row: int8 a rotation of the panels,
   // bf16 backwards on odd steps); each step's result is the product, and the same bits as
   // step 0's (int8) or as those of the steps of its parity (bf16, whose sums follow the order).
@@ -177,10 +177,18 @@ void check_all(Precision prec, bool portable) {
   // clang-format on
 }
 
-TEST(GemmLowp, Bf16MatchesReferenceAtTileEdges) { check_all(Precision::bf16, false); }
-TEST(GemmLowp, Int8MatchesReferenceAtTileEdges) { check_all(Precision::int8, false); }
-TEST(GemmLowp, Bf16PortableMatchesReference) { check_all(Precision::bf16, true); }
-TEST(GemmLowp, Int8PortableMatchesReference) { check_all(Precision::int8, true); }
+TEST(GemmLowp, Bf16MatchesReferenceAtTileEdges) {
+  check_all(Precision::bf16, false);
+}
+TEST(GemmLowp, Int8MatchesReferenceAtTileEdges) {
+  check_all(Precision::int8, false);
+}
+TEST(GemmLowp, Bf16PortableMatchesReference) {
+  check_all(Precision::bf16, true);
+}
+TEST(GemmLowp, Int8PortableMatchesReference) {
+  check_all(Precision::int8, true);
+}
 
 TEST(GemmLowp, KernelIsNamed) {
   EXPECT_STREQ(cpu::lowp_kernel(Precision::f32), "f32");
@@ -254,8 +262,13 @@ void check_at_b(bool portable) {
   if (portable && cpu::lowp_kernel(Precision::bf16) != std::string("portable"))
     GTEST_SKIP() << "no SIMD target below AVX-512 to run the portable kernels on";
   std::mt19937_64 rng(21);
-  for (Shape3 s : {Shape3{1, 1, 1}, {3, 17, 5}, {16, 48, 2}, {17, 49, 33}, {37, 100, 7},
-                   {64, 96, 4001}, {5, 130, 12001}}) {
+  for (Shape3 s : {Shape3{1, 1, 1},
+                   {3, 17, 5},
+                   {16, 48, 2},
+                   {17, 49, 33},
+                   {37, 100, 7},
+                   {64, 96, 4001},
+                   {5, 130, 12001}}) {
     const int64_t M = s.M, N = s.N, K = s.K, lda = M + 3, ldb = N + 1;
     for (bool maps : {false, true}) {
       const bool accumulate = maps;
@@ -283,15 +296,18 @@ void check_at_b(bool portable) {
         }
       const int before = omp_get_max_threads();
       omp_set_num_threads(1);
-      cpu::gemm_at_b_bf16(M, N, K, A.data(), lda, B.data(), ldb, map, accumulate, C1.data(),
-                          N + 2);
+      cpu::gemm_at_b_bf16(M, N, K, A.data(), lda, B.data(), ldb, map, accumulate, C1.data(), N + 2);
       omp_set_num_threads(before);
       EXPECT_EQ(C1, C) << where << ": 1 thread vs " << before;
     }
   }
 }
-TEST(GemmLowp, Bf16AtBMatchesReference) { check_at_b(false); }
-TEST(GemmLowp, Bf16AtBPortableMatchesReference) { check_at_b(true); }
+TEST(GemmLowp, Bf16AtBMatchesReference) {
+  check_at_b(false);
+}
+TEST(GemmLowp, Bf16AtBPortableMatchesReference) {
+  check_at_b(true);
+}
 
 TEST(GemmLowp, ParallelEqualsSerialBitwise) {
   for (Precision prec : {Precision::bf16, Precision::int8}) {
@@ -304,8 +320,8 @@ TEST(GemmLowp, ParallelEqualsSerialBitwise) {
                             P.B.panels());
     const int before = omp_get_max_threads();
     omp_set_num_threads(2);
-    cpu::gemm_packed_parallel<float>(M, A.data(), K, false, P.B, nullptr, false,
-                                     parallel.data(), N);
+    cpu::gemm_packed_parallel<float>(M, A.data(), K, false, P.B, nullptr, false, parallel.data(),
+                                     N);
     omp_set_num_threads(before);
     EXPECT_EQ(serial, parallel) << precision_name(prec);
   }
@@ -326,7 +342,8 @@ TEST(GemmLowp, ErrorAgainstExactProductWithinThePrecisionsBound) {
     double worst = 0;
     for (int64_t m = 0; m < M; ++m) {
       float lo = 0, hi = 0;
-      for (int64_t k = 0; k < K; ++k) lo = std::min(lo, A[m * K + k]), hi = std::max(hi, A[m * K + k]);
+      for (int64_t k = 0; k < K; ++k)
+        lo = std::min(lo, A[m * K + k]), hi = std::max(hi, A[m * K + k]);
       const double sa = (hi - lo) / 255.0;
       for (int64_t n = 0; n < N; ++n) {
         double exact = 0, abs_sum = 0, amax_b = 0, sum_a = 0, sum_b = 0;
@@ -338,10 +355,9 @@ TEST(GemmLowp, ErrorAgainstExactProductWithinThePrecisionsBound) {
           sum_a += std::fabs(a);
           sum_b += std::fabs(w);
         }
-        const double bound = prec == Precision::bf16
-                                 ? abs_sum * (2.0 / 256 + 1.0 / 65536) + 1e-5
-                                 : sum_b * sa / 2 + sum_a * amax_b / 127 / 2 +
-                                       K * sa * amax_b / 127 / 4 + 1e-5;
+        const double bound = prec == Precision::bf16 ? abs_sum * (2.0 / 256 + 1.0 / 65536) + 1e-5
+                                                     : sum_b * sa / 2 + sum_a * amax_b / 127 / 2 +
+                                                           K * sa * amax_b / 127 / 4 + 1e-5;
         const double err = std::fabs(C[m * N + n] - exact);
         ASSERT_LE(err, bound) << precision_name(prec) << " row " << m << " col " << n;
         worst = std::max(worst, err / abs_sum);

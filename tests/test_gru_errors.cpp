@@ -193,7 +193,6 @@ TEST(GruErrors, Cell) {
       {"unexpected key 'weight_ih_l0'"});
 }
 
-
 TEST(GruProblem, DescriptorRoundTripAndErrors) {
   GruProblem p = GruProblem::parse("l2d2t200n32i128h256");
   EXPECT_EQ(p.num_layers, 2);
@@ -208,8 +207,8 @@ TEST(GruProblem, DescriptorRoundTripAndErrors) {
   // 2 * N * T * 3H * (I + H) (../shared/WORKLOADS.md).
   EXPECT_DOUBLE_EQ(q.gemm_flops(), 2.0 * 64 * 100 * 3 * 512 * (256 + 512));
   // Layer 2 of a bidirectional stack reads D*H inputs; both directions count.
-  EXPECT_DOUBLE_EQ(p.gemm_flops(), 2 * 2.0 * 32 * 200 * 768 * (128 + 256) +
-                                       2 * 2.0 * 32 * 200 * 768 * (512 + 256));
+  EXPECT_DOUBLE_EQ(p.gemm_flops(),
+                   2 * 2.0 * 32 * 200 * 768 * (128 + 256) + 2 * 2.0 * 32 * 200 * 768 * (512 + 256));
   q.lengths = std::vector<int64_t>(64, 10);
   EXPECT_EQ(q.rows(), 640);
   expect_error([] { GruProblem::parse("l1d1t100n64i256"); }, {"malformed"});

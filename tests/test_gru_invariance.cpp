@@ -336,7 +336,8 @@ const PathCase kPathCases[] = {
 };
 // clang-format on
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,
-                         ::testing::Combine(::testing::ValuesIn(kPathCases), ::testing::Values(1, 2)),
+                         ::testing::Combine(::testing::ValuesIn(kPathCases),
+                                            ::testing::Values(1, 2)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).name) + "_t" +
                                   std::to_string(std::get<1>(info.param));
@@ -349,8 +350,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelPaths,
 // (Highway's Exp and Tanh, used before, gave 2.0 and 2.49.)
 TEST(GateKernel, SigmoidAndTanhF32WithinAFewUlpOfF64) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> xs = {nan, 0.0, 1e-30, -1e-30, 1e-6, -1e-6, 86.9, -86.9, 87.0, -87.0,
-                            88.0, -88.0, 89.0, -89.0, 104.0, -104.0, 1e4, -1e4};
+  std::vector<double> xs = {nan,   0.0,  1e-30, -1e-30, 1e-6,  -1e-6, 86.9,   -86.9, 87.0,
+                            -87.0, 88.0, -88.0, 89.0,   -89.0, 104.0, -104.0, 1e4,   -1e4};
   for (int i = 0; i <= 200000; ++i) xs.push_back(-100.0 + 200.0 * i / 200000);
   const int64_t H = static_cast<int64_t>(xs.size());
   std::vector<float> g(3 * H), gh(3 * H, 0.0f), hp(H, 0.0f), h(H), hn(H);

@@ -30,9 +30,9 @@ std::string name_of(const Case& k, Precision p) {
 }
 
 const Case kCases[] = {
-    {1, 8, 1, 30, 1, false, false, false},   {3, 16, 1, 20, 1, false, true, false},
-    {5, 17, 3, 12, 2, false, false, false},  {64, 37, 4, 10, 1, true, false, true},
-    {33, 48, 2, 9, 2, true, true, false},    {128, 100, 1, 25, 1, false, false, false},
+    {1, 8, 1, 30, 1, false, false, false},  {3, 16, 1, 20, 1, false, true, false},
+    {5, 17, 3, 12, 2, false, false, false}, {64, 37, 4, 10, 1, true, false, true},
+    {33, 48, 2, 9, 2, true, true, false},   {128, 100, 1, 25, 1, false, false, false},
     {20, 130, 5, 7, 1, false, true, true},
 };
 
@@ -236,9 +236,9 @@ TEST(GruPrecision, PortableKernelsCanBeSwitchedOff) {
   }
   GruTape tape;
   set_simd_target(below);
-  EXPECT_THROW(gru.forward_train(Tensor::zeros({2, 1, 3}, DType::f32), {}, {}, tape, 0,
-                                 Precision::bf16),
-               Error);
+  EXPECT_THROW(
+      gru.forward_train(Tensor::zeros({2, 1, 3}, DType::f32), {}, {}, tape, 0, Precision::bf16),
+      Error);
   set_portable_precision(true);
   EXPECT_NO_THROW(GruInference(gru, Precision::bf16));  // portable, allowed again
   set_simd_target(saved);

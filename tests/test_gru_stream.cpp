@@ -390,8 +390,22 @@ TEST(StreamApi, StreamsAndCellsMadeBeforeForkRunInTheChild) {
 // (measured 3.5), saturation reached (|tanh| within 4e-7 of 1 beyond the clamp, sigmoid
 // within 4e-7 of 0 and 1), NaN passed on.
 TEST(StreamKernel, GatesWithinTheirBounds) {
-  std::vector<float> xs = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f, 8.99f, 9.0f, 9.01f,
-                           17.99f, 18.0f, 18.01f, 88.0f, -88.0f, 1e4f, -1e4f,
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1e-30f,
+                           -1e-30f,
+                           1e-6f,
+                           -1e-6f,
+                           8.99f,
+                           9.0f,
+                           9.01f,
+                           17.99f,
+                           18.0f,
+                           18.01f,
+                           88.0f,
+                           -88.0f,
+                           1e4f,
+                           -1e4f,
                            std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity()};
   for (int i = 0; i <= 400000; ++i) xs.push_back(-40.0f + 80.0f * i / 400000);
@@ -439,9 +453,9 @@ TEST(StreamKernel, MatchesReference) {
           std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H);
           for (auto* v : {&wih, &whh, &bih, &bhh})
             for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 1.0f);
-          const cpu::StreamLayer L = cpu::gru_stream_pack(
-              I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
-              bias ? bhh.data() : nullptr);
+          const cpu::StreamLayer L =
+              cpu::gru_stream_pack(I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
+                                   bias ? bhh.data() : nullptr);
           const int64_t T = 9;
           std::vector<float> x(T * I), out(T * H);
           for (float& v : x) v = 2 * u(rng);
@@ -452,16 +466,22 @@ TEST(StreamKernel, MatchesReference) {
           for (int64_t u0 = 0; u0 < H; ++u0) state[u0] = static_cast<float>(h[u0] = 0.1 * (u0 % 5));
           // Calls of 1, 3 and 5 frames.
           for (int64_t t0 : {0, 1, 4})
-            cpu::gru_stream_forward(L, t0 == 0 ? 1 : t0 == 1 ? 3 : 5, t0, x.data() + t0 * I, I,
-                                    state.get(), {out.data() + t0 * H, H}, scratch.get());
-          cpu::ref::gru_stream_forward(I, H, rb, wih.data(), whh.data(), bias ? bih.data() : nullptr,
-                                       bias ? bhh.data() : nullptr, T, x.data(), h.data(), want.data());
+            cpu::gru_stream_forward(L,
+                                    t0 == 0   ? 1
+                                    : t0 == 1 ? 3
+                                              : 5,
+                                    t0, x.data() + t0 * I, I, state.get(), {out.data() + t0 * H, H},
+                                    scratch.get());
+          cpu::ref::gru_stream_forward(I, H, rb, wih.data(), whh.data(),
+                                       bias ? bih.data() : nullptr, bias ? bhh.data() : nullptr, T,
+                                       x.data(), h.data(), want.data());
           const std::string where = "H " + std::to_string(H) + " I " + std::to_string(I) +
                                     (rb ? " reset-before" : "") + (bias ? "" : " no bias");
           for (int64_t i = 0; i < T * H; ++i)
             ASSERT_NEAR(out[i], want[i], 2e-6 + 1e-5 * std::abs(want[i])) << where << " at " << i;
           for (int64_t u0 = 0; u0 < H; ++u0)
-            ASSERT_EQ(state[u0], out[(T - 1) * H + u0]) << where << ": the state is the last output";
+            ASSERT_EQ(state[u0], out[(T - 1) * H + u0])
+                << where << ": the state is the last output";
           for (int64_t u0 = H; u0 < L.Hp; ++u0) ASSERT_EQ(state[u0], 0.0f) << where << ": padding";
           ++cases;
         }
@@ -631,8 +651,8 @@ TEST(StreamKernel, HeadAndResidualInTheStep) {
     for (int64_t O : {0, 1, 3})
       for (bool with_res : {false, true}) {
         const int64_t I = 4, T = 7, R = O > 0 ? O : H;  // R: floats of an out row
-        std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H), hw(O * H),
-            hb(O), res(T * R);
+        std::vector<float> wih(3 * H * I), whh(3 * H * H), bih(3 * H), bhh(3 * H), hw(O * H), hb(O),
+            res(T * R);
         for (auto* v : {&wih, &whh, &bih, &bhh, &hw, &hb, &res})
           for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 1.0f);
         const cpu::StreamLayer L =
@@ -644,16 +664,15 @@ TEST(StreamKernel, HeadAndResidualInTheStep) {
         auto state = hwy::AllocateAligned<float>(2 * L.Hp);
         std::fill(state.get(), state.get() + 2 * L.Hp, 0.0f);
         for (int64_t t0 : {0, 2})  // calls of 2 and 5 frames
-          cpu::gru_stream_forward(
-              L, t0 == 0 ? 2 : 5, t0, x.data() + t0 * I, I, state.get(),
-              {out.data() + t0 * R, R, O > 0 ? &head : nullptr,
-               with_res ? res.data() + t0 * R : nullptr, R},
-              scratch.get());
+          cpu::gru_stream_forward(L, t0 == 0 ? 2 : 5, t0, x.data() + t0 * I, I, state.get(),
+                                  {out.data() + t0 * R, R, O > 0 ? &head : nullptr,
+                                   with_res ? res.data() + t0 * R : nullptr, R},
+                                  scratch.get());
         std::vector<double> h(H, 0.0), hs(T * H);
-        cpu::ref::gru_stream_forward(I, H, false, wih.data(), whh.data(), bih.data(), bhh.data(),
-                                     T, x.data(), h.data(), hs.data());
-        const std::string where = "H " + std::to_string(H) + " O " + std::to_string(O) +
-                                  (with_res ? " residual" : "");
+        cpu::ref::gru_stream_forward(I, H, false, wih.data(), whh.data(), bih.data(), bhh.data(), T,
+                                     x.data(), h.data(), hs.data());
+        const std::string where =
+            "H " + std::to_string(H) + " O " + std::to_string(O) + (with_res ? " residual" : "");
         for (int64_t t = 0; t < T; ++t)
           for (int64_t k = 0; k < R; ++k) {
             double want = O == 0 ? hs[t * H + k] : hb[k];

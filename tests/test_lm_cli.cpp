@@ -133,9 +133,10 @@ TEST(LmCli, TrainThenShowThenGenerate) {
 TEST(LmCli, TrainInBf16) {
   Fixture f;
   const std::string out = f.dir.path + "/run";
-  CliRun r = grux_cli(f.dir.path,
-                      "train " + f.small + " --steps 6 --precision bf16 --checkpoint-every 3 "
-                      "--out " + out);
+  CliRun r = grux_cli(f.dir.path, "train " + f.small +
+                                      " --steps 6 --precision bf16 --checkpoint-every 3 "
+                                      "--out " +
+                                      out);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("f32, the GRU's products in bf16"));
   r = grux_cli(f.dir.path, "model show " + out + "/checkpoint.safetensors");

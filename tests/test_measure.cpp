@@ -44,7 +44,8 @@ std::vector<long double> product(int64_t n, const std::vector<T>& a, const std::
 
 // The largest |got - want| over the matrix, with the index, for the failure message.
 template <typename T>
-std::pair<double, int64_t> max_error(const std::vector<T>& got, const std::vector<long double>& want) {
+std::pair<double, int64_t> max_error(const std::vector<T>& got,
+                                     const std::vector<long double>& want) {
   double worst = 0;
   int64_t at = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -73,7 +74,8 @@ TEST(Measure, PackedGemmProbeComputesTheProduct) {
     EXPECT_LE(ed, n * n * 2.3e-16) << "f64 n " << n << " index " << j;
     // bf16 rounds both operands (8 bits of mantissa: relative 2^-8 each); int8 scales B's
     // columns to 127 steps.
-    for (auto [p, tol] : {std::pair{Precision::bf16, 2 * 0.0079}, {Precision::int8, 0.0079 + 0.0079}}) {
+    for (auto [p, tol] :
+         {std::pair{Precision::bf16, 2 * 0.0079}, {Precision::int8, 0.0079 + 0.0079}}) {
       std::vector<float> cl(n * n, NAN);
       probe::PackedGemm(DType::f32, p, n, b.data()).run(a.data(), cl.data());
       const auto [el, k] = max_error(cl, product(n, a, b, true));
@@ -97,8 +99,8 @@ TEST(Measure, BlasPeerComputesOrSaysItIsMissing) {
   if (!measure::blas_available()) {
     EXPECT_EQ(measure::blas_core(), "none");
     try {
-      measure::blas_gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f,
-                                c.data(), n);
+      measure::blas_gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(),
+                                n);
       ADD_FAILURE() << "blas_gemm without a BLAS did not throw";
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), HasSubstr("libopenblas"));
@@ -106,8 +108,7 @@ TEST(Measure, BlasPeerComputesOrSaysItIsMissing) {
     return;
   }
   EXPECT_NE(measure::blas_core(), "none");
-  measure::blas_gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(),
-                            n);
+  measure::blas_gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
   const auto [e, i] = max_error(c, product(n, a, b));
   EXPECT_LE(e, n * n * 1.2e-7) << "index " << i;
   // trans_b: B given as its transpose.

@@ -424,8 +424,10 @@ TEST(nnErrors, Linear) {
                "weight has shape (6,), expected (O, I)");
   EXPECT_ERROR(linear_forward(x, Tensor::zeros({2, 4}, DType::f32), b),
                "weight has shape (2, 4), expected (O, 3)");
-  EXPECT_ERROR(linear_forward(x, w.to(DType::f64), b), "weight has dtype f64 but input has dtype f32");
-  EXPECT_ERROR(linear_forward(x, w, b.to(DType::f64)), "bias has dtype f64 but input has dtype f32");
+  EXPECT_ERROR(linear_forward(x, w.to(DType::f64), b),
+               "weight has dtype f64 but input has dtype f32");
+  EXPECT_ERROR(linear_forward(x, w, b.to(DType::f64)),
+               "bias has dtype f64 but input has dtype f32");
   EXPECT_ERROR(linear_forward(x.to(DType::i64), w, b), "input has dtype i64, expected f32 or f64");
   EXPECT_ERROR(linear_forward(x, w, Tensor::zeros({3}, DType::f32)),
                "bias has shape (3,), expected (2,)");

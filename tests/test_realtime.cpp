@@ -106,11 +106,11 @@ F next_symbol(F& cache, const char* name) {
   if (!cache) cache = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
   return cache;
 }
-#define GRUX_FORWARD(ret, name, params, args)                              \
-  extern "C" ret name params {                                            \
-    count_blocking();                                                      \
-    static ret(*real) params = nullptr;                                    \
-    return next_symbol(real, #name) args;                                  \
+#define GRUX_FORWARD(ret, name, params, args) \
+  extern "C" ret name params {                \
+    count_blocking();                         \
+    static ret(*real) params = nullptr;       \
+    return next_symbol(real, #name) args;     \
   }
 GRUX_FORWARD(int, pthread_mutex_lock, (pthread_mutex_t * m), (m))
 GRUX_FORWARD(int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))
@@ -195,13 +195,11 @@ TEST(Realtime, StreamsNeitherAllocateNorBlock) {
     int threads;
     Precision precision = Precision::f32;
   };
-  for (const Case& k : {Case{1, 24, DType::f32, 1}, Case{1, 24, DType::f32, 0},
-                        Case{2, 24, DType::f32, 1}, Case{1, 24, DType::f64, 1},
-                        Case{1, 300, DType::f32, 1}, Case{3, 80, DType::f32, 2},
-                        Case{1, 40, DType::f32, 1, Precision::bf16},
-                        Case{1, 600, DType::f32, 1, Precision::int8},
-                        Case{2, 80, DType::f32, 2, Precision::bf16},
-                        Case{1, 80, DType::f32, 2, Precision::int8}}) {
+  for (const Case& k :
+       {Case{1, 24, DType::f32, 1}, Case{1, 24, DType::f32, 0}, Case{2, 24, DType::f32, 1},
+        Case{1, 24, DType::f64, 1}, Case{1, 300, DType::f32, 1}, Case{3, 80, DType::f32, 2},
+        Case{1, 40, DType::f32, 1, Precision::bf16}, Case{1, 600, DType::f32, 1, Precision::int8},
+        Case{2, 80, DType::f32, 2, Precision::bf16}, Case{1, 80, DType::f32, 2, Precision::int8}}) {
     GruConfig c;
     c.input_size = 5;
     c.hidden_size = k.H;
@@ -329,7 +327,8 @@ TEST(Realtime, CApiStreamProcessAllocatesNothing) {
     std::vector<float> in(512 * N * I, 0.25f), out(512 * N * O);
     EXPECT_EQ(allocations_in([&] {
                 for (int64_t t = 0; t < 64; ++t)
-                  ASSERT_EQ(grux_stream_process(s, in.data() + t * N * I, out.data() + t * N * O, 1), 0);
+                  ASSERT_EQ(
+                      grux_stream_process(s, in.data() + t * N * I, out.data() + t * N * O, 1), 0);
                 ASSERT_EQ(grux_stream_process(s, in.data(), out.data(), 512), 0);
                 grux_stream_reset(s);
               }),
@@ -337,7 +336,8 @@ TEST(Realtime, CApiStreamProcessAllocatesNothing) {
         << "batch " << N;
     EXPECT_EQ(blocking_calls_in([&] {
                 for (int64_t t = 0; t < 64; ++t)
-                  ASSERT_EQ(grux_stream_process(s, in.data() + t * N * I, out.data() + t * N * O, 1), 0);
+                  ASSERT_EQ(
+                      grux_stream_process(s, in.data() + t * N * I, out.data() + t * N * O, 1), 0);
                 grux_stream_reset(s);
               }),
               0)

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "cpu/ref/scan_ref.h"
@@ -17,8 +18,6 @@
 #include "grux/scan.h"
 #include "grux/tensor_ops.h"
 #include "test_util.h"
-
-#include <nlohmann/json.hpp>
 
 namespace grux::test_scan {
 namespace {
@@ -38,7 +37,9 @@ Tol scan_tol(DType dt, int64_t T) {
   return {k, k};
 }
 
-Tensor positive(const Tensor& t) { return add(abs(t), 0.5); }
+Tensor positive(const Tensor& t) {
+  return add(abs(t), 0.5);
+}
 
 // Inputs for an op: prod needs factors near 1, logaddexp any values.
 Tensor op_input(cpu::ScanKind kind, const Shape& shape, DType dt, std::mt19937_64& rng) {
@@ -49,11 +50,16 @@ Tensor op_input(cpu::ScanKind kind, const Shape& shape, DType dt, std::mt19937_6
 
 const char* kind_name(cpu::ScanKind k) {
   switch (k) {
-    case cpu::ScanKind::sum: return "sum";
-    case cpu::ScanKind::prod: return "prod";
-    case cpu::ScanKind::max: return "max";
-    case cpu::ScanKind::min: return "min";
-    case cpu::ScanKind::logaddexp: return "logaddexp";
+    case cpu::ScanKind::sum:
+      return "sum";
+    case cpu::ScanKind::prod:
+      return "prod";
+    case cpu::ScanKind::max:
+      return "max";
+    case cpu::ScanKind::min:
+      return "min";
+    case cpu::ScanKind::logaddexp:
+      return "logaddexp";
   }
   return "?";
 }
@@ -77,8 +83,8 @@ void check_elementwise(cpu::ScanKind kind, int64_t O, int64_t Tn, int64_t C, boo
 
 TEST(ScanKernels, ElementwiseMatchesReferenceEverywhere) {
   std::mt19937_64 rng(1);
-  for (auto kind : {cpu::ScanKind::sum, cpu::ScanKind::prod, cpu::ScanKind::max,
-                    cpu::ScanKind::min, cpu::ScanKind::logaddexp})
+  for (auto kind : {cpu::ScanKind::sum, cpu::ScanKind::prod, cpu::ScanKind::max, cpu::ScanKind::min,
+                    cpu::ScanKind::logaddexp})
     for (int64_t Tn : kLengths)
       for (bool excl : {false, true})
         for (bool rev : {false, true})
@@ -86,7 +92,8 @@ TEST(ScanKernels, ElementwiseMatchesReferenceEverywhere) {
             if (Tn == 4097 && C == 37) continue;  // the long ones once per layout is enough
             // Both paths (time split forced, and the default choice), and odd team sizes.
             for (int threads : {1, 2, 3})
-              check_elementwise<float>(kind, O, Tn, C, excl, rev, threads, cpu::TimeSplit::always, rng);
+              check_elementwise<float>(kind, O, Tn, C, excl, rev, threads, cpu::TimeSplit::always,
+                                       rng);
             check_elementwise<float>(kind, O, Tn, C, excl, rev, 2, cpu::TimeSplit::automatic, rng);
             check_elementwise<double>(kind, O, Tn, C, excl, rev, 2, cpu::TimeSplit::automatic, rng);
           }
@@ -115,14 +122,14 @@ TEST(ScanKernels, ContiguousSumAtBlockEdgesAndMisalignedOutput) {
           cpu::sum_scan_contiguous(x.data<float>(), y.data<float>() + shift, n, threads, share);
           cpu::ref::scan_elementwise(cpu::ScanKind::sum, x.data<float>(), r.data<float>(), 1, n, 1,
                                      false, false);
-          EXPECT_TRUE(all_close(fmt::format("n={} threads={} share={} shift={}", n, threads,
-                                            share, shift),
-                                "y", y.slice(0, shift, shift + n), r, scan_tol(DType::f32, n)));
+          EXPECT_TRUE(
+              all_close(fmt::format("n={} threads={} share={} shift={}", n, threads, share, shift),
+                        "y", y.slice(0, shift, shift + n), r, scan_tol(DType::f32, n)));
           Tensor yd = Tensor::empty({n}, DType::f64), rd = Tensor::empty({n}, DType::f64);
           const Tensor xd = x.to(DType::f64);
           cpu::sum_scan_contiguous(xd.data<double>(), yd.data<double>(), n, threads, share);
-          cpu::ref::scan_elementwise(cpu::ScanKind::sum, xd.data<double>(), rd.data<double>(), 1,
-                                     n, 1, false, false);
+          cpu::ref::scan_elementwise(cpu::ScanKind::sum, xd.data<double>(), rd.data<double>(), 1, n,
+                                     1, false, false);
           EXPECT_TRUE(all_close("f64", "y", yd, rd, scan_tol(DType::f64, n)));
         }
 }
@@ -154,15 +161,20 @@ TEST(ScanKernels, IdentitiesAreExact) {
 Tensor slice_oracle(const Tensor& x, int64_t dim, ScanOp op, bool excl, bool rev) {
   auto comb = [&](const Tensor& a, const Tensor& b) {
     switch (op) {
-      case ScanOp::sum: return add(a, b);
-      case ScanOp::prod: return mul(a, b);
-      case ScanOp::max: return maximum(a, b);
-      case ScanOp::min: return minimum(a, b);
+      case ScanOp::sum:
+        return add(a, b);
+      case ScanOp::prod:
+        return mul(a, b);
+      case ScanOp::max:
+        return maximum(a, b);
+      case ScanOp::min:
+        return minimum(a, b);
       case ScanOp::logaddexp: {
         const Tensor m = maximum(a, b);
         return add(m, log(add(exp(sub(a, m)), exp(sub(b, m)))));
       }
-      case ScanOp::matmul: return matmul(a, b);
+      case ScanOp::matmul:
+        return matmul(a, b);
     }
     return a;
   };
@@ -173,7 +185,8 @@ Tensor slice_oracle(const Tensor& x, int64_t dim, ScanOp op, bool excl, bool rev
   for (int64_t i = 0; i < Tn; ++i) {
     const int64_t t = rev ? Tn - 1 - i : i;
     Tensor out = y.select(dim, t);
-    if (excl) out.copy_from(acc.defined() ? acc : Tensor::full(out.shape(), ident[int(op)], x.dtype()));
+    if (excl)
+      out.copy_from(acc.defined() ? acc : Tensor::full(out.shape(), ident[int(op)], x.dtype()));
     // Reversed walks keep the sequence order: the new (earlier) element goes on the left.
     const Tensor xt = x.select(dim, t);
     acc = !acc.defined() ? xt.clone() : rev ? comb(xt, acc) : comb(acc, xt);
@@ -198,9 +211,9 @@ TEST(Scan, EveryDimAndLayout) {
             o.reverse = rev;
             const Tensor y = prefix_scan(in, dim, op, o);
             const int64_t d = dim < 0 ? dim + 3 : dim;
-            EXPECT_TRUE(all_close(fmt::format("{} dim={} excl={} rev={}", scan_op_name(op), dim,
-                                              excl, rev),
-                                  "y", y, slice_oracle(in, d, op, excl, rev), Tol{1e-12, 1e-12}));
+            EXPECT_TRUE(
+                all_close(fmt::format("{} dim={} excl={} rev={}", scan_op_name(op), dim, excl, rev),
+                          "y", y, slice_oracle(in, d, op, excl, rev), Tol{1e-12, 1e-12}));
           }
         }
 }
@@ -228,8 +241,10 @@ TEST(ScanMatmul, KernelMatchesChainOfProducts) {
           for (auto split : {cpu::TimeSplit::never, cpu::TimeSplit::always}) {
             if (Tn == 4097 && d == 8) continue;
             const int64_t O = 2;
-            const Tensor x = div(random_tensor({O, Tn, d, d}, DType::f64, rng), std::sqrt(double(d)));
-            Tensor y = Tensor::empty(x.shape(), DType::f64), r = Tensor::empty(x.shape(), DType::f64);
+            const Tensor x =
+                div(random_tensor({O, Tn, d, d}, DType::f64, rng), std::sqrt(double(d)));
+            Tensor y = Tensor::empty(x.shape(), DType::f64),
+                   r = Tensor::empty(x.shape(), DType::f64);
             cpu::matmul_scan(x.data<double>(), y.data<double>(), O, Tn, d,
                              cpu::ScanWalk{false, rev, threads, split});
             cpu::ref::matmul_scan(x.data<double>(), r.data<double>(), O, Tn, d, rev);
@@ -282,10 +297,10 @@ TEST(ScanCallable, MatchesBuiltinsForEveryThreadCount) {
           o.identity = excl ? Tensor::zeros({2}, DType::f64) : Tensor();
           ScanOptions b = o;
           b.identity = Tensor();
-          EXPECT_TRUE(all_close(fmt::format("plus T={} threads={} rev={} excl={}", Tn, threads,
-                                            rev, excl),
-                                "y", prefix_scan(v, 1, plus, o), prefix_scan(v, 1, ScanOp::sum, b),
-                                scan_tol(DType::f64, Tn)));
+          EXPECT_TRUE(
+              all_close(fmt::format("plus T={} threads={} rev={} excl={}", Tn, threads, rev, excl),
+                        "y", prefix_scan(v, 1, plus, o), prefix_scan(v, 1, ScanOp::sum, b),
+                        scan_tol(DType::f64, Tn)));
           o.exclusive = false;
           o.identity = Tensor();
         }
@@ -366,12 +381,13 @@ TEST(ScanAffine, DiagonalKernelMatchesReference) {
               const cpu::ScanWalk w{false, rev, threads, split};
               cpu::affine_scan_diag(a.data<double>(), b.data<double>(), h0p, h.data<double>(), O,
                                     Tn, C, w);
-              const std::string where = fmt::format("T={} O={} C={} rev={} h0={} threads={} split={}",
-                                                    Tn, O, C, rev, with_h0, threads, int(split));
+              const std::string where =
+                  fmt::format("T={} O={} C={} rev={} h0={} threads={} split={}", Tn, O, C, rev,
+                              with_h0, threads, int(split));
               EXPECT_TRUE(all_close(where, "h", h, r, Tol{1e-12, 1e-11}));
               h = Tensor::full(b.shape(), nan, DType::f64);
-              cpu::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p,
-                                        h.data<double>(), O, Tn, C, w);
+              cpu::log_affine_scan_diag(la.data<double>(), lb.data<double>(), h0p, h.data<double>(),
+                                        O, Tn, C, w);
               EXPECT_TRUE(all_close(where + " log", "lh", h, lr, Tol{1e-9, 1e-9}));
             }
         }
@@ -386,10 +402,12 @@ TEST(ScanAffine, MatrixKernelMatchesReference) {
         for (int threads : {1, 2, 3})
           for (auto split : {cpu::TimeSplit::never, cpu::TimeSplit::always}) {
             const int64_t O = 2;
-            const Tensor A = div(random_tensor({O, Tn, d, d}, DType::f64, rng), std::sqrt(double(d)));
+            const Tensor A =
+                div(random_tensor({O, Tn, d, d}, DType::f64, rng), std::sqrt(double(d)));
             const Tensor b = random_tensor({O, Tn, d}, DType::f64, rng);
             const Tensor h0 = random_tensor({O, d}, DType::f64, rng);
-            Tensor h = Tensor::empty(b.shape(), DType::f64), r = Tensor::empty(b.shape(), DType::f64);
+            Tensor h = Tensor::empty(b.shape(), DType::f64),
+                   r = Tensor::empty(b.shape(), DType::f64);
             cpu::affine_scan_matrix(A.data<double>(), b.data<double>(), h0.data<double>(),
                                     h.data<double>(), O, Tn, d,
                                     cpu::ScanWalk{false, rev, threads, split});
@@ -427,7 +445,8 @@ TEST(ScanAffine, FormsAgreeWithEachOtherAndTheAugmentedMatrixOracle) {
   const Tensor b = random_tensor({Tn, d}, DType::f64, rng);
   const Tensor h0 = random_tensor({d}, DType::f64, rng);
   const Tensor h = affine_scan(A, b, 0, h0);
-  EXPECT_TRUE(all_close("matrix vs augmented", "h", h, augmented_oracle(A, b, h0), Tol{1e-9, 1e-9}));
+  EXPECT_TRUE(
+      all_close("matrix vs augmented", "h", h, augmented_oracle(A, b, h0), Tol{1e-9, 1e-9}));
   // Diagonal matrices give the diagonal form.
   const Tensor a = mul(random_tensor({Tn, d}, DType::f64, rng), 0.9);
   Tensor D = Tensor::zeros({Tn, d, d}, DType::f64);
@@ -461,8 +480,8 @@ TEST(ScanAffine, LayoutsOfThePublicApi) {
                                            h0.select(0, n).contiguous()),
                           Tol{1e-10, 1e-10}));
   const Tensor At = A.permute({1, 0, 2, 3}), bt = b.permute({1, 0, 2});
-  EXPECT_TRUE(all_close("time first", "h", affine_scan(At, bt, 0, h0), h.permute({1, 0, 2}).contiguous(),
-                        Tol{1e-12, 1e-12}));
+  EXPECT_TRUE(all_close("time first", "h", affine_scan(At, bt, 0, h0),
+                        h.permute({1, 0, 2}).contiguous(), Tol{1e-12, 1e-12}));
 }
 
 // f64 finite differences of L = sum(h * w) for a random w.
@@ -511,25 +530,25 @@ TEST(ScanAffine, GradientsMatchFiniteDifferences) {
           const int64_t dim = 1;
           const Tensor h = affine_scan(a, b, dim, h0, o);
           const AffineScanGrads g = affine_scan_backward(a, h0, h, w, dim, o);
-          const std::string where = fmt::format("matrix={} rev={} log={} h0={}", matrix, rev,
-                                                log_space, with_h0);
+          const std::string where =
+              fmt::format("matrix={} rev={} log={} h0={}", matrix, rev, log_space, with_h0);
           const Tol tol{1e-7, 1e-6};
-          EXPECT_TRUE(all_close(where, "da", g.da,
-                                numeric_grad(a, [&](const Tensor& v) {
-                                  return dot(affine_scan(v, b, dim, h0, o), w);
-                                }),
-                                tol));
-          EXPECT_TRUE(all_close(where, "db", g.db,
-                                numeric_grad(b, [&](const Tensor& v) {
-                                  return dot(affine_scan(a, v, dim, h0, o), w);
-                                }),
-                                tol));
+          EXPECT_TRUE(all_close(
+              where, "da", g.da,
+              numeric_grad(a,
+                           [&](const Tensor& v) { return dot(affine_scan(v, b, dim, h0, o), w); }),
+              tol));
+          EXPECT_TRUE(all_close(
+              where, "db", g.db,
+              numeric_grad(b,
+                           [&](const Tensor& v) { return dot(affine_scan(a, v, dim, h0, o), w); }),
+              tol));
           if (with_h0) {
-            EXPECT_TRUE(all_close(where, "dh0", g.dh0,
-                                  numeric_grad(h0, [&](const Tensor& v) {
-                                    return dot(affine_scan(a, b, dim, v, o), w);
-                                  }),
-                                  tol));
+            EXPECT_TRUE(all_close(
+                where, "dh0", g.dh0,
+                numeric_grad(h0,
+                             [&](const Tensor& v) { return dot(affine_scan(a, b, dim, v, o), w); }),
+                tol));
           } else {
             EXPECT_FALSE(g.dh0.defined());
           }
@@ -559,40 +578,61 @@ void expect_error(const std::function<void()>& f, const std::string& piece) {
 
 TEST(Scan, ErrorsNameWhatWasWrong) {
   const Tensor x = Tensor::zeros({4, 3}, DType::f32);
-  expect_error([&] { prefix_scan(x, 2, ScanOp::sum); }, "dim 2 out of range for a tensor of rank 2");
+  expect_error([&] { prefix_scan(x, 2, ScanOp::sum); },
+               "dim 2 out of range for a tensor of rank 2");
   expect_error([&] { prefix_scan(x, -3, ScanOp::sum); }, "expected -2..1");
-  expect_error([&] { prefix_scan(Tensor::zeros({4}, DType::i64), 0, ScanOp::sum); }, "expected f32 or f64");
+  expect_error([&] { prefix_scan(Tensor::zeros({4}, DType::i64), 0, ScanOp::sum); },
+               "expected f32 or f64");
   expect_error([&] { prefix_scan(x, 0, ScanOp::matmul); }, "matmul scans need x of shape");
-  expect_error([&] { prefix_scan(Tensor::zeros({4, 3, 2}, DType::f32), 0, ScanOp::matmul); },
-               "square matrices");
-  expect_error([&] { prefix_scan(Tensor::zeros({4, 3, 3}, DType::f32), 1, ScanOp::matmul); },
-               "is a matrix dimension");
+  expect_error(
+      [&] {
+        prefix_scan(Tensor::zeros({4, 3, 2}, DType::f32), 0, ScanOp::matmul);
+      },
+      "square matrices");
+  expect_error(
+      [&] {
+        prefix_scan(Tensor::zeros({4, 3, 3}, DType::f32), 1, ScanOp::matmul);
+      },
+      "is a matrix dimension");
   ScanOptions ex;
   ex.exclusive = true;
-  expect_error([&] { prefix_scan(Tensor::zeros({4, 3, 3}, DType::f32), 0, ScanOp::matmul, ex); },
-               "inclusive only");
+  expect_error(
+      [&] {
+        prefix_scan(Tensor::zeros({4, 3, 3}, DType::f32), 0, ScanOp::matmul, ex);
+      },
+      "inclusive only");
   expect_error([&] { reduce_scan(Tensor::zeros({0, 3}, DType::f32), 0, ScanOp::sum); }, "length 0");
   expect_error([&] { parse_scan_op("cumsum"); }, "expected one of sum, prod");
   // Affine: shapes, dtypes, log space.
   const Tensor b = Tensor::zeros({5, 2}, DType::f32);
-  expect_error([&] { affine_scan(Tensor::zeros({5, 3}, DType::f32), b, 0); }, "expected a of b's shape");
+  expect_error(
+      [&] {
+        affine_scan(Tensor::zeros({5, 3}, DType::f32), b, 0);
+      },
+      "expected a of b's shape");
   expect_error([&] { affine_scan(Tensor::zeros({5, 2}, DType::f64), b, 0); }, "dtype");
-  expect_error([&] { affine_scan(b, b, 0, Tensor::zeros({3}, DType::f32)); }, "h0 has shape (3,); expected (2,)");
+  expect_error([&] { affine_scan(b, b, 0, Tensor::zeros({3}, DType::f32)); },
+               "h0 has shape (3,); expected (2,)");
   expect_error([&] { affine_scan(Tensor::zeros({5, 2, 2}, DType::f32), b, 1); }, "state dimension");
   AffineScanOptions lg;
   lg.log_space = true;
   Tensor bad = Tensor::full({5, 2}, 1.0, DType::f32);
   bad.set({3, 1}, -0.5);
-  expect_error([&] { affine_scan(bad, Tensor::full({5, 2}, 1.0, DType::f32), 0, {}, lg); },
-               "a[3, 1] = -0.5");
-  expect_error([&] { affine_scan(Tensor::full({5, 2, 2}, 1.0, DType::f32), b, 0, {}, lg); },
-               "diagonal form");
+  expect_error(
+      [&] {
+        affine_scan(bad, Tensor::full({5, 2}, 1.0, DType::f32), 0, {}, lg);
+      },
+      "a[3, 1] = -0.5");
+  expect_error(
+      [&] {
+        affine_scan(Tensor::full({5, 2, 2}, 1.0, DType::f32), b, 0, {}, lg);
+      },
+      "diagonal form");
   expect_error([&] { ScanProblem::parse("t0"); }, "sizes must be >= 1");
   expect_error([&] { ScanProblem::parse("x5"); }, "bad scan descriptor 'x5'");
   EXPECT_EQ(ScanProblem::parse("n8t4096c1536").descriptor(), "n8t4096c1536");
   EXPECT_EQ(ScanProblem::parse("t8192d64").d, 64);
 }
-
 
 // ---- golden files from PyTorch (tests/reference/gen_scan_golden.py) ------------------------
 
@@ -633,16 +673,17 @@ TEST_P(ScanGolden, MatchesPyTorch) {
       const Tensor& x = f.t.at("x");
       const int64_t dim = f.config.value("dim", 0);
       const std::string opname = f.config.value("op", "matmul");
-      const ScanOp op = opname == "cumsum"       ? ScanOp::sum
-                        : opname == "cumprod"    ? ScanOp::prod
-                        : opname == "cummax"     ? ScanOp::max
-                        : opname == "cummin"     ? ScanOp::min
+      const ScanOp op = opname == "cumsum"         ? ScanOp::sum
+                        : opname == "cumprod"      ? ScanOp::prod
+                        : opname == "cummax"       ? ScanOp::max
+                        : opname == "cummin"       ? ScanOp::min
                         : opname == "logcumsumexp" ? ScanOp::logaddexp
-                                                 : ScanOp::matmul;
+                                                   : ScanOp::matmul;
       const Tol tol = golden_tol(f.dtype, x.size(dim));
       for (bool rev : {false, true})
         for (bool excl : {false, true}) {
-          const std::string key = std::string(rev ? "reverse_" : "") + (excl ? "exclusive" : "inclusive");
+          const std::string key =
+              std::string(rev ? "reverse_" : "") + (excl ? "exclusive" : "inclusive");
           if (!f.t.count(key)) continue;
           ScanOptions o;
           o.reverse = rev;
@@ -687,8 +728,8 @@ TEST_P(ScanGolden, MatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ScanGolden,
-                         ::testing::ValuesIn(test::golden_files(
-                             kDir, {"cum", "logcumsumexp", "matmul", "affine"})),
+                         ::testing::ValuesIn(test::golden_files(kDir, {"cum", "logcumsumexp",
+                                                                       "matmul", "affine"})),
                          test::golden_case_name);
 
 TEST(ScanGoldenFiles, AreThere) {

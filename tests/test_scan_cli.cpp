@@ -28,8 +28,9 @@ TEST(ScanCli, ElementwiseAndMatmulMatchTheLibrary) {
   write_npy(dir.path + "/x.npy", x);
   for (const char* op : {"sum", "prod", "max", "min", "logaddexp"})
     for (const char* flags : {"", " --exclusive", " --reverse", " --exclusive --reverse"}) {
-      const CliRun r = grux_cli(dir.path, fmt::format("scan {} --input {}/x.npy --dim -2{} --out {}/y.npy",
-                                                      op, dir.path, flags, dir.path));
+      const CliRun r =
+          grux_cli(dir.path, fmt::format("scan {} --input {}/x.npy --dim -2{} --out {}/y.npy", op,
+                                         dir.path, flags, dir.path));
       ASSERT_EQ(r.code, 0) << r.err;
       ScanOptions o;
       o.exclusive = std::string(flags).find("exclusive") != std::string::npos;
@@ -39,7 +40,9 @@ TEST(ScanCli, ElementwiseAndMatmulMatchTheLibrary) {
     }
   const Tensor m = random_tensor({6, 4, 4}, DType::f64, rng);
   write_npy(dir.path + "/m.npy", m);
-  const CliRun r = grux_cli(dir.path, fmt::format("scan matmul --input {0}/m.npy --dim 0 --reverse --out {0}/y.npy", dir.path));
+  const CliRun r = grux_cli(
+      dir.path,
+      fmt::format("scan matmul --input {0}/m.npy --dim 0 --reverse --out {0}/y.npy", dir.path));
   ASSERT_EQ(r.code, 0) << r.err;
   ScanOptions o;
   o.reverse = true;
@@ -58,20 +61,30 @@ TEST(ScanCli, AffineForms) {
   write_npy(dir.path + "/b.npy", b);
   write_npy(dir.path + "/h0.npy", h0);
   write_npy(dir.path + "/A.npy", A);
-  CliRun r = grux_cli(dir.path, fmt::format("scan affine --a {0}/a.npy --b {0}/b.npy --h0 {0}/h0.npy --dim 0 --reverse --out {0}/h.npy", dir.path));
+  CliRun r = grux_cli(dir.path, fmt::format("scan affine --a {0}/a.npy --b {0}/b.npy --h0 "
+                                            "{0}/h0.npy --dim 0 --reverse --out {0}/h.npy",
+                                            dir.path));
   ASSERT_EQ(r.code, 0) << r.err;
   AffineScanOptions o;
   o.reverse = true;
-  EXPECT_TRUE(all_close("diag", "h", read_npy(dir.path + "/h.npy"), affine_scan(a, b, 0, h0, o), Tol{0, 0}));
-  r = grux_cli(dir.path, fmt::format("scan affine --a {0}/A.npy --b {0}/b.npy --dim 0 --out {0}/h.npy", dir.path));
+  EXPECT_TRUE(all_close("diag", "h", read_npy(dir.path + "/h.npy"), affine_scan(a, b, 0, h0, o),
+                        Tol{0, 0}));
+  r = grux_cli(
+      dir.path,
+      fmt::format("scan affine --a {0}/A.npy --b {0}/b.npy --dim 0 --out {0}/h.npy", dir.path));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(all_close("matrix", "h", read_npy(dir.path + "/h.npy"), affine_scan(A, b, 0), Tol{0, 0}));
+  EXPECT_TRUE(
+      all_close("matrix", "h", read_npy(dir.path + "/h.npy"), affine_scan(A, b, 0), Tol{0, 0}));
   // Log space on positive terms.
   write_npy(dir.path + "/pa.npy", sigmoid(a));
   write_npy(dir.path + "/pb.npy", exp(b));
-  r = grux_cli(dir.path, fmt::format("scan affine --a {0}/pa.npy --b {0}/pb.npy --dim 0 --log-space --out {0}/h.npy", dir.path));
+  r = grux_cli(
+      dir.path,
+      fmt::format("scan affine --a {0}/pa.npy --b {0}/pb.npy --dim 0 --log-space --out {0}/h.npy",
+                  dir.path));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(all_close("log", "h", read_npy(dir.path + "/h.npy"), affine_scan(sigmoid(a), exp(b), 0), Tol{1e-12, 1e-12}));
+  EXPECT_TRUE(all_close("log", "h", read_npy(dir.path + "/h.npy"),
+                        affine_scan(sigmoid(a), exp(b), 0), Tol{1e-12, 1e-12}));
 }
 
 TEST(ScanCli, BadInputIsOneLineAndExitTwo) {
@@ -86,24 +99,32 @@ TEST(ScanCli, BadInputIsOneLineAndExitTwo) {
   const std::string d = dir.path;
   expect_user_error(grux_cli(d, "scan sum --input " + d + "/x.npy --dim 2 --out " + d + "/y.npy"),
                     {"dim 2 out of range", "rank 2"});
-  expect_user_error(grux_cli(d, "scan matmul --input " + d + "/sq.npy --dim 0 --out " + d + "/y.npy"),
-                    {"square matrices"});
+  expect_user_error(
+      grux_cli(d, "scan matmul --input " + d + "/sq.npy --dim 0 --out " + d + "/y.npy"),
+      {"square matrices"});
   expect_user_error(grux_cli(d, "scan sum --input " + d + "/i.npy --dim 0 --out " + d + "/y.npy"),
                     {"expected float32 or float64"});
-  expect_user_error(grux_cli(d, "scan sum --input " + d + "/missing.npy --dim 0 --out " + d + "/y.npy"),
-                    {"missing.npy"});
-  expect_user_error(grux_cli(d, "scan cumsum --input " + d + "/x.npy --dim 0 --out " + d + "/y.npy"),
-                    {"unknown scan op 'cumsum'"});
-  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d + "/b5.npy --dim 0 --out " + d + "/y.npy"),
+  expect_user_error(
+      grux_cli(d, "scan sum --input " + d + "/missing.npy --dim 0 --out " + d + "/y.npy"),
+      {"missing.npy"});
+  expect_user_error(
+      grux_cli(d, "scan cumsum --input " + d + "/x.npy --dim 0 --out " + d + "/y.npy"),
+      {"unknown scan op 'cumsum'"});
+  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d +
+                                    "/b5.npy --dim 0 --out " + d + "/y.npy"),
                     {"expected a of b's shape"});
-  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d + "/b64.npy --dim 0 --out " + d + "/y.npy"),
+  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d +
+                                    "/b64.npy --dim 0 --out " + d + "/y.npy"),
                     {"mixed dtypes"});
-  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d + "/b.npy --dim 0 --log-space --out " + d + "/y.npy"),
+  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d +
+                                    "/b.npy --dim 0 --log-space --out " + d + "/y.npy"),
                     {"log space needs a, b and h0 > 0", "a[0, 0] = -1"});
-  expect_user_error(grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d + "/b.npy --out " + d + "/y.npy"),
-                    {"--dim is required"});
-  expect_user_error(grux_cli(d, "scan sum --input " + d + "/x.npy --dim 0 --bogus 1 --out " + d + "/y.npy"),
-                    {"unexpected arguments: --bogus 1"});
+  expect_user_error(
+      grux_cli(d, "scan affine --a " + d + "/a.npy --b " + d + "/b.npy --out " + d + "/y.npy"),
+      {"--dim is required"});
+  expect_user_error(
+      grux_cli(d, "scan sum --input " + d + "/x.npy --dim 0 --bogus 1 --out " + d + "/y.npy"),
+      {"unexpected arguments: --bogus 1"});
   EXPECT_FALSE(std::ifstream(d + "/y.npy").good()) << "no output may be left behind";
   expect_user_error(grux_cli(d, "bench scan sum x5"), {"bad scan descriptor 'x5'"});
   expect_user_error(grux_cli(d, "bench scan matmul t100"), {"needs a matrix size"});
@@ -114,7 +135,8 @@ TEST(ScanCli, BenchPrintsOneCheckedJsonLine) {
   TempDir dir;
   for (const char* args : {"sum t100000", "affine n3t500c40", "affine t300d5", "matmul t50d8",
                            "logaddexp n2t1000c3", "affine t2000c2 --log-space"}) {
-    const CliRun r = grux_cli(dir.path, std::string("bench scan ") + args + " --reps 2 --threads 2");
+    const CliRun r =
+        grux_cli(dir.path, std::string("bench scan ") + args + " --reps 2 --threads 2");
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_GT(j.at("median_ms").get<double>(), 0) << args;

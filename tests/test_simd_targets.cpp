@@ -87,7 +87,8 @@ Results compute_all() {
     const Tensor b = test::random_tensor({29}, DType::f32, rng);
     const Tensor y = linear_forward(xs, w, b);
     const LinearGrads g = linear_backward(xs, w, y, true);
-    r["linear_y"] = y, r["linear_dx"] = g.dinput, r["linear_dw"] = g.dweight, r["linear_db"] = g.dbias;
+    r["linear_y"] = y, r["linear_dx"] = g.dinput, r["linear_dw"] = g.dweight,
+    r["linear_db"] = g.dbias;
     r["matmul"] = matmul(test::random_tensor({4, 17, 23}, DType::f32, rng),
                          test::random_tensor({23, 31}, DType::f32, rng));
   }

@@ -61,14 +61,23 @@ TEST(Tensor, FromBlobViewsTheCallersMemoryAndHoldsItsOwner) {
   EXPECT_TRUE(watch.expired());  // released with the last view
   EXPECT_THAT([&] { Tensor::from_blob(mem.data(), {2}, {-1}, DType::f64, nullptr); },
               ThrowsMessage<Error>(HasSubstr("negative stride")));
-  EXPECT_THAT([&] { Tensor::from_blob(reinterpret_cast<char*>(mem.data()) + 1, {2}, {1}, DType::f64, nullptr); },
-              ThrowsMessage<Error>(HasSubstr("not aligned")));
-  EXPECT_THAT([&] { Tensor::from_blob(mem.data(), {2, 3}, {1}, DType::f64, nullptr); },
-              ThrowsMessage<Error>(HasSubstr("1 strides given for shape (2, 3)")));
+  EXPECT_THAT(
+      [&] {
+        Tensor::from_blob(reinterpret_cast<char*>(mem.data()) + 1, {2}, {1}, DType::f64, nullptr);
+      },
+      ThrowsMessage<Error>(HasSubstr("not aligned")));
+  EXPECT_THAT(
+      [&] {
+        Tensor::from_blob(mem.data(), {2, 3}, {1}, DType::f64, nullptr);
+      },
+      ThrowsMessage<Error>(HasSubstr("1 strides given for shape (2, 3)")));
   EXPECT_THAT([&] { Tensor::from_blob(nullptr, {2}, {1}, DType::f64, nullptr); },
               ThrowsMessage<Error>(HasSubstr("null data")));
-  EXPECT_THAT([&] { Tensor::from_blob(mem.data(), {3, 3}, {int64_t{1} << 62, 1}, DType::f64, nullptr); },
-              ThrowsMessage<Error>(HasSubstr("too large")));
+  EXPECT_THAT(
+      [&] {
+        Tensor::from_blob(mem.data(), {3, 3}, {int64_t{1} << 62, 1}, DType::f64, nullptr);
+      },
+      ThrowsMessage<Error>(HasSubstr("too large")));
 }
 
 // With no owner the memory stays the caller's: the tensor never frees it or hands it on (to

@@ -52,7 +52,9 @@ static int effect_process(Effect* e, const float* in, float* out, int64_t frames
 }
 
 /* Real-time safe as well: the state back to zeros (a transport jump, a new file). */
-static void effect_reset(Effect* e) { grux_stream_reset(e->stream); }
+static void effect_reset(Effect* e) {
+  grux_stream_reset(e->stream);
+}
 
 static void effect_release(Effect* e) {
   if (!e) return;
@@ -99,9 +101,10 @@ int main(int argc, char** argv) {
     if (fabs(out[t]) > peak) peak = fabs(out[t]);
   }
   ns = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / kRate;
-  printf("effect: %ld channels, 1 s at 48 kHz in blocks of %d: %.0f ns per frame, "
-         "real-time factor %.0f, output peak %.3f\n",
-         (long)C, kBlock, ns, 1e9 / kRate / ns, peak);
+  printf(
+      "effect: %ld channels, 1 s at 48 kHz in blocks of %d: %.0f ns per frame, "
+      "real-time factor %.0f, output peak %.3f\n",
+      (long)C, kBlock, ns, 1e9 / kRate / ns, peak);
   free(in);
   free(out);
   effect_release(e);

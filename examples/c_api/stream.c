@@ -2,7 +2,8 @@
  * callback would; checks that one call over the whole signal gives the same bits.
  * Build against an installed grux:
  *   cc -std=c99 stream.c $(pkg-config --cflags --libs grux) -o stream
- * Usage: stream MODEL.safetensors [GRU_PREFIX [HEAD_PREFIX]]   (e.g. data/example/gru.safetensors) */
+ * Usage: stream MODEL.safetensors [GRU_PREFIX [HEAD_PREFIX]]   (e.g. data/example/gru.safetensors)
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +54,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   same = memcmp(out, out_whole, sizeof(float) * (size_t)(frames * O)) == 0;
-  printf("grux %s: %lld frames of %lld -> %lld floats; last frame starts %.6f; frame by frame %s "
-         "one call\n",
-         grux_version(), (long long)frames, (long long)I, (long long)O, out[(frames - 1) * O],
-         same ? "==" : "!=");
+  printf(
+      "grux %s: %lld frames of %lld -> %lld floats; last frame starts %.6f; frame by frame %s "
+      "one call\n",
+      grux_version(), (long long)frames, (long long)I, (long long)O, out[(frames - 1) * O],
+      same ? "==" : "!=");
   grux_stream_free(live);
   grux_stream_free(whole);
   grux_model_free(model);

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   }
   for (b = 0; b < 48000 / BLOCK; ++b) {
     for (t = 0; t < BLOCK; ++t)
-      for (i = 0; i < I; ++i) in[t * I + i] = (float)sin(0.01 * (double)((b * BLOCK + t) * (i + 1)));
+      for (i = 0; i < I; ++i)
+        in[t * I + i] = (float)sin(0.01 * (double)((b * BLOCK + t) * (i + 1)));
     if (process(plugin, in, out, BLOCK) != 0) {
       fprintf(stderr, "plugin_host: process failed\n");
       return 1;

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "grux/export.h"
 #include "grux/cost.h"
 #include "grux/cost_profile.h"
+#include "grux/export.h"
 
 namespace grux GRUX_API {
 
@@ -96,4 +96,4 @@ StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops);
 // its best: on a shared machine other work only ever makes a rate look lower.
 MachineProfile calibrate(const std::vector<int>& thread_counts, bool quick = false, int rounds = 1);
 
-}  // namespace grux
+}  // namespace GRUX_API

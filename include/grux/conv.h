@@ -119,4 +119,4 @@ struct Conv1dProblem {
   int64_t OL() const;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -166,4 +166,4 @@ CostReport activation_cost(const ActivationProblem& p);
 // (Adam: value, gradient and two moments read and written once) as a streaming phase.
 CostReport charlm_cost(const std::string& descriptor, DType dtype);
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -34,4 +34,4 @@ struct CostField {
 // The fields of one report in one mode (the first of view.modes).
 std::vector<CostField> cost_fields(const CostReport& r, const CostView& view);
 
-}  // namespace grux
+}  // namespace GRUX_API

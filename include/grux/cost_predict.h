@@ -56,4 +56,4 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
                              const LinkModel& link, const MachineProfile& profile, int threads,
                              int per_machine = 1);
 
-}  // namespace grux
+}  // namespace GRUX_API

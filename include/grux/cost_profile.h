@@ -95,4 +95,4 @@ void apply_overrides(MachineProfile& profile, const ProfileOverrides& o, DType d
 double read_bandwidth_at(const ThreadProfile& t, double bytes_per_thread);
 double bandwidth_at(const std::vector<std::pair<double, double>>& curve, double bytes_per_thread);
 
-}  // namespace grux
+}  // namespace GRUX_API

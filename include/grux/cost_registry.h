@@ -37,4 +37,4 @@ const CostOp& find_cost_op(const std::string& name);
 CostReport cost_of(const std::string& op, const std::string& descriptor,
                    const CostOptions& options);
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -122,4 +122,4 @@ class MpiSession {
   std::unique_ptr<Communicator> world_;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

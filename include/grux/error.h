@@ -18,7 +18,7 @@ class Error : public std::runtime_error {
 
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line);
 
-}  // namespace grux
+}  // namespace GRUX_API
 
 // Internal invariant: never fires on user input, only on a grux bug.
 #define GRUX_ASSERT(cond) \

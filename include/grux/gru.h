@@ -243,8 +243,8 @@ class GruInference {
 struct GruCellPlan;
 // GruCell::backward's gradients.
 struct GruCellGrads {
-  Tensor dinput;               // same shape as input
-  Tensor dh;                   // same shape as h (zeros' shape if h was not given)
+  Tensor dinput;  // same shape as input
+  Tensor dh;      // same shape as h (zeros' shape if h was not given)
   GruLayerWeights dweights;
 };
 
@@ -356,4 +356,4 @@ class GruStream {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -17,9 +17,8 @@
  *   if (!m) { fprintf(stderr, "%s\n", err); return 1; }
  *   grux_stream* s = grux_stream_create(m, 1, 1, err, sizeof err);
  *   ...
- *   if (grux_stream_process(s, in, out, frames) != 0) fprintf(stderr, "%s\n", grux_stream_error(s));
- *   grux_stream_free(s);
- *   grux_model_free(m);
+ *   if (grux_stream_process(s, in, out, frames) != 0) fprintf(stderr, "%s\n",
+ * grux_stream_error(s)); grux_stream_free(s); grux_model_free(m);
  *
  * Results are bit-identical to the C++ API's GruStream (grux/gru.h) followed by
  * grux::linear_forward (grux/nn.h), except for one sequence on the calling thread, whose head
@@ -82,8 +81,8 @@ GRUX_API void grux_model_free(grux_model* m);
  *   whole life (give them their own cores and the caller's priority); grux_stream_free joins
  *   them.
  * Returns NULL on error, with the message in err as for grux_model_load. */
-GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
-                                         char* err, size_t err_len);
+GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads, char* err,
+                                         size_t err_len);
 /* Runs `frames` (>= 0) time steps. in: frames x batch x input_size floats, time-major
  * (in[(t * batch + n) * input_size + i]); out: frames x batch x output_size floats, the same
  * way. in and out must not overlap. Returns GRUX_OK, or a non-zero code with the message in

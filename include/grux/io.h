@@ -54,4 +54,4 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // or if it is larger than `max_bytes`.
 std::string read_file(const std::string& path, size_t max_bytes = size_t(1) << 36);
 
-}  // namespace grux
+}  // namespace GRUX_API

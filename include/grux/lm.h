@@ -139,4 +139,4 @@ class TextBatches {
   int64_t N_, T_, stream_len_, windows_;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -145,4 +145,4 @@ class MinGru {
   std::vector<MinGruLayerWeights> weights_;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

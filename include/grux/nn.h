@@ -1,5 +1,6 @@
 // Model building blocks besides the GRU: Linear, Embedding and softmax cross-entropy, each a
-// forward / backward pair with PyTorch's shapes and numbers (nn.Linear, nn.Embedding, F.cross_entropy).
+// forward / backward pair with PyTorch's shapes and numbers (nn.Linear, nn.Embedding,
+// F.cross_entropy).
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,8 @@ struct LinearProblem {
 // nn.Embedding: rows of `table` (V, E) picked by `ids` (any shape, i64, each in [0, V)).
 // Returns ids.shape + (E). An id out of range is an error naming the id and its position.
 Tensor embedding_forward(const Tensor& ids, const Tensor& table, int threads = 0);
-// d(loss)/d(table) (V, E) from doutput (ids.shape + (E)): row ids[p] receives doutput[p]; repeated ids
-// add up, in increasing position order (deterministic). num_embeddings >= 1.
+// d(loss)/d(table) (V, E) from doutput (ids.shape + (E)): row ids[p] receives doutput[p]; repeated
+// ids add up, in increasing position order (deterministic). num_embeddings >= 1.
 Tensor embedding_backward(const Tensor& ids, const Tensor& doutput, int64_t num_embeddings,
                           int threads = 0);
 
@@ -61,4 +62,4 @@ struct CrossEntropy {
 CrossEntropy cross_entropy(const Tensor& logits, const Tensor& targets, bool want_grad = true,
                            int threads = 0);
 
-}  // namespace grux
+}  // namespace GRUX_API

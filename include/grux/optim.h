@@ -69,7 +69,8 @@ std::unique_ptr<Optimizer> make_sgd(const SgdOptions& options);
 
 // Learning rate at step s (0-based): base_lr * (s + 1) / warmup_steps during the warm-up,
 // then cosine decay from base_lr to min_lr over the remaining steps up to total_steps:
-//   p = (s - warmup) / max(1, total - warmup), lr = min_lr + (base_lr - min_lr) * (1 + cos(pi p)) / 2
+//   p = (s - warmup) / max(1, total - warmup), lr = min_lr + (base_lr - min_lr) * (1 + cos(pi p)) /
+//   2
 // and min_lr once s >= total_steps. total_steps <= 0 means no decay (constant after warm-up).
 // The warm-up takes precedence (s < warmup_steps) even when warmup_steps >= total_steps.
 // A negative step or warmup_steps throws grux::Error.
@@ -81,4 +82,4 @@ struct LrSchedule {
   double at(int64_t step) const;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

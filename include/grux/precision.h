@@ -32,4 +32,4 @@ std::string precision_kernel(Precision p);
 void set_portable_precision(bool allowed);
 bool portable_precision();
 
-}  // namespace grux
+}  // namespace GRUX_API

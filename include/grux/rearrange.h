@@ -33,4 +33,4 @@ namespace grux GRUX_API {
 Tensor rearrange(const Tensor& t, const std::string& pattern,
                  const std::map<std::string, int64_t>& axes_lengths = {});
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -27,4 +27,4 @@ std::vector<std::string> simd_targets();
 // other thread runs grux kernels. Throws grux::Error naming the targets when `name` is not one.
 void set_simd_target(const std::string& name);
 
-}  // namespace grux
+}  // namespace GRUX_API

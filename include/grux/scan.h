@@ -104,4 +104,4 @@ struct ScanProblem {
   std::string descriptor() const;
 };
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "grux/export.h"
 #include "grux/cost.h"
-#include "grux/cost_registry.h"
 #include "grux/cost_profile.h"
+#include "grux/cost_registry.h"
+#include "grux/export.h"
 
 namespace grux GRUX_API {
 
@@ -75,4 +75,4 @@ std::vector<MeasuredPoint> measured_points(const std::string& bench_jsonl, const
 std::string sweep_html(const SweepResult& r, const std::vector<MeasuredPoint>& measured,
                        const std::string& plotly_js);
 
-}  // namespace grux
+}  // namespace GRUX_API

@@ -174,4 +174,4 @@ void check_dtype(const char* op, const char* name, const Tensor& t, DType expect
 // Max absolute difference over all elements (same shape; any dtypes). For tests and tools.
 double max_abs_diff(const Tensor& a, const Tensor& b);
 
-}  // namespace grux
+}  // namespace GRUX_API

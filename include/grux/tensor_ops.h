@@ -96,4 +96,4 @@ ValuesIndices min_with_indices(const Tensor& t, int64_t dim, bool keepdim = fals
 Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& t, int64_t dim, bool keepdim = false);
 
-}  // namespace grux
+}  // namespace GRUX_API

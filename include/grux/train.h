@@ -123,7 +123,7 @@ class Trainer {
   Tensor h_;  // state carried across windows (L, local_, H): this rank's streams
   int64_t step_ = 0;
   History history_;
-  Tensor ids_, targets_;  // reused window buffers
+  Tensor ids_, targets_;         // reused window buffers
   std::vector<float> flat_f32_;  // the gradients in one buffer, to sum across ranks
   std::vector<double> flat_f64_;
 };
@@ -147,4 +147,4 @@ std::string loss_curve_csv(const Trainer::History& history);
 // FNV-1a 64-bit hash of a text (identifies the training data in checkpoints).
 uint64_t text_hash(const std::string& text);
 
-}  // namespace grux
+}  // namespace GRUX_API

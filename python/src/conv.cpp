@@ -2,7 +2,7 @@
 // Python functions (python/grux/_conv.py) check and normalise the options; the C++ library
 // checks the shapes. Results are new arrays (convolution) or, where grux returns a view, an
 // array over the input's memory (rearrange).
-#include "convert.h"
+#include "grux/conv.h"
 
 #include <pybind11/stl.h>
 
@@ -11,7 +11,7 @@
 #include <map>
 #include <string>
 
-#include "grux/conv.h"
+#include "convert.h"
 #include "grux/rearrange.h"
 
 namespace py = pybind11;
@@ -53,8 +53,8 @@ py::dict grads_dict(const grux::ConvGrads& g) {
 void grux_py::bind_conv(py::module_& m) {
   m.def(
       "conv2d_forward",
-      [](const py::object& x, const py::object& w, const py::object& b, Pair stride,
-         Pair padding, Pair dilation, int64_t groups, const std::string& algo, int threads) {
+      [](const py::object& x, const py::object& w, const py::object& b, Pair stride, Pair padding,
+         Pair dilation, int64_t groups, const std::string& algo, int threads) {
         const auto o = options2d(stride, padding, dilation, groups, algo, threads);
         const grux::Tensor tx = from_array(x, "input"), tw = from_array(w, "weight"),
                            tb = from_optional(b, "bias");
@@ -65,9 +65,8 @@ void grux_py::bind_conv(py::module_& m) {
         }
         return to_array(y);
       },
-      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
-      py::arg("padding"), py::arg("dilation"), py::arg("groups"), py::arg("algo"),
-      py::arg("threads"));
+      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+      py::arg("dilation"), py::arg("groups"), py::arg("algo"), py::arg("threads"));
   m.def(
       "conv2d_backward",
       [](const py::object& x, const py::object& w, const py::object& dy, bool bias, Pair stride,
@@ -88,8 +87,7 @@ void grux_py::bind_conv(py::module_& m) {
   m.def(
       "conv1d_forward",
       [](const py::object& x, const py::object& w, const py::object& b, int64_t stride,
-         int64_t padding, int64_t dilation, int64_t groups, const std::string& algo,
-         int threads) {
+         int64_t padding, int64_t dilation, int64_t groups, const std::string& algo, int threads) {
         const auto o = options1d(stride, padding, dilation, groups, algo, threads);
         const grux::Tensor tx = from_array(x, "input"), tw = from_array(w, "weight"),
                            tb = from_optional(b, "bias");
@@ -100,14 +98,12 @@ void grux_py::bind_conv(py::module_& m) {
         }
         return to_array(y);
       },
-      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
-      py::arg("padding"), py::arg("dilation"), py::arg("groups"), py::arg("algo"),
-      py::arg("threads"));
+      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+      py::arg("dilation"), py::arg("groups"), py::arg("algo"), py::arg("threads"));
   m.def(
       "conv1d_backward",
-      [](const py::object& x, const py::object& w, const py::object& dy, bool bias,
-         int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
-         const std::string& algo, int threads) {
+      [](const py::object& x, const py::object& w, const py::object& dy, bool bias, int64_t stride,
+         int64_t padding, int64_t dilation, int64_t groups, const std::string& algo, int threads) {
         const auto o = options1d(stride, padding, dilation, groups, algo, threads);
         const grux::Tensor tx = from_array(x, "input"), tw = from_array(w, "weight"),
                            tdy = from_array(dy, "grad_output");

@@ -165,12 +165,14 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
   if (const std::optional<TorchView> v = access_view(o); v && v->cpu) {
     const grux::Shape shape(v->shape, v->shape + v->ndim);
     const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
-    if (const std::optional<DType> dt = dtype_of_code(v->dtype, allow_int); dt && (empty || v->data))
+    if (const std::optional<DType> dt = dtype_of_code(v->dtype, allow_int);
+        dt && (empty || v->data))
       return torch_tensor(obj, *dt, shape, grux::Shape(v->strides, v->strides + v->ndim),
                           [&] { return v->data; });
   }
   if (getattr_of(o, api.is_cpu).ptr() != Py_True)
-    throw grux::Error(std::string(name) + ": a tensor on " + py::str(obj.attr("device")).cast<std::string>() +
+    throw grux::Error(std::string(name) + ": a tensor on " +
+                      py::str(obj.attr("device")).cast<std::string>() +
                       " was given; grux runs on the CPU (move it with .cpu())");
   const py::object dtype = getattr_of(o, api.dtype);
   const std::optional<DType> dt = torch_dtype(api, dtype, allow_int);
@@ -185,7 +187,8 @@ Tensor from_torch(const TorchApi& api, const py::handle& obj, const char* name, 
   if (stride_p == nullptr) refuse_layout(obj, name);
   if (!PyTuple_Check(shape_t.ptr()) || !PyTuple_Check(stride_t.ptr()) ||
       PyTuple_GET_SIZE(shape_t.ptr()) != PyTuple_GET_SIZE(stride_t.ptr()))
-    throw grux::Error(std::string(name) + ": the tensor's shape and strides are not tuples of "
+    throw grux::Error(std::string(name) +
+                      ": the tensor's shape and strides are not tuples of "
                       "the same length");
   const auto ndim = static_cast<size_t>(PyTuple_GET_SIZE(shape_t.ptr()));
   grux::Shape shape(ndim), strides(ndim);
@@ -221,12 +224,11 @@ bool read_torch_attributes(const TorchApi& api, PyObject* o, RawArray& r) {
   try {
     r.data = torch_data(api, o);
   } catch (const py::error_already_set&) {  // no storage (sparse, ...): the general path
-    return false;                            // words the error
+    return false;                           // words the error
   }
   r.requires_grad = getattr_of(o, api.requires_grad).ptr() == Py_True;
   return true;
 }
-
 
 }  // namespace
 
@@ -279,7 +281,6 @@ std::optional<RawArray> raw_array(const py::handle& obj) {
   return r;
 }
 
-
 // A NumPy array as a Tensor over the same memory. `name` is the argument named in errors.
 // f32, f64 and (for lengths) i64; any strides that are whole elements and non-negative (else
 // a contiguous copy is viewed, as NumPy would make).
@@ -309,7 +310,8 @@ Tensor from_array(const py::handle& obj, const char* name, bool allow_int) {
   // A fresh C-contiguous copy (NumPy allocates it aligned); py::array::ensure would hand a
   // misaligned but contiguous array back unchanged.
   if (!usable)
-    a = py::module_::import("numpy").attr("array")(a, py::arg("copy") = true, py::arg("order") = "C");
+    a = py::module_::import("numpy").attr("array")(a, py::arg("copy") = true,
+                                                   py::arg("order") = "C");
   grux::Shape shape(a.ndim()), strides(a.ndim());
   for (py::ssize_t d = 0; d < a.ndim(); ++d) {
     shape[d] = a.shape(d);

@@ -46,7 +46,7 @@ struct RawArray {
   grux::DType dtype = grux::DType::f32;
   int ndim = 0;
   int64_t shape[3] = {0, 0, 0};
-  bool torch = false;         // a torch.Tensor (results are made torch tensors too)
+  bool torch = false;          // a torch.Tensor (results are made torch tensors too)
   bool requires_grad = false;  // torch only
   int64_t numel() const;
 };

@@ -2,20 +2,20 @@
 // one problem's report and its roofline prediction and returns it as a flat dict whose keys
 // are the columns of `grux cost --format csv` (counts and bytes as exact Python ints). The
 // Python side (python/grux/_cost.py) adds the argument checks and the module profiler.
+#include "grux/cost.h"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include "convert.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "grux/cost.h"
-#include "grux/cost_registry.h"
+#include "convert.h"
 #include "grux/cost_format.h"
-#include "grux/cost_profile.h"
 #include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_registry.h"
 #include "grux/error.h"
 
 namespace py = pybind11;
@@ -67,8 +67,7 @@ void add_prediction(py::dict& d, const std::string& phase, const Prediction& p) 
 // Where the rates came from, as `grux cost` words it.
 std::string profile_label(const grux::MachineProfile& p) {
   if (p.source.rfind("preset", 0) == 0)
-    return p.source + " (no profile at " + grux::default_profile_path() +
-           "; run grux calibrate)";
+    return p.source + " (no profile at " + grux::default_profile_path() + "; run grux calibrate)";
   return p.source;
 }
 
@@ -126,9 +125,10 @@ void grux_py::bind_cost(py::module_& m) {
 
   m.def(
       "cost_report",
-      [](const std::string& op, const std::string& descriptor, const std::vector<std::string>& modes,
-         bool train, const std::string& dtype, bool bias, bool reset_before,
-         const py::object& lengths, int threads, const std::string& profile_path) {
+      [](const std::string& op, const std::string& descriptor,
+         const std::vector<std::string>& modes, bool train, const std::string& dtype, bool bias,
+         bool reset_before, const py::object& lengths, int threads,
+         const std::string& profile_path) {
         std::vector<CountMode> ms;
         for (const std::string& s : modes) ms.push_back(grux::parse_count_mode(s));
         const CostReport r = compute(op, descriptor, dtype, bias, reset_before, lengths);
@@ -167,7 +167,8 @@ void grux_py::bind_cost(py::module_& m) {
         }
         add_prediction(d, "inference", inference);
         if (train)
-          add_prediction(d, "training", grux::predict(r.training_phases, r.dtype, profile, threads));
+          add_prediction(d, "training",
+                         grux::predict(r.training_phases, r.dtype, profile, threads));
         d["threads"] = threads;
         d["profile"] = profile_label(profile);
         d["profile_machine"] = profile.machine;

@@ -1,14 +1,14 @@
 // grux._grux: MinGru (mingru.h) and the tape its forward_train fills. The Python class
 // grux.MinGRU (python/grux/_mingru.py) wraps these; this file holds no policy.
-#include "convert.h"
+#include "grux/mingru.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "convert.h"
 #include "grux/error.h"
-#include "grux/mingru.h"
 
 namespace py = pybind11;
 using grux_py::from_array;
@@ -38,14 +38,13 @@ void grux_py::bind_mingru(py::module_& m) {
   py::class_<MinTape>(m, "MinGruTape");
 
   py::class_<grux::MinGru>(m, "MinGru")
-      .def(py::init([](int64_t I, int64_t H, int64_t L, bool bias, bool batch_first,
-                       bool log_space, const std::string& dtype, uint64_t seed) {
+      .def(py::init([](int64_t I, int64_t H, int64_t L, bool bias, bool batch_first, bool log_space,
+                       const std::string& dtype, uint64_t seed) {
              return grux::MinGru(make_config(I, H, L, bias, batch_first, log_space),
                                  parse_dtype(dtype), seed);
            }),
-           py::arg("input_size"), py::arg("hidden_size"), py::arg("num_layers"),
-           py::arg("bias"), py::arg("batch_first"), py::arg("log_space"), py::arg("dtype"),
-           py::arg("seed"))
+           py::arg("input_size"), py::arg("hidden_size"), py::arg("num_layers"), py::arg("bias"),
+           py::arg("batch_first"), py::arg("log_space"), py::arg("dtype"), py::arg("seed"))
       .def_static(
           "from_state_dict",
           [](const py::dict& state, bool batch_first, bool log_space) {
@@ -55,12 +54,13 @@ void grux_py::bind_mingru(py::module_& m) {
           },
           py::arg("state"), py::arg("batch_first"), py::arg("log_space"))
       .def("state_dict", [](const grux::MinGru& g) { return to_dict(g.state_dict()); })
-      .def_property_readonly("dtype", [](const grux::MinGru& g) {
-        return dtype_str(g.dtype());
-      })
-      .def_property_readonly("input_size", [](const grux::MinGru& g) { return g.config().input_size; })
-      .def_property_readonly("hidden_size", [](const grux::MinGru& g) { return g.config().hidden_size; })
-      .def_property_readonly("num_layers", [](const grux::MinGru& g) { return g.config().num_layers; })
+      .def_property_readonly("dtype", [](const grux::MinGru& g) { return dtype_str(g.dtype()); })
+      .def_property_readonly("input_size",
+                             [](const grux::MinGru& g) { return g.config().input_size; })
+      .def_property_readonly("hidden_size",
+                             [](const grux::MinGru& g) { return g.config().hidden_size; })
+      .def_property_readonly("num_layers",
+                             [](const grux::MinGru& g) { return g.config().num_layers; })
       .def_property_readonly("bias", [](const grux::MinGru& g) { return g.config().bias; })
       .def(
           "forward",
@@ -98,7 +98,8 @@ void grux_py::bind_mingru(py::module_& m) {
           [](const grux::MinGru& g, const MinTape& tape, const py::object& dout,
              const py::object& dh_n, int threads) {
             if (tape.tape.empty())
-              throw grux::Error("backward: the tape is empty (use the tape forward_train returned)");
+              throw grux::Error(
+                  "backward: the tape is empty (use the tape forward_train returned)");
             const grux::Tensor to = from_optional(dout, "grad_output"),
                                th = from_optional(dh_n, "grad_h_n");
             grux::MinGruGrads grads;

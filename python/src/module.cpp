@@ -7,8 +7,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "convert.h"
-
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -18,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "convert.h"
 #include "grux/error.h"
 #include "grux/gru.h"
 #include "grux/runtime.h"
@@ -36,11 +35,13 @@ std::string describe(const py::handle& o) {
   std::string s = py::type::of(o).attr("__name__").cast<std::string>();
   if (py::hasattr(o, "shape")) {
     s += " of shape (";
-    for (const auto& d : o.attr("shape")) s += (s.back() == '(' ? "" : ", ") + py::str(d).cast<std::string>();
+    for (const auto& d : o.attr("shape"))
+      s += (s.back() == '(' ? "" : ", ") + py::str(d).cast<std::string>();
     s += py::len(o.attr("shape")) == 1 ? ",)" : ")";
   }
   if (py::hasattr(o, "dtype")) s += " and dtype " + py::str(o.attr("dtype")).cast<std::string>();
-  if (py::isinstance<py::array>(o) && !(py::reinterpret_borrow<py::array>(o).flags() & py::array::c_style))
+  if (py::isinstance<py::array>(o) &&
+      !(py::reinterpret_borrow<py::array>(o).flags() & py::array::c_style))
     s += ", not C-contiguous";
   else if (is_torch_tensor(o) && !o.attr("is_contiguous")().cast<bool>())
     s += ", not contiguous";
@@ -51,8 +52,8 @@ grux::GruForm form_of(bool reset_before) {
   return reset_before ? grux::GruForm::reset_before : grux::GruForm::linear_before_reset;
 }
 
-grux::GruConfig make_config(int64_t input_size, int64_t hidden_size, int64_t num_layers,
-                            bool bias, bool batch_first, double dropout, bool bidirectional,
+grux::GruConfig make_config(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias,
+                            bool batch_first, double dropout, bool bidirectional,
                             bool reset_before) {
   grux::GruConfig c;
   c.input_size = input_size, c.hidden_size = hidden_size, c.num_layers = num_layers;
@@ -93,7 +94,8 @@ struct Stream {
     const bool chunk = in->ndim == frame_dims + 1;
     if (single && chunk) return std::nullopt;
     if ((in->ndim != frame_dims && !chunk) || (chunk && batch_first && N > 0)) return std::nullopt;
-    if (in->shape[in->ndim - 1] != I || (N > 0 && in->shape[in->ndim - 2] != N)) return std::nullopt;
+    if (in->shape[in->ndim - 1] != I || (N > 0 && in->shape[in->ndim - 2] != N))
+      return std::nullopt;
     const int64_t t = chunk ? in->shape[0] : 1, rows = N == 0 ? 1 : N;
     RawArray want = *in;
     want.shape[want.ndim - 1] = H;
@@ -134,8 +136,8 @@ struct Stream {
     bool ok = r && r->dtype == want.dtype && r->ndim == want.ndim;
     for (int d = 0; ok && d < want.ndim; ++d) ok = r->shape[d] == want.shape[d];
     if (!ok) {  // the message is built only here: a step per call must not pay for it
-      std::string expected = "a C-contiguous " + dtype_str(dtype) +
-                             " array or CPU tensor of shape (";
+      std::string expected =
+          "a C-contiguous " + dtype_str(dtype) + " array or CPU tensor of shape (";
       for (int d = 0; d < want.ndim; ++d)
         expected += (d ? ", " : "") + std::to_string(want.shape[d]);
       expected += want.ndim == 1 ? ",)" : ")";
@@ -144,13 +146,15 @@ struct Stream {
     if (py::isinstance<py::array>(out) && !py::reinterpret_borrow<py::array>(out).writeable())
       throw grux::Error("out: the array is read-only");
     if (r->requires_grad)
-      throw grux::Error("out: a tensor that requires grad cannot be written (pass one made under "
-                        "torch.no_grad(), or none)");
+      throw grux::Error(
+          "out: a tensor that requires grad cannot be written (pass one made under "
+          "torch.no_grad(), or none)");
     const auto* a = static_cast<const char*>(in);  // in_bytes 0: nothing to overlap
     const auto* b = static_cast<const char*>(r->data);
     if (a < b + r->numel() * grux::dtype_size(dtype) && b < a + in_bytes)
-      throw grux::Error("out: overlaps the frames (the stream reads each frame while it writes "
-                        "the output; pass separate memory)");
+      throw grux::Error(
+          "out: overlaps the frames (the stream reads each frame while it writes "
+          "the output; pass separate memory)");
     return r->data;
   }
 };
@@ -205,11 +209,11 @@ PyObject* step_frame_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return nullptr;
 }
 
-PyMethodDef kStepFrameDef = {"_step_frame",
-                             reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step_frame_fast)),
-                             METH_FASTCALL,
-                             "_step_frame(handle, frame, out): one frame through a stream's fast "
-                             "path, or None (GRUStream.step's general path then)."};
+PyMethodDef kStepFrameDef = {
+    "_step_frame", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step_frame_fast)),
+    METH_FASTCALL,
+    "_step_frame(handle, frame, out): one frame through a stream's fast "
+    "path, or None (GRUStream.step's general path then)."};
 
 // grux.torch.GRUCell's per-call fast path: a capsule of the packed cell and the weights it was
 // packed from (held, so that their identities stay theirs), with each weight's data pointer
@@ -455,13 +459,14 @@ PYBIND11_MODULE(_grux, m) {
         "Identity, data pointer and version of each tensor, as bytes (grux.torch.GRUCell's "
         "packed-weights check), or None without grux._torch_access.");
   m.def(
-      "_raw_array", [](const py::handle& obj) -> py::object {
+      "_raw_array",
+      [](const py::handle& obj) -> py::object {
         const std::optional<RawArray> r = raw_array(obj);
         if (!r) return py::none();
         py::tuple shape(r->ndim);
         for (int d = 0; d < r->ndim; ++d) shape[d] = r->shape[d];
-        return py::make_tuple(dtype_str(r->dtype), shape,
-                              reinterpret_cast<uintptr_t>(r->data), r->torch, r->requires_grad);
+        return py::make_tuple(dtype_str(r->dtype), shape, reinterpret_cast<uintptr_t>(r->data),
+                              r->torch, r->requires_grad);
       },
       "What the per-frame fast path reads of an array or tensor: (dtype, shape, data address, "
       "is torch, requires grad), or None where it takes the general path (for tests).");
@@ -483,22 +488,22 @@ PYBIND11_MODULE(_grux, m) {
 
 // Gru, GruCell, GruStream.
 void grux_py::bind_gru(py::module_& m) {
-  m.def("is_torch_tensor", [](const py::handle& x) { return is_torch_tensor(x); },
-        "Whether x is a torch.Tensor (without importing torch).");
+  m.def(
+      "is_torch_tensor", [](const py::handle& x) { return is_torch_tensor(x); },
+      "Whether x is a torch.Tensor (without importing torch).");
   py::class_<Tape>(m, "Tape");
 
   py::class_<grux::Gru>(m, "Gru")
-      .def(py::init([](int64_t I, int64_t H, int64_t L, bool bias, bool batch_first,
-                       double dropout, bool bidirectional, bool reset_before,
-                       const std::string& dtype, uint64_t seed) {
-             return grux::Gru(make_config(I, H, L, bias, batch_first, dropout, bidirectional,
-                                          reset_before),
-                              parse_dtype(dtype), seed);
+      .def(py::init([](int64_t I, int64_t H, int64_t L, bool bias, bool batch_first, double dropout,
+                       bool bidirectional, bool reset_before, const std::string& dtype,
+                       uint64_t seed) {
+             return grux::Gru(
+                 make_config(I, H, L, bias, batch_first, dropout, bidirectional, reset_before),
+                 parse_dtype(dtype), seed);
            }),
-           py::arg("input_size"), py::arg("hidden_size"), py::arg("num_layers"),
-           py::arg("bias"), py::arg("batch_first"), py::arg("dropout"),
-           py::arg("bidirectional"), py::arg("reset_before"), py::arg("dtype"),
-           py::arg("seed"))
+           py::arg("input_size"), py::arg("hidden_size"), py::arg("num_layers"), py::arg("bias"),
+           py::arg("batch_first"), py::arg("dropout"), py::arg("bidirectional"),
+           py::arg("reset_before"), py::arg("dtype"), py::arg("seed"))
       .def_static(
           "from_state_dict",
           [](const py::dict& state, bool batch_first, double dropout, bool reset_before) {
@@ -509,14 +514,14 @@ void grux_py::bind_gru(py::module_& m) {
           },
           py::arg("state"), py::arg("batch_first"), py::arg("dropout"), py::arg("reset_before"))
       .def("state_dict", [](const grux::Gru& g) { return to_dict(g.state_dict()); })
-      .def_property_readonly("dtype", [](const grux::Gru& g) {
-        return dtype_str(g.dtype());
-      })
+      .def_property_readonly("dtype", [](const grux::Gru& g) { return dtype_str(g.dtype()); })
       .def_property_readonly("input_size", [](const grux::Gru& g) { return g.config().input_size; })
-      .def_property_readonly("hidden_size", [](const grux::Gru& g) { return g.config().hidden_size; })
+      .def_property_readonly("hidden_size",
+                             [](const grux::Gru& g) { return g.config().hidden_size; })
       .def_property_readonly("num_layers", [](const grux::Gru& g) { return g.config().num_layers; })
       .def_property_readonly("bias", [](const grux::Gru& g) { return g.config().bias; })
-      .def_property_readonly("bidirectional", [](const grux::Gru& g) { return g.config().bidirectional; })
+      .def_property_readonly("bidirectional",
+                             [](const grux::Gru& g) { return g.config().bidirectional; })
       .def(
           "forward",
           [](const grux::Gru& g, const py::object& x, const py::object& h0,
@@ -528,8 +533,9 @@ void grux_py::bind_gru(py::module_& m) {
             {
               py::gil_scoped_release nogil;
               // bf16 / int8: the weights converted for this call (GruInference).
-              out = p == grux::Precision::f32 ? g.forward(tx, th, tl, threads)
-                                              : grux::GruInference(g, p).forward(tx, th, tl, threads);
+              out = p == grux::Precision::f32
+                        ? g.forward(tx, th, tl, threads)
+                        : grux::GruInference(g, p).forward(tx, th, tl, threads);
             }
             return py::make_tuple(to_array(out.output), to_array(out.h_n));
           },
@@ -555,10 +561,13 @@ void grux_py::bind_gru(py::module_& m) {
           py::arg("dropout_seed") = 0, py::arg("threads") = 0, py::arg("precision") = "f32")
       .def(
           "backward",
-          [](const grux::Gru& g, const Tape& tape, const py::object& dout,
-             const py::object& dh_n, int threads) {
-            if (tape.tape.empty()) throw grux::Error("backward: the tape is empty (use the tape forward_train returned)");
-            const Tensor to = from_optional(dout, "grad_output"), th = from_optional(dh_n, "grad_h_n");
+          [](const grux::Gru& g, const Tape& tape, const py::object& dout, const py::object& dh_n,
+             int threads) {
+            if (tape.tape.empty())
+              throw grux::Error(
+                  "backward: the tape is empty (use the tape forward_train returned)");
+            const Tensor to = from_optional(dout, "grad_output"),
+                         th = from_optional(dh_n, "grad_h_n");
             grux::GruGrads grads;
             {
               py::gil_scoped_release nogil;
@@ -570,12 +579,12 @@ void grux_py::bind_gru(py::module_& m) {
           py::arg("threads") = 0);
 
   py::class_<grux::GruCell>(m, "GruCell")
-      .def(py::init([](int64_t I, int64_t H, bool bias, bool reset_before,
-                       const std::string& dtype, uint64_t seed) {
+      .def(py::init([](int64_t I, int64_t H, bool bias, bool reset_before, const std::string& dtype,
+                       uint64_t seed) {
              return grux::GruCell(I, H, bias, form_of(reset_before), parse_dtype(dtype), seed);
            }),
-           py::arg("input_size"), py::arg("hidden_size"), py::arg("bias"),
-           py::arg("reset_before"), py::arg("dtype"), py::arg("seed"))
+           py::arg("input_size"), py::arg("hidden_size"), py::arg("bias"), py::arg("reset_before"),
+           py::arg("dtype"), py::arg("seed"))
       .def_static(
           "from_state_dict",
           [](const py::dict& state, bool reset_before) {
@@ -586,9 +595,8 @@ void grux_py::bind_gru(py::module_& m) {
       .def("state_dict", [](const grux::GruCell& c) { return to_dict(c.state_dict()); })
       .def_property_readonly("input_size", &grux::GruCell::input_size)
       .def_property_readonly("hidden_size", &grux::GruCell::hidden_size)
-      .def_property_readonly("dtype", [](const grux::GruCell& c) {
-        return dtype_str(c.weights().w_ih.dtype());
-      })
+      .def_property_readonly(
+          "dtype", [](const grux::GruCell& c) { return dtype_str(c.weights().w_ih.dtype()); })
       .def(
           "forward",
           [](const grux::GruCell& c, const py::object& x, const py::object& h, int threads) {
@@ -629,9 +637,8 @@ void grux_py::bind_gru(py::module_& m) {
       .def(py::init([](const grux::Gru& g, int64_t batch, const py::object& h0, int threads,
                        const std::string& precision) {
              auto st = std::make_unique<Stream>();
-             st->stream = std::make_unique<grux::GruStream>(g, batch, from_optional(h0, "h0"),
-                                                            grux::parse_precision(precision),
-                                                            threads);
+             st->stream = std::make_unique<grux::GruStream>(
+                 g, batch, from_optional(h0, "h0"), grux::parse_precision(precision), threads);
              st->N = batch, st->I = g.config().input_size, st->H = g.config().hidden_size;
              st->batch_first = g.config().batch_first, st->dtype = g.dtype();
              return st;
@@ -667,7 +674,8 @@ void grux_py::bind_gru(py::module_& m) {
             if (c.numel() != want.numel() || c.dtype() != want.dtype)  // never: the step's shape
               throw grux::Error("out: the result's shape " + grux::shape_str(c.shape()) +
                                 " differs from the one checked");
-            std::memcpy(o, c.raw_data(), static_cast<size_t>(c.numel()) * grux::dtype_size(c.dtype()));
+            std::memcpy(o, c.raw_data(),
+                        static_cast<size_t>(c.numel()) * grux::dtype_size(c.dtype()));
             return py::reinterpret_borrow<py::object>(out);
           },
           py::arg("frames"), py::arg("out") = py::none())
@@ -686,6 +694,7 @@ void grux_py::bind_gru(py::module_& m) {
           "A handle for _step_frame (holds this stream).")
       .def("state", [](const Stream& s) { return to_array(s.stream->state()); })
       .def(
-          "reset", [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },
+          "reset",
+          [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },
           py::arg("h0") = py::none());
 }

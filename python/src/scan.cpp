@@ -7,14 +7,14 @@
 // callback takes it back for each call (so it cannot deadlock against the calling thread).
 // A Python exception raised by the callable travels through the C++ scan as
 // py::error_already_set and is restored unchanged when the binding returns.
-#include "convert.h"
+#include "grux/scan.h"
 
 #include <cstdint>
 #include <string>
 #include <utility>
 
+#include "convert.h"
 #include "grux/error.h"
-#include "grux/scan.h"
 
 namespace py = pybind11;
 using grux::Tensor;
@@ -60,18 +60,16 @@ struct PyCombine {
     // Anything NumPy makes a numeric array of (a NumPy scalar from 0-d operands) is taken.
     py::array arr = py::array::ensure(r);
     if (!arr || std::string("biufc").find(arr.dtype().kind()) == std::string::npos)
-      throw grux::Error(name + ": the function returned " +
-                        py::str(py::type::of(r)).cast<std::string>() +
-                        ", expected an array of shape " + grux::shape_str(slice) +
-                        " (one slice of x)");
+      throw grux::Error(
+          name + ": the function returned " + py::str(py::type::of(r)).cast<std::string>() +
+          ", expected an array of shape " + grux::shape_str(slice) + " (one slice of x)");
     const grux::Shape shape(arr.shape(), arr.shape() + arr.ndim());
-    const bool same_dtype = arr.dtype().kind() == 'f' &&
-                            arr.dtype().itemsize() == py::ssize_t(grux::dtype_size(dtype));
+    const bool same_dtype =
+        arr.dtype().kind() == 'f' && arr.dtype().itemsize() == py::ssize_t(grux::dtype_size(dtype));
     if (shape != slice || !same_dtype)
       throw grux::Error(name + ": the function returned shape " + grux::shape_str(shape) + " " +
                         py::str(static_cast<py::handle>(arr.dtype())).cast<std::string>() +
-                        ", expected " + grux::shape_str(slice) + " " +
-                        grux_py::dtype_str(dtype) +
+                        ", expected " + grux::shape_str(slice) + " " + grux_py::dtype_str(dtype) +
                         " (one slice of x; the function must preserve shape and dtype)");
     return from_array(arr, name.c_str());
   }
@@ -136,16 +134,14 @@ void grux_py::bind_scan(py::module_& m) {
       "reduce_scan_callable",
       [](const py::object& x, int64_t dim, const py::function& fn, const std::string& name,
          bool readonly) {
-        return to_array(
-            scan_callable(true, x, dim, fn, name, false, false, py::none(), readonly));
+        return to_array(scan_callable(true, x, dim, fn, name, false, false, py::none(), readonly));
       },
       py::arg("x"), py::arg("dim"), py::arg("fn"), py::arg("name"), py::arg("readonly"));
   m.def(
       "affine_scan",
-      [](const py::object& a, const py::object& b, int64_t dim, const py::object& h0,
-         bool reverse, bool log_space, int threads) {
-        const Tensor ta = from_array(a, "a"), tb = from_array(b, "b"),
-                     th = from_optional(h0, "h0");
+      [](const py::object& a, const py::object& b, int64_t dim, const py::object& h0, bool reverse,
+         bool log_space, int threads) {
+        const Tensor ta = from_array(a, "a"), tb = from_array(b, "b"), th = from_optional(h0, "h0");
         Tensor h;
         {
           py::gil_scoped_release nogil;

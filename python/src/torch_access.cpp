@@ -18,10 +18,14 @@ namespace {
 
 int dtype_code(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return 0;
-    case at::kDouble: return 1;
-    case at::kLong: return 2;
-    default: return -1;
+    case at::kFloat:
+      return 0;
+    case at::kDouble:
+      return 1;
+    case at::kLong:
+      return 2;
+    default:
+      return -1;
   }
 }
 

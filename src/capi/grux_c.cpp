@@ -1,8 +1,6 @@
 // The C API (include/grux/grux.h) over the C++ engine: a GRU stack (grux::Gru, run by
 // grux::GruStream) and an optional Linear head (the kernel grux::linear_forward runs). Every
 // entry point catches everything: no exception crosses into C.
-#include "grux/grux.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,10 +15,11 @@
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_stream.h"
-#include "ops/gru_stream_access.h"
 #include "grux/gru.h"
+#include "grux/grux.h"
 #include "grux/io.h"
 #include "grux/version.h"
+#include "ops/gru_stream_access.h"
 
 namespace {
 
@@ -92,8 +91,8 @@ struct grux_stream {
   // Otherwise, sized at creation: process() runs calls in blocks of `block` frames and
   // allocates nothing.
   int64_t block = 0;
-  std::vector<float> gru_out{};    // (block, batch, H) when there is a head
-  Tensor head_packed{};  // batch > 1: the head's W^T packed once, as cpu::gemm packs it
+  std::vector<float> gru_out{};  // (block, batch, H) when there is a head
+  Tensor head_packed{};          // batch > 1: the head's W^T packed once, as cpu::gemm packs it
   grux::cpu::PackedB<float> head_b{};
   std::string error{};
 };
@@ -116,9 +115,11 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
     const grux::SafeTensors file = grux::read_safetensors(safetensors_path);
     const std::string what = fmt::format("grux_model_load: {}: ", safetensors_path);
     for (const auto& [key, t] : file.tensors)
-      if ((key.compare(0, gp.size(), gp) == 0 || (!hp.empty() && key.compare(0, hp.size(), hp) == 0)) &&
+      if ((key.compare(0, gp.size(), gp) == 0 ||
+           (!hp.empty() && key.compare(0, hp.size(), hp) == 0)) &&
           t.dtype() != grux::DType::f32)
-        throw Error(fmt::format("{}{} is {}, expected F32", what, key, grux::dtype_name(t.dtype())));
+        throw Error(
+            fmt::format("{}{} is {}, expected F32", what, key, grux::dtype_name(t.dtype())));
 
     // The GRU: every key under gru_prefix except the head's (when its prefix extends it).
     std::map<std::string, Tensor> state =
@@ -128,9 +129,10 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
                               what, gp));
     for (const auto& [key, t] : state)
       if (key.size() > 8 && key.compare(key.size() - 8, 8, "_reverse") == 0)
-        throw Error(fmt::format("{}{}{} belongs to a bidirectional GRU, which cannot stream (the "
-                                "reverse direction needs the whole sequence)",
-                                what, gp, key));
+        throw Error(
+            fmt::format("{}{}{} belongs to a bidirectional GRU, which cannot stream (the "
+                        "reverse direction needs the whole sequence)",
+                        what, gp, key));
     grux::GruConfig options;
     options.form = (flags & GRUX_RESET_BEFORE) ? grux::GruForm::reset_before
                                                : grux::GruForm::linear_before_reset;
@@ -149,9 +151,10 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
     if (!hp.empty()) {
       const auto w = file.tensors.find(hp + "weight");
       if (w == file.tensors.end())
-        throw Error(fmt::format("{}the head has no {}weight (expected nn.Linear's weight, ({}, "
-                                "out_features))",
-                                what, hp, head.H));
+        throw Error(
+            fmt::format("{}the head has no {}weight (expected nn.Linear's weight, ({}, "
+                        "out_features))",
+                        what, hp, head.H));
       const Tensor& wt = w->second;
       if (wt.dim() != 2 || wt.size(1) != head.H || wt.size(0) < 1)
         throw Error(fmt::format("{}{}weight has shape {}, expected (out_features, {})", what, hp,
@@ -167,16 +170,18 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
       }
       for (const auto& [key, t] : file.tensors)
         if (key.compare(0, hp.size(), hp) == 0 && key != hp + "weight" && key != hp + "bias")
-          throw Error(fmt::format("{}unexpected key {} under the head's prefix (expected {}weight "
-                                  "and {}bias)",
-                                  what, key, hp, hp));
+          throw Error(
+              fmt::format("{}unexpected key {} under the head's prefix (expected {}weight "
+                          "and {}bias)",
+                          what, key, hp, hp));
     }
     if (flags & GRUX_RESIDUAL) {
       head.residual = true;
       if (head.O != head.input_size)
-        throw Error(fmt::format("{}GRUX_RESIDUAL adds the input to the output, but the input has "
-                                "{} features and the output {}",
-                                what, head.input_size, head.O));
+        throw Error(
+            fmt::format("{}GRUX_RESIDUAL adds the input to the output, but the input has "
+                        "{} features and the output {}",
+                        what, head.input_size, head.O));
     }
     const grux::Precision precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
                                       : (flags & GRUX_INT8) ? grux::Precision::int8
@@ -188,16 +193,23 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
   return nullptr;
 }
 
-int64_t grux_model_input_size(const grux_model* m) { return m ? m->head.input_size : -1; }
-int64_t grux_model_output_size(const grux_model* m) { return m ? m->head.O : -1; }
-void grux_model_free(grux_model* m) { delete m; }
+int64_t grux_model_input_size(const grux_model* m) {
+  return m ? m->head.input_size : -1;
+}
+int64_t grux_model_output_size(const grux_model* m) {
+  return m ? m->head.O : -1;
+}
+void grux_model_free(grux_model* m) {
+  delete m;
+}
 
 grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads, char* err,
                                 size_t err_len) {
   set_error(err, err_len, "");
   try {
     if (!m) throw Error("grux_stream_create: model is NULL");
-    if (batch < 1) throw Error(fmt::format("grux_stream_create: batch is {}, expected >= 1", batch));
+    if (batch < 1)
+      throw Error(fmt::format("grux_stream_create: batch is {}, expected >= 1", batch));
     if (threads < 0)
       throw Error(fmt::format(
           "grux_stream_create: threads is {}, expected 0 or 1 (the calling thread only) "
@@ -296,8 +308,12 @@ void grux_stream_reset(grux_stream* s) {
   }
 }
 
-void grux_stream_free(grux_stream* s) { delete s; }
+void grux_stream_free(grux_stream* s) {
+  delete s;
+}
 
-const char* grux_version(void) { return GRUX_VERSION_STRING; }
+const char* grux_version(void) {
+  return GRUX_VERSION_STRING;
+}
 
 }  // extern "C"

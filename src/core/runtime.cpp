@@ -89,8 +89,9 @@ void set_simd_target(const std::string& name) {
   if (name.empty()) return restrict_to(0);
   for (int64_t t : targets)
     if (upper(name) == upper(hwy::TargetName(t))) return restrict_to(t);
-  throw Error(fmt::format("SIMD target '{}' is not one this build and CPU can run (expected one of: {})",
-                          name, names(targets)));
+  throw Error(
+      fmt::format("SIMD target '{}' is not one this build and CPU can run (expected one of: {})",
+                  name, names(targets)));
 }
 
 }  // namespace grux

@@ -248,7 +248,8 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, const Shape& strides, D
                          std::shared_ptr<void> owner) {
   const int64_t n = checked_numel(shape, dtype);
   if (strides.size() != shape.size())
-    throw Error(fmt::format("from_blob: {} strides given for shape {}", strides.size(), shape_str(shape)));
+    throw Error(
+        fmt::format("from_blob: {} strides given for shape {}", strides.size(), shape_str(shape)));
   const size_t esize = dtype_size(dtype);
   if (!data && n > 0) throw Error("from_blob: null data pointer");
   if (reinterpret_cast<uintptr_t>(data) % esize != 0)
@@ -264,7 +265,8 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, const Shape& strides, D
       throw Error(fmt::format("from_blob: strides too large for shape {}", shape_str(shape)));
   }
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(extent) * esize, std::move(owner));
+  t.storage_ =
+      std::make_shared<Storage>(data, static_cast<size_t>(extent) * esize, std::move(owner));
   t.shape_ = shape;
   t.strides_ = strides;
   t.dtype_ = dtype;
@@ -299,7 +301,9 @@ const void* Tensor::raw_data() const {
   GRUX_CHECK(defined(), "data access on an undefined tensor");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
-void* Tensor::raw_data() { return const_cast<void*>(std::as_const(*this).raw_data()); }
+void* Tensor::raw_data() {
+  return const_cast<void*>(std::as_const(*this).raw_data());
+}
 
 template <typename T>
 const T* Tensor::data() const {

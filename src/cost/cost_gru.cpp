@@ -75,9 +75,12 @@ int64_t split_of(int64_t H, DType dtype) {
 cost_detail::wide weight_pass_bytes(Precision precision, cost_detail::wide es,
                                     cost_detail::wide elements, cost_detail::wide cols) {
   switch (precision) {
-    case Precision::bf16: return 2 * elements;
-    case Precision::int8: return elements + 8 * cols;
-    default: return es * elements;
+    case Precision::bf16:
+      return 2 * elements;
+    case Precision::int8:
+      return elements + 8 * cols;
+    default:
+      return es * elements;
   }
 }
 

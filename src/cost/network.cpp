@@ -7,9 +7,9 @@
 
 #include "cost_util.h"
 #include "grux/cost.h"
-#include "grux/cost_registry.h"
-#include "grux/cost_profile.h"
 #include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_registry.h"
 #include "grux/error.h"
 
 namespace grux {

@@ -1,6 +1,8 @@
 // Sweeps: the cost model over a grid of problems (up to three varied descriptor letters),
 // rendered as CSV or JSON (the HTML report reads the same JSON). Every point's descriptor goes
 // through the operator's own parser, so a sweep can only describe problems the operator takes.
+#include "grux/sweep.h"
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -8,7 +10,6 @@
 #include <set>
 
 #include "cost/cost_util.h"
-#include "grux/sweep.h"
 
 namespace grux {
 namespace {
@@ -104,9 +105,10 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
   const std::map<char, int64_t> fixed = tokens(r.fixed);
   for (const auto& [letter, value] : fixed)
     if (op.letters.find(letter) == std::string::npos)
-      throw Error(fmt::format("--fixed '{}': a sweep takes one value per letter of {} ({}); "
-                              "'{}{}' is not one",
-                              r.fixed, op.name, op.letters, letter, value));
+      throw Error(
+          fmt::format("--fixed '{}': a sweep takes one value per letter of {} ({}); "
+                      "'{}{}' is not one",
+                      r.fixed, op.name, op.letters, letter, value));
   std::set<std::string> seen;
   size_t points = 1;
   int ranks_axis = -1;  // the axis of process counts, if any (not a descriptor letter)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+
 #include "core/visibility.h"
 
 namespace grux::cpu {
@@ -15,7 +16,8 @@ namespace grux::cpu {
 // and, when dlogits is not null, dlogits (M x V, contiguous) row m = (exp(logits(m, :) - mx) / s
 // - onehot(t)) * scale. Rows are independent, so results do not depend on the thread count.
 template <typename T>
-GRUX_INTERNAL void cross_entropy(int64_t M, int64_t V, const T* logits, int64_t ld, const int64_t* targets,
-                   double scale, double* row_loss, T* dlogits);
+GRUX_INTERNAL void cross_entropy(int64_t M, int64_t V, const T* logits, int64_t ld,
+                                 const int64_t* targets, double scale, double* row_loss,
+                                 T* dlogits);
 
 }  // namespace grux::cpu

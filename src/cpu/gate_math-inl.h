@@ -101,8 +101,13 @@ HWY_INLINE V Sigmoid(D d, V x) {
 // against f64 (tests/test_gru_stream.cpp): at most 3.0e-7 absolute for tanh, 2.2e-7 for
 // sigmoid (about 5 ulp of 1, against 1.7), 3.5 ulp relative for tanh near 0: inside the
 // engine's f32 tolerance. f32 only.
-constexpr float kStreamTanhP[7] = {1.0f, 0.130857617f, 0.0031058751f, 1.11733743e-05f,
-                                   -2.02966426e-08f, 5.30921834e-11f, -8.56143159e-14f};
+constexpr float kStreamTanhP[7] = {1.0f,
+                                   0.130857617f,
+                                   0.0031058751f,
+                                   1.11733743e-05f,
+                                   -2.02966426e-08f,
+                                   5.30921834e-11f,
+                                   -8.56143159e-14f};
 constexpr float kStreamTanhQ[4] = {1.0f, 0.4641909f, 0.0245029218f, 0.000254888f};
 
 // P(u) and Q(u) for u = min(x^2, 81), and a = x clamped to [-9, 9].

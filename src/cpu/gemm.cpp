@@ -64,9 +64,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* 
   gemm_packed_parallel<T>(M, A, lda, trans_a, pb, bias, accumulate, C, ldc);
 }
 
-#define GRUX_GEMM_INSTANTIATE(T)                                                           \
+#define GRUX_GEMM_INSTANTIATE(T)                                                            \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, const T*, int64_t, const T*, \
-                        int64_t, const T*, bool, T*, int64_t);                             \
+                        int64_t, const T*, bool, T*, int64_t);                              \
   template int64_t gemm_panel_width<T>(int64_t);
 GRUX_GEMM_INSTANTIATE(float)
 GRUX_GEMM_INSTANTIATE(double)

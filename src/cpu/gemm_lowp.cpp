@@ -7,8 +7,8 @@
 // then the same float operations, the one fused multiply-add written out).
 #include "cpu/gemm_lowp.h"
 
+#include <fmt/format.h>
 #include <hwy/targets.h>
-
 #include <omp.h>
 #include <unistd.h>
 
@@ -16,8 +16,6 @@
 #include <cmath>
 #include <memory>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "grux/error.h"
 #include "grux/tensor.h"
@@ -109,8 +107,7 @@ void Int8Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& 
       std::fill(acc, acc + P, 0u);
       for (int64_t q = 0; q < Kq; ++q) {
         int32_t qa[4];
-        for (int e = 0; e < 4; ++e)
-          qa[e] = 4 * q + e < B.K ? quantize(a[4 * q + e], rq) : rq.zero;
+        for (int e = 0; e < 4; ++e) qa[e] = 4 * q + e < B.K ? quantize(a[4 * q + e], rq) : rq.zero;
         const int8_t* b = panel + q * P * 4;
         for (int64_t j = 0; j < P; ++j)
           acc[j] += static_cast<uint32_t>(qa[0] * b[4 * j] + qa[1] * b[4 * j + 1] +
@@ -190,12 +187,12 @@ GRUX_AVX512_VNNI inline RowQuant RowQuantAvx(const float* row, int64_t K) {
 
 // M rows of A (row stride lda) into dst (row stride `stride` words), as ConvertRow /
 // QuantizeRow write them (with each row's quantization in rq).
-GRUX_AVX512_BF16 void ConvertRows(int64_t M, int64_t K, const float* A, int64_t lda,
-                                  uint32_t* dst, int64_t stride) {
+GRUX_AVX512_BF16 void ConvertRows(int64_t M, int64_t K, const float* A, int64_t lda, uint32_t* dst,
+                                  int64_t stride) {
   for (int64_t r = 0; r < M; ++r) ConvertRow(A + r * lda, K, dst + r * stride);
 }
-GRUX_AVX512_VNNI void QuantizeRows(int64_t M, int64_t K, const float* A, int64_t lda,
-                                   uint32_t* dst, int64_t stride, RowQuant* rq) {
+GRUX_AVX512_VNNI void QuantizeRows(int64_t M, int64_t K, const float* A, int64_t lda, uint32_t* dst,
+                                   int64_t stride, RowQuant* rq) {
   for (int64_t r = 0; r < M; ++r) {
     rq[r] = RowQuantAvx(A + r * lda, K);
     QuantizeRow(A + r * lda, K, rq[r], reinterpret_cast<uint8_t*>(dst + r * stride));
@@ -214,20 +211,17 @@ GRUX_AVX512_BF16 void Bf16Block(int64_t groups, const uint32_t* a, int64_t as, i
                                 const float* bias, bool accumulate, float* C, int64_t ldc,
                                 bool reverse = false) {
   __m512 acc[MR][NV];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < MR; ++r)
-    _Pragma("GCC unroll 16")
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r)
+      _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   const int64_t dg = reverse ? -1 : 1;
   for (int64_t i = 0, g = reverse ? groups - 1 : 0; i < groups; ++i, g += dg) {
     __m512bh bv[NV];
-    _Pragma("GCC unroll 16")
-    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b[v] + g * P);
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < MR; ++r) {
+    _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) bv[v] =
+        (__m512bh)_mm512_loadu_si512(b[v] + g * P);
+    _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * as + g * gs]));
-      _Pragma("GCC unroll 16")
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
+      _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) acc[r][v] =
+          _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
     }
   }
   // The bias loaded once for the block's rows (C's stores may alias it).
@@ -269,21 +263,17 @@ GRUX_AVX512_VNNI inline void Int8Store(__m512i acc, const RowQuant& rq, int64_t 
 }
 
 template <int MR, int NV>
-GRUX_AVX512_VNNI void Int8Block(int64_t groups, const uint32_t* a, int64_t as,
-                                const RowQuant* rq, const uint32_t* const* b, int64_t P,
-                                int64_t cols, const float* scale, const int32_t* colsum,
-                                const float* bias, bool accumulate, float* C, int64_t ldc) {
+GRUX_AVX512_VNNI void Int8Block(int64_t groups, const uint32_t* a, int64_t as, const RowQuant* rq,
+                                const uint32_t* const* b, int64_t P, int64_t cols,
+                                const float* scale, const int32_t* colsum, const float* bias,
+                                bool accumulate, float* C, int64_t ldc) {
   __m512i acc[MR][NV];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < MR; ++r)
-    _Pragma("GCC unroll 16")
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+  _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r)
+      _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
   for (int64_t g = 0; g < groups; ++g) {
     __m512i bv[NV];
-    _Pragma("GCC unroll 16")
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b[v] + g * P);
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < MR; ++r) {
+    _Pragma("GCC unroll 16") for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b[v] + g * P);
+    _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {
       const __m512i x = _mm512_set1_epi32(static_cast<int>(a[r * as + g]));
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) Dpbusd(acc[r][v], x, bv[v]);
@@ -394,8 +384,8 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
                 bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step) {
   const bool reverse = !kInt8 && step % 2 != 0;
   const int64_t P = B.panel, S = P / 16, groups = kInt8 ? (B.K + 3) / 4 : (B.K + 1) / 2;
-  const uint32_t* base = kInt8 ? reinterpret_cast<const uint32_t*>(B.i8)
-                               : reinterpret_cast<const uint32_t*>(B.bf16);
+  const uint32_t* base =
+      kInt8 ? reinterpret_cast<const uint32_t*>(B.i8) : reinterpret_cast<const uint32_t*>(B.bf16);
   const int64_t np_full = std::max<int64_t>(1, group_vectors(M) / S);
   const int64_t as = prepared_stride(kInt8, B.K);
   const int64_t slab = slab_rows(as);
@@ -452,11 +442,16 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
     };
     auto run = [&](int64_t nv, int64_t p) {
       switch (nv) {
-        case 12: return rows_times(std::integral_constant<int, 12>{}, p);
-        case 6: return rows_times(std::integral_constant<int, 6>{}, p);
-        case 3: return rows_times(std::integral_constant<int, 3>{}, p);
-        case 2: return rows_times(std::integral_constant<int, 2>{}, p);
-        default: return rows_times(std::integral_constant<int, 1>{}, p);
+        case 12:
+          return rows_times(std::integral_constant<int, 12>{}, p);
+        case 6:
+          return rows_times(std::integral_constant<int, 6>{}, p);
+        case 3:
+          return rows_times(std::integral_constant<int, 3>{}, p);
+        case 2:
+          return rows_times(std::integral_constant<int, 2>{}, p);
+        default:
+          return rows_times(std::integral_constant<int, 1>{}, p);
       }
     };
     if constexpr (kInt8) {
@@ -502,9 +497,8 @@ void LowpAvx512(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
 GRUX_AVX512_BF16 inline void InterleaveRows(const float* r0, const float* r1, int64_t n,
                                             int64_t width, uint32_t* dst) {
   // cvtne2ps_pbh(r1, r0) holds r0's 16 values then r1's; this interleaves them.
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                       24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                       16, 0);
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int64_t i = 0; i < width; i += 16) {
     const __mmask16 mk = tail_mask(n - i);
     const __m512 lo = _mm512_maskz_loadu_ps(mk, r0 + i);
@@ -551,8 +545,8 @@ GRUX_AVX512_BF16 bool PackBf16Avx512(int64_t K, int64_t N, int64_t panel, const 
 constexpr int64_t kAtPanel = 48, kAtTile = 16, kAtMr = 8;
 
 GRUX_AVX512_BF16 void AtBAvx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                                const float* B, int64_t ldb, const int64_t* b_rows,
-                                bool accumulate, float* C, int64_t ldc) {
+                                const float* B, int64_t ldb, const int64_t* b_rows, bool accumulate,
+                                float* C, int64_t ldc) {
   const int64_t Kp = (K + 1) / 2, tiles = (M + kAtTile - 1) / kAtTile;
   const int64_t panels = (N + kAtPanel - 1) / kAtPanel;
   // A as tiles of 16 rows: tile t, pair g at a[(t * Kp + g) * 16]; B as panels of 48
@@ -566,8 +560,7 @@ GRUX_AVX512_BF16 void AtBAvx512(int64_t M, int64_t N, int64_t K, const float* A,
     const float* a0 = A + 2 * g * lda;
     for (int64_t t = 0; t < tiles; ++t)
       InterleaveRows(a0 + t * kAtTile, pair ? a0 + lda + t * kAtTile : nullptr,
-                     std::min(kAtTile, M - t * kAtTile), kAtTile,
-                     a.get() + (t * Kp + g) * kAtTile);
+                     std::min(kAtTile, M - t * kAtTile), kAtTile, a.get() + (t * Kp + g) * kAtTile);
     const float* b0 = B + (b_rows ? b_rows[2 * g] : 2 * g) * ldb;
     const float* b1 = pair ? B + (b_rows ? b_rows[2 * g + 1] : 2 * g + 1) * ldb : nullptr;
     for (int64_t p = 0; p < panels; ++p)
@@ -597,8 +590,8 @@ GRUX_AVX512_BF16 void AtBAvx512(int64_t M, int64_t N, int64_t K, const float* A,
             const int64_t m = tile * kAtTile + r, rows = std::min(kAtMr, M - m);
             float* c = C + m * ldc + n0;
             with_rows<kAtMr>(rows, [&](auto mr) {
-              Bf16Block<decltype(mr)::value, 3>(gn, at + r, 1, kAtTile, bp, kAtPanel, cols,
-                                                nullptr, acc, c, ldc);
+              Bf16Block<decltype(mr)::value, 3>(gn, at + r, 1, kAtTile, bp, kAtPanel, cols, nullptr,
+                                                acc, c, ldc);
             });
           }
         }
@@ -642,9 +635,10 @@ PackedB<float> pack_b_lowp(Precision p, int64_t K, int64_t N, int64_t panel, con
                            const int64_t* n_map, void* dst) {
   GRUX_ASSERT(p != Precision::f32 && panel % 16 == 0 && panel <= 48);
   if (p == Precision::int8 && K > kMaxInt8K)
-    throw Error(fmt::format("int8 precision: a product over {} inputs is longer than the {} "
-                            "its int32 sums hold; use bf16 or f32",
-                            K, kMaxInt8K));
+    throw Error(
+        fmt::format("int8 precision: a product over {} inputs is longer than the {} "
+                    "its int32 sums hold; use bf16 or f32",
+                    K, kMaxInt8K));
   const int64_t g = lowp_group(p), rows = (K + g - 1) / g, panels = (N + panel - 1) / panel;
   const int64_t cols = panels * panel;
   auto at = [&](int64_t k, int64_t n) {
@@ -675,7 +669,8 @@ PackedB<float> pack_b_lowp(Precision p, int64_t K, int64_t N, int64_t panel, con
   int8_t* d = static_cast<int8_t*>(dst);
   const int64_t data = (rows * g * cols + 63) / 64 * 64;
   float* scale = reinterpret_cast<float*>(static_cast<char*>(dst) + data);
-  int32_t* colsum = reinterpret_cast<int32_t*>(static_cast<char*>(dst) + data + (cols * 4 + 63) / 64 * 64);
+  int32_t* colsum =
+      reinterpret_cast<int32_t*>(static_cast<char*>(dst) + data + (cols * 4 + 63) / 64 * 64);
   std::fill(d, d + rows * g * cols, int8_t(0));
   std::fill(scale, scale + cols, 0.0f);
   std::fill(colsum, colsum + cols, 0);

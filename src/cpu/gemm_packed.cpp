@@ -16,8 +16,8 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void GemmBRowsF32(int64_t M, int64_t K, int64_t N, const float* A, int64_t lda,
-                  const float* base, const int64_t* offsets, float* C, int64_t ldc) {
+void GemmBRowsF32(int64_t M, int64_t K, int64_t N, const float* A, int64_t lda, const float* base,
+                  const int64_t* offsets, float* C, int64_t ldc) {
   GemmBRows(M, K, N, A, lda, base, offsets, C, ldc);
 }
 void GemmARowsF32(int64_t M, int64_t K, int64_t N, int64_t panel, int64_t sub, const float* base,
@@ -50,7 +50,8 @@ void PackPanelTransposed(int64_t K, int64_t panel, const int64_t* col, const T* 
       T* o = out + k * panel + j;
       if (col[j + V - 1] < 0) {  // columns past N (at the end of the last panel)
         for (int64_t t = 0; t < V; ++t)
-          for (int64_t u = 0; u < V; ++u) o[t * panel + u] = col[j + u] < 0 ? T(0) : src[col[j + u] + k + t];
+          for (int64_t u = 0; u < V; ++u)
+            o[t * panel + u] = col[j + u] < 0 ? T(0) : src[col[j + u] + k + t];
         continue;
       }
       if constexpr (V == 4) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+
 #include "core/visibility.h"
 
 namespace grux::cpu {
@@ -104,8 +105,8 @@ void gemm_packed(int64_t M, const T* A, int64_t lda, bool trans_a, const PackedB
 // n up to N rounded up to that panel width (the columns past N are computed and dropped), so
 // the caller keeps that much readable past each row.
 template <typename T>
-GRUX_INTERNAL void gemm_b_rows(int64_t M, const T* A, int64_t lda, int64_t K, int64_t N, const T* b_base,
-                 const int64_t* b_offsets, T* C, int64_t ldc);
+GRUX_INTERNAL void gemm_b_rows(int64_t M, const T* A, int64_t lda, int64_t K, int64_t N,
+                               const T* b_base, const int64_t* b_offsets, T* C, int64_t ldc);
 // C (M x B.N) = A B (+ C when accumulate), A(m, k) = a_base[a_offsets[m] + k] for k < B.K.
 template <typename T>
 void gemm_a_rows(int64_t M, const T* a_base, const int64_t* a_offsets, const PackedB<T>& B,

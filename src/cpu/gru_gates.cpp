@@ -4,17 +4,17 @@
 #define HWY_TARGET_INCLUDE "cpu/gru_gates.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // Must come after foreach_target.h.
-#include <hwy/contrib/math/math-inl.h>
 #include <hwy/cache_control.h>
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 
+#include "cpu/gate_math-inl.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
-#include "cpu/gate_math-inl.h"
 #include "cpu/simd_row-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -32,8 +32,7 @@ HWY_INLINE void ForBlocks(D d, int64_t H, int64_t b0, int64_t b1, Body body) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t bb = b0; bb < b1; ++bb) {
     const int64_t j0 = bb * U, u = std::min(U, H - j0);
-    for (int64_t x = 0; x < u; x += L)
-      body(Chunk<D>(d, u - x), j0 + x, 3 * j0 + x, 2 * j0 + x, u);
+    for (int64_t x = 0; x < u; x += L) body(Chunk<D>(d, u - x), j0 + x, 3 * j0 + x, 2 * j0 + x, u);
   }
 }
 

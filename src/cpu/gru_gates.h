@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+
 #include "core/visibility.h"
 
 namespace grux::cpu {
@@ -62,11 +63,13 @@ GRUX_INTERNAL void gru_gates_rb_forward_n(int64_t B, int64_t H, int64_t b0, int6
 //   r:  given drh = dL/d(r * h_prev), writes dg's r, drz (B x 2H, [dr | dz] blocks) and adds
 //       drh * r to dh_prev. The caller then adds drz W_h{r,z}. (Recurrent side == dg here.)
 template <typename T>
-GRUX_INTERNAL void gru_gates_rb_backward_zn(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
-                              const T* h_prev, const T* dh, T* dg, T* dn, T* dh_prev);
+GRUX_INTERNAL void gru_gates_rb_backward_zn(int64_t B, int64_t H, int64_t b0, int64_t b1,
+                                            const T* g, const T* h_prev, const T* dh, T* dg, T* dn,
+                                            T* dh_prev);
 template <typename T>
 GRUX_INTERNAL void gru_gates_rb_backward_r(int64_t B, int64_t H, int64_t b0, int64_t b1, const T* g,
-                             const T* h_prev, const T* drh, T* dg, T* drz, T* dh_prev);
+                                           const T* h_prev, const T* drh, T* dg, T* drz,
+                                           T* dh_prev);
 
 // Column of gate q (0 r, 1 z, 2 n) of unit j in the interleaved 3H layout, and of gate q
 // (0 r, 1 z) in the 2H layout.

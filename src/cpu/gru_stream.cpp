@@ -32,7 +32,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 
-int64_t StreamLanes() { return static_cast<int64_t>(hn::Lanes(DF())); }
+int64_t StreamLanes() {
+  return static_cast<int64_t>(hn::Lanes(DF()));
+}
 
 // Registers the accumulators of one tile may take: 24 of AVX-512's 32 vector registers, 12 of
 // the 16 elsewhere (the rest hold the broadcast values, weights in flight and constants).
@@ -104,16 +106,16 @@ template <int kPer, class Init, class Epi>
 HWY_INLINE void TileG(int64_t g, int S, const float* w, int64_t cs, const float* v, int64_t K,
                       bool rev, const Init& init, const Epi& epi) {
   switch (g) {
-#define GRUX_TILE_CASE(n)                                                \
-  case n:                                                                \
+#define GRUX_TILE_CASE(n)                                                                \
+  case n:                                                                                \
     if constexpr (kPer * n <= 12) return TileS<kPer, n>(S, w, cs, v, K, rev, init, epi); \
     break;
-    GRUX_TILE_CASE(1) GRUX_TILE_CASE(2) GRUX_TILE_CASE(3) GRUX_TILE_CASE(4)
-    GRUX_TILE_CASE(5) GRUX_TILE_CASE(6) GRUX_TILE_CASE(7) GRUX_TILE_CASE(8)
-    GRUX_TILE_CASE(9) GRUX_TILE_CASE(10) GRUX_TILE_CASE(11) GRUX_TILE_CASE(12)
+    GRUX_TILE_CASE(1)
+    GRUX_TILE_CASE(2) GRUX_TILE_CASE(3) GRUX_TILE_CASE(4) GRUX_TILE_CASE(5) GRUX_TILE_CASE(6)
+        GRUX_TILE_CASE(7) GRUX_TILE_CASE(8) GRUX_TILE_CASE(9) GRUX_TILE_CASE(10) GRUX_TILE_CASE(11)
+            GRUX_TILE_CASE(12)
 #undef GRUX_TILE_CASE
-    default:
-      break;
+                default : break;
   }
 }
 
@@ -172,7 +174,8 @@ HWY_INLINE float SumLanes(V v, int64_t n) {
   if constexpr (kV >= 4) {
     const hn::Half<DF> d2;
     const hn::Half<decltype(d2)> d4;
-    if (4 * n <= kV) return hn::GetLane(hn::SumOfLanes(d4, hn::LowerHalf(d4, hn::LowerHalf(d2, v))));
+    if (4 * n <= kV)
+      return hn::GetLane(hn::SumOfLanes(d4, hn::LowerHalf(d4, hn::LowerHalf(d2, v))));
     if (2 * n <= kV) return hn::GetLane(hn::SumOfLanes(d2, hn::LowerHalf(d2, v)));
   }
 #endif
@@ -348,7 +351,7 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
   const int64_t H = L.H, Hp = L.Hp, G = Hp / kV;
-  float* gx = scratch;  // t x 3Hp
+  float* gx = scratch;          // t x 3Hp
   float* zs = gx + t * 3 * Hp;  // Hp: z (reset-before)
   float* rh = zs + Hp;          // Hp: r * h (reset-before)
 
@@ -393,7 +396,8 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
             });
       }
       if (!in_place) std::swap(hc, hn_buf);
-      EmitRow(out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
+      EmitRow(
+          out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
     }
   } else {
     const Plan prz = PlanFor(2, G, H, L.narrow_tiles), pn = PlanFor(1, G, H, L.narrow_tiles);
@@ -430,7 +434,8 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
               }
             });
       }
-      EmitRow(out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
+      EmitRow(
+          out, H, G, [&](int64_t u) { return hn::Load(d, hc + u * kV); }, f);
     }
   }
   if (hc != state)
@@ -534,7 +539,8 @@ double ChainNs(Op op, int64_t n) {
     auto v = hn::Set(d, 0.25f);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n; ++i) v = op(v);
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     volatile float sink = hn::GetLane(v);
     (void)sink;
     best = std::min(best, ns / static_cast<double>(n));
@@ -550,7 +556,8 @@ StreamLatencies MeasureStreamLatencies() {
   // Arguments kept in (-1, 1), where the sums of a real step are; the clamps are counted.
   r.sigmoid_ns =
       ChainNs([&](auto v) { return hn::Sub(StreamSigmoidOfHalf(d, v), half); }, 100000) - r.fma_ns;
-  r.tanh_ns = ChainNs([&](auto v) { return StreamTanh(d, hn::MulAdd(v, a, half)); }, 100000) - r.fma_ns;
+  r.tanh_ns =
+      ChainNs([&](auto v) { return StreamTanh(d, hn::MulAdd(v, a, half)); }, 100000) - r.fma_ns;
   return r;
 }
 
@@ -577,7 +584,9 @@ StreamLatencies measure_stream_latencies() {
   return HWY_DYNAMIC_DISPATCH(MeasureStreamLatencies)();
 }
 
-int64_t gru_stream_lanes() { return HWY_DYNAMIC_DISPATCH(StreamLanes)(); }
+int64_t gru_stream_lanes() {
+  return HWY_DYNAMIC_DISPATCH(StreamLanes)();
+}
 
 namespace {
 // How much longer narrow tiles take than wide ones on a synthetic layer (I 1) of hidden size H:
@@ -675,7 +684,9 @@ StreamLayer pack_units(int64_t I, int64_t K, int64_t u0, int64_t H, bool reset_b
   const int64_t V = L.V, Hp = L.Hp;
   // Row of gate q, unit u in PyTorch's layout -> offset in a column of `per` vectors per
   // group, the gate's vector being `slot` of them.
-  auto at = [&](int64_t u, int64_t per, int64_t slot) { return (u / V) * per * V + slot * V + u % V; };
+  auto at = [&](int64_t u, int64_t per, int64_t slot) {
+    return (u / V) * per * V + slot * V + u % V;
+  };
   L.wx = zeros(I * 3 * Hp);
   for (int64_t k = 0; k < I; ++k)
     for (int64_t q = 0; q < 3; ++q)
@@ -750,7 +761,9 @@ StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const floa
   return hd;
 }
 
-int64_t gru_stream_scratch(const StreamLayer& L, int64_t t) { return t * 3 * L.Hp + 2 * L.Hp; }
+int64_t gru_stream_scratch(const StreamLayer& L, int64_t t) {
+  return t * 3 * L.Hp + 2 * L.Hp;
+}
 
 void dense_rows(int64_t t, int64_t K, int64_t O, const float* x, int64_t sx, const float* w,
                 const float* b, float* y, int64_t sy, bool accumulate) {

@@ -88,8 +88,8 @@ struct StreamLayer {
   int64_t V = 0;   // f32 lanes of the target it was packed for
   int64_t Hp = 0;  // H rounded up to V
   bool reset_before = false;
-  bool narrow_tiles = false;  // stream_narrow_tiles(H, reset_before) when packed
-  bool alternate = false;     // stream_alternates(H), more than two unit groups
+  bool narrow_tiles = false;      // stream_narrow_tiles(H, reset_before) when packed
+  bool alternate = false;         // stream_alternates(H), more than two unit groups
   int64_t projection_frames = 0;  // stream_projection_frames(I, H, Hp)
   // Columns of the recurrent product (the whole layer's hidden size) and the first of this
   // layer's units among them: H and 0, except in a part (gru_stream_pack_part).
@@ -161,8 +161,7 @@ inline void gru_stream_part_step(const StreamLayer& part, const float* x, const 
 }
 
 // Packs a head: w (O x H) row-major, b (O) or null; H the layer's hidden size.
-GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w,
-                                              const float* b);
+GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b);
 
 // Floats of scratch gru_stream_forward needs for blocks of up to t frames.
 GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);
@@ -172,9 +171,8 @@ GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);
 // [0, Hp), read and updated; [Hp, 2Hp) is scratch), out (t rows, as StreamOut says; must not
 // overlap x). scratch: gru_stream_scratch floats, 64-byte aligned. Allocates nothing, takes no
 // lock.
-inline void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0,
-                               const float* x, int64_t sx, float* state, const StreamOut& out,
-                               float* scratch) {
+inline void gru_stream_forward(const StreamLayer& layer, int64_t t, int64_t step0, const float* x,
+                               int64_t sx, float* state, const StreamOut& out, float* scratch) {
   layer.forward(layer, t, step0, x, sx, state, out, scratch);
 }
 

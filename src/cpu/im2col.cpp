@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/gemm_packed.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
 
 namespace grux::cpu {
 
@@ -99,13 +99,14 @@ namespace {
 // fewer, larger GEMM calls amortise the GEMM's per-call packing.
 int64_t column_block(const ConvGeom& g) {
   const int64_t bytes_per_pixel = g.C * g.KH * g.KW * 4;
-  const int64_t block = std::clamp<int64_t>((int64_t(4) << 20) / bytes_per_pixel / 16 * 16, 256, 4096);
+  const int64_t block =
+      std::clamp<int64_t>((int64_t(4) << 20) / bytes_per_pixel / 16 * 16, 256, 4096);
   return std::min(block, g.out_pixels());
 }
 
 template <typename T>
 void forward_columns(const ConvGeom& g, const T* x, const T* w, const T* b, T* y, T* work,
-                  const Im2colPlan& plan) {
+                     const Im2colPlan& plan) {
   const int64_t C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg(), P = g.out_pixels();
   const int64_t col_size = C * g.KH * g.KW * plan.block;
   // One image: the bias, then block by block the columns and per group
@@ -153,7 +154,7 @@ void sum_weight_partials(const ConvGeom& g, const T* partials, int64_t chunks, b
 
 template <typename T>
 void backward_columns(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
-                   T* work, const Im2colPlan& plan) {
+                      T* work, const Im2colPlan& plan) {
   const int64_t N = g.N, C = g.C, D = g.D, G = g.G, Dg = g.Dg(), Kg = g.Kg();
   const int64_t P = g.out_pixels(), HW = g.in_pixels();
   const int64_t col_size = C * g.KH * g.KW * plan.block;
@@ -179,8 +180,8 @@ void backward_columns(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
       }
       if (dxn) {
         for (int64_t gr = 0; gr < G; ++gr)
-          gemm<T>(true, false, Kg, pb, Dg, w + gr * Dg * Kg, Kg, dyn + gr * Dg * P + p0, P,
-                  nullptr, false, col + gr * Kg * pb, pb);
+          gemm<T>(true, false, Kg, pb, Dg, w + gr * Dg * Kg, Kg, dyn + gr * Dg * P + p0, P, nullptr,
+                  false, col + gr * Kg * pb, pb);
         col2im(g, col, p0, p1, dxn);
       }
     }
@@ -260,7 +261,7 @@ Shifted shifted_layout(const ConvGeom& g) {
   const int64_t Dg = g.Dg();
   s.dpanel = kUnit<T>;
   for (int64_t u = 3; u >= 1; --u)
-    if ((Dg + u * kUnit<T> - 1) / (u * kUnit<T>) * u <= (Dg + kUnit<T> - 1) / kUnit<T>) {
+    if ((Dg + u * kUnit<T> - 1) / (u * kUnit<T>)*u <= (Dg + kUnit<T> - 1) / kUnit<T>) {
       s.dpanel = u * kUnit<T>;
       break;
     }
@@ -275,8 +276,8 @@ Shifted shifted_layout(const ConvGeom& g) {
   s.dx_block = block(g.Cg());
   // The weight gradient's GEMM reduces over the block's pixels: its B (pixels x D/G, packed)
   // up to 128 KiB, 256..1024 pixels.
-  s.dw_block = std::clamp<int64_t>((int64_t(128) << 10) / (round16(Dg) * int64_t(sizeof(T))) / 16 * 16,
-                                   256, 1024);
+  s.dw_block = std::clamp<int64_t>(
+      (int64_t(128) << 10) / (round16(Dg) * int64_t(sizeof(T))) / 16 * 16, 256, 1024);
   s.padded = g.PH > 0 || g.PW > 0;
   s.xp = round16(g.C * s.HWp + s.panel);
   s.out = round16(std::max(Dg * s.fwd_block, g.Cg() * s.dx_block));
@@ -384,8 +385,8 @@ void forward_shifted(const ConvGeom& g, const T* x, const T* w, const T* b, T* y
       for (int64_t q0 = 0; q0 < s.Q; q0 += s.fwd_block) {
         const int64_t len = std::min(s.fwd_block, s.Q - q0);
         for (int64_t gr = 0; gr < g.G; ++gr) {
-          gemm_b_rows<T>(Dg, w + gr * Dg * Kg, Kg, Kg, len, xs + gr * Cg * s.HWp + q0,
-                         offs.data(), out, len);
+          gemm_b_rows<T>(Dg, w + gr * Dg * Kg, Kg, Kg, len, xs + gr * Cg * s.HWp + q0, offs.data(),
+                         out, len);
           unwiden(out, Dg, q0, len, s.Wp, 0, 0, g.OH, g.OW, b ? b + gr * Dg : nullptr,
                   y + (n * g.D + gr * Dg) * P);
         }
@@ -408,8 +409,8 @@ T row_sum(const T* row, int64_t n) {
 }
 
 template <typename T>
-void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw,
-                      T* db, T* work, const Im2colPlan& plan) {
+void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
+                      T* work, const Im2colPlan& plan) {
   const Shifted s = shifted_layout<T>(g);
   const int64_t N = g.N, C = g.C, D = g.D, Cg = g.Cg(), Dg = g.Dg(), Kg = g.Kg();
   const int64_t P = g.out_pixels(), HW = g.in_pixels(), KHW = g.KH * g.KW;
@@ -486,8 +487,8 @@ void backward_shifted(const ConvGeom& g, const T* dy, const T* x, const T* w, T*
                                dyw0 + gr * Dg * s.chan + q0, offs_dy.data(), dxg + q0, HW);
                 continue;
               }
-              gemm_b_rows<T>(Cg, wt + gr * Cg * s.KX, s.KX, s.KX, len,
-                             dyw0 + gr * Dg * s.chan + q0, offs_dy.data(), out, len);
+              gemm_b_rows<T>(Cg, wt + gr * Cg * s.KX, s.KX, s.KX, len, dyw0 + gr * Dg * s.chan + q0,
+                             offs_dy.data(), out, len);
               unwiden<T>(out, Cg, q0, len, s.Wp, g.PH, g.PW, g.H, g.W, nullptr, dxg);
             }
           }

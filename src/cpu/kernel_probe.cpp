@@ -46,9 +46,9 @@ PackedGemm::PackedGemm(DType dtype, Precision precision, int64_t n, const void* 
   if (dtype == DType::f64) {
     const int64_t panel = 3 * cpu::kUnit<double>;
     impl_->storage = aligned_bytes(cpu::packed_size<double>(n, n, panel) * 8);
-    impl_->d = cpu::pack_b_for_target<double>(n, n, panel, static_cast<const double*>(b), 1, n,
-                                              nullptr, nullptr,
-                                              static_cast<double*>(impl_->storage));
+    impl_->d =
+        cpu::pack_b_for_target<double>(n, n, panel, static_cast<const double*>(b), 1, n, nullptr,
+                                       nullptr, static_cast<double*>(impl_->storage));
   } else if (precision == Precision::f32) {
     const int64_t panel = 3 * cpu::kUnit<float>;
     impl_->storage = aligned_bytes(cpu::packed_size<float>(n, n, panel) * 4);
@@ -57,8 +57,8 @@ PackedGemm::PackedGemm(DType dtype, Precision precision, int64_t n, const void* 
   } else {
     const int64_t panel = 3 * cpu::kUnit<float>;
     impl_->storage = aligned_bytes(cpu::packed_lowp_bytes(precision, n, n, panel));
-    impl_->f = cpu::pack_b_lowp(precision, n, n, panel, static_cast<const float*>(b), 1, n,
-                                nullptr, nullptr, impl_->storage);
+    impl_->f = cpu::pack_b_lowp(precision, n, n, panel, static_cast<const float*>(b), 1, n, nullptr,
+                                nullptr, impl_->storage);
   }
 }
 
@@ -67,8 +67,8 @@ PackedGemm::~PackedGemm() = default;
 void PackedGemm::run(const void* a, void* c) const {
   const int64_t n = impl_->n;
   if (impl_->dtype == DType::f64)
-    cpu::gemm_packed_parallel<double>(n, static_cast<const double*>(a), n, false, impl_->d,
-                                      nullptr, false, static_cast<double*>(c), n);
+    cpu::gemm_packed_parallel<double>(n, static_cast<const double*>(a), n, false, impl_->d, nullptr,
+                                      false, static_cast<double*>(c), n);
   else
     cpu::gemm_packed_parallel<float>(n, static_cast<const float*>(a), n, false, impl_->f, nullptr,
                                      false, static_cast<float*>(c), n);

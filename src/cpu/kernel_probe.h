@@ -42,4 +42,4 @@ StreamLatencies stream_latencies();
 double handoff_round_trip_ns(int threads);
 
 }  // namespace probe
-}  // namespace grux
+}  // namespace GRUX_API

@@ -1,5 +1,6 @@
 // Linear-layer kernels (y = x W^T + b and its gradients) on raw pointers: the products go to
-// grux's GEMM (cpu/gemm.h), the bias gradient is a column sum over fixed row blocks (thread-count free).
+// grux's GEMM (cpu/gemm.h), the bias gradient is a column sum over fixed row blocks (thread-count
+// free).
 #pragma once
 
 #include <cstdint>

@@ -9,8 +9,8 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "cpu/mingru_gates.h"

@@ -32,9 +32,9 @@ namespace grux::cpu {
 
 namespace {
 
-constexpr int64_t kChannelBlock = 512;   // channels per work unit, sequence-parallel path
+constexpr int64_t kChannelBlock = 512;      // channels per work unit, sequence-parallel path
 constexpr int64_t kShareBytes = 256 << 10;  // bytes of input per thread and super-block
-constexpr int64_t kOneChannelChains = 8;     // segments per thread with fewer than 16 channels
+constexpr int64_t kOneChannelChains = 8;    // segments per thread with fewer than 16 channels
 
 template <typename T>
 inline T log_add_exp(T a, T b) {
@@ -57,11 +57,15 @@ struct Elementwise {
   E at(int64_t i) const { return x[i]; }
   static T identity(ScanKind k) {
     switch (k) {
-      case ScanKind::sum: return T(-0.0);
-      case ScanKind::prod: return T(1);
+      case ScanKind::sum:
+        return T(-0.0);
+      case ScanKind::prod:
+        return T(1);
       case ScanKind::max:
-      case ScanKind::logaddexp: return -std::numeric_limits<T>::infinity();
-      case ScanKind::min: return std::numeric_limits<T>::infinity();
+      case ScanKind::logaddexp:
+        return -std::numeric_limits<T>::infinity();
+      case ScanKind::min:
+        return std::numeric_limits<T>::infinity();
     }
     return T(0);
   }
@@ -284,10 +288,14 @@ void scan_elementwise_as(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn,
     run_recurrence<Exclusive>(make, y, O, Tn, C, walk, 1);
   };
   switch (kind) {
-    case ScanKind::sum: return run(std::type_identity<ElementwiseOf<T, ScanKind::sum>>{});
-    case ScanKind::prod: return run(std::type_identity<ElementwiseOf<T, ScanKind::prod>>{});
-    case ScanKind::max: return run(std::type_identity<ElementwiseOf<T, ScanKind::max>>{});
-    case ScanKind::min: return run(std::type_identity<ElementwiseOf<T, ScanKind::min>>{});
+    case ScanKind::sum:
+      return run(std::type_identity<ElementwiseOf<T, ScanKind::sum>>{});
+    case ScanKind::prod:
+      return run(std::type_identity<ElementwiseOf<T, ScanKind::prod>>{});
+    case ScanKind::max:
+      return run(std::type_identity<ElementwiseOf<T, ScanKind::max>>{});
+    case ScanKind::min:
+      return run(std::type_identity<ElementwiseOf<T, ScanKind::min>>{});
     case ScanKind::logaddexp:
       return run(std::type_identity<ElementwiseOf<T, ScanKind::logaddexp>>{});
   }
@@ -311,8 +319,8 @@ void scan_elementwise(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn, in
 }
 
 template <typename T>
-void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int64_t Tn,
-                      int64_t C, const ScanWalk& walk) {
+void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int64_t Tn, int64_t C,
+                      const ScanWalk& walk) {
   auto make = [&](int64_t o) {
     AffineDiag<T> r;
     r.a = a + o * Tn * C;
@@ -327,8 +335,8 @@ void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int6
 }
 
 template <typename T>
-void log_affine_scan_diag(const T* la, const T* lb, const T* lh0, T* lh, int64_t O,
-                          int64_t Tn, int64_t C, const ScanWalk& walk) {
+void log_affine_scan_diag(const T* la, const T* lb, const T* lh0, T* lh, int64_t O, int64_t Tn,
+                          int64_t C, const ScanWalk& walk) {
   auto make = [&](int64_t o) {
     LogAffineDiag<T> r;
     r.la = la + o * Tn * C;
@@ -347,10 +355,14 @@ namespace {
 // Chunks for the compute-bound matrix scans on P threads: P + 1 chunks; thread 0 scans chunks
 // 0 and 1 one after the other while thread p >= 1 first folds chunk p into its total, then
 // scans chunk p + 1 from the carry. Each thread does two chunks' work: time 2n / (P + 1).
-inline int64_t chunk_begin(int64_t j, int64_t Tn, int64_t P) { return j * Tn / (P + 1); }
+inline int64_t chunk_begin(int64_t j, int64_t Tn, int64_t P) {
+  return j * Tn / (P + 1);
+}
 
 // Step t of a walk, in memory order.
-inline int64_t at(int64_t t, int64_t Tn, bool reverse) { return reverse ? Tn - 1 - t : t; }
+inline int64_t at(int64_t t, int64_t Tn, bool reverse) {
+  return reverse ? Tn - 1 - t : t;
+}
 
 // C (d x d) = A B, all d x d row-major. Up to 8 x 8 a loop with d known at compile time (row m
 // of C as axpys over B's rows, unrolled and vectorized by the compiler): one product costs
@@ -368,15 +380,24 @@ void matmul_fixed(const T* A, const T* B, T* C) {
 template <typename T>
 void matmul_dd(int64_t d, const T* A, const T* B, T* C) {
   switch (d) {
-    case 1: return matmul_fixed<1>(A, B, C);
-    case 2: return matmul_fixed<2>(A, B, C);
-    case 3: return matmul_fixed<3>(A, B, C);
-    case 4: return matmul_fixed<4>(A, B, C);
-    case 5: return matmul_fixed<5>(A, B, C);
-    case 6: return matmul_fixed<6>(A, B, C);
-    case 7: return matmul_fixed<7>(A, B, C);
-    case 8: return matmul_fixed<8>(A, B, C);
-    default: return gemm<T>(false, false, d, d, d, A, d, B, d, nullptr, false, C, d);
+    case 1:
+      return matmul_fixed<1>(A, B, C);
+    case 2:
+      return matmul_fixed<2>(A, B, C);
+    case 3:
+      return matmul_fixed<3>(A, B, C);
+    case 4:
+      return matmul_fixed<4>(A, B, C);
+    case 5:
+      return matmul_fixed<5>(A, B, C);
+    case 6:
+      return matmul_fixed<6>(A, B, C);
+    case 7:
+      return matmul_fixed<7>(A, B, C);
+    case 8:
+      return matmul_fixed<8>(A, B, C);
+    default:
+      return gemm<T>(false, false, d, d, d, A, d, B, d, nullptr, false, C, d);
   }
 }
 
@@ -524,8 +545,8 @@ struct AffineChain {
 }  // namespace
 
 template <typename T>
-void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, int64_t Tn,
-                        int64_t d, const ScanWalk& walk) {
+void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, int64_t Tn, int64_t d,
+                        const ScanWalk& walk) {
   if (O == 0 || Tn == 0 || d == 0) return;
   const int threads = std::max(1, walk.threads);
   // Composing two steps' maps costs d^3 against d^2 for a step itself: splitting time over P
@@ -534,8 +555,9 @@ void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, in
   if (walk.split == TimeSplit::always) by_time = true;
   if (walk.split == TimeSplit::never) by_time = false;
   auto chain = [&](int64_t o) {
-    return AffineChain<T>{A + o * Tn * d * d, b + o * Tn * d, h0 ? h0 + o * d : nullptr,
-                          h + o * Tn * d, Tn, d, walk.reverse};
+    return AffineChain<T>{
+        A + o * Tn * d * d, b + o * Tn * d, h0 ? h0 + o * d : nullptr, h + o * Tn * d, Tn, d,
+        walk.reverse};
   };
   if (!by_time) {
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && O > 1)
@@ -579,15 +601,15 @@ void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, in
   }
 }
 
-#define GRUX_SCAN_INSTANTIATE(T)                                                             \
-  template void scan_elementwise<T>(ScanKind, const T*, T*, int64_t, int64_t, int64_t,      \
-                                    const ScanWalk&);                                        \
-  template void affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t,     \
-                                    int64_t, const ScanWalk&);                               \
-  template void log_affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t, \
-                                        int64_t, const ScanWalk&);                           \
-  template void affine_scan_matrix<T>(const T*, const T*, const T*, T*, int64_t, int64_t,   \
-                                      int64_t, const ScanWalk&);                             \
+#define GRUX_SCAN_INSTANTIATE(T)                                                                   \
+  template void scan_elementwise<T>(ScanKind, const T*, T*, int64_t, int64_t, int64_t,             \
+                                    const ScanWalk&);                                              \
+  template void affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t,   \
+                                    const ScanWalk&);                                              \
+  template void log_affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t,        \
+                                        int64_t, const ScanWalk&);                                 \
+  template void affine_scan_matrix<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, \
+                                      const ScanWalk&);                                            \
   template void matmul_scan<T>(const T*, T*, int64_t, int64_t, int64_t, const ScanWalk&);
 GRUX_SCAN_INSTANTIATE(float)
 GRUX_SCAN_INSTANTIATE(double)

@@ -44,7 +44,7 @@ void SumScanContiguous(const T* x, T* y, int64_t n, int threads, int64_t share_b
       std::max<int64_t>(1, (share_bytes / int64_t(sizeof(T))) / (J * kAlign)) * (J * kAlign);
   const bool stream = reinterpret_cast<uintptr_t>(y) % 16 == 0;
   std::vector<T> totals(static_cast<size_t>(2 * threads * J));
-  auto prefix = [&](hn::Vec<hn::Full128<T>> v) {
+  auto prefix = [&](hn::Vec<hn::Full128<T> > v) {
     v = hn::Add(v, hn::ShiftLeftLanes<1>(d, v));
     if constexpr (L == 4) v = hn::Add(v, hn::ShiftLeftLanes<2>(d, v));
     return v;
@@ -95,7 +95,7 @@ void SumScanContiguous(const T* x, T* y, int64_t n, int threads, int64_t share_b
       }
       state = cur;
       // (3) Scan: the J sub-pieces interleaved, a vector at a time; then each one's tail.
-      hn::Vec<hn::Full128<T>> c[J];
+      hn::Vec<hn::Full128<T> > c[J];
       for (int64_t j = 0; j < J; ++j) c[j] = hn::Set(d, carry[j]);
       for (int64_t i = 0; i < vecs; ++i)
         for (int64_t j = 0; j < J; ++j) {

@@ -47,7 +47,9 @@ struct Chunk {
     return hn::Load(d, buf);
 #endif
   }
-  V load_or_zero(const T* p) const { return p ? load(p) : hn::Zero(d); }
+  V load_or_zero(const T* p) const {
+    return p ? load(p) : hn::Zero(d);
+  }
   void store(V v, T* p) const {
     if (full)
       hn::StoreU(v, d, p);

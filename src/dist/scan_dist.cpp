@@ -143,8 +143,8 @@ Tensor dist_affine_scan(Communicator& comm, const Tensor& a_in, const Tensor& b_
     state.erase(state.begin() + d);
     if (h0.defined() && (h0.shape() != state || h0.dtype() != b.dtype()))
       throw Error(fmt::format("{}: h0 is {} {}, expected {} {} (b's shape without dim {})", name,
-                              dtype_name(h0.dtype()), shape_str(h0.shape()),
-                              dtype_name(b.dtype()), shape_str(state), d));
+                              dtype_name(h0.dtype()), shape_str(h0.shape()), dtype_name(b.dtype()),
+                              shape_str(state), d));
     if (opt.log_space) {
       if (matrix) throw Error(fmt::format("{}: log space needs the diagonal form", name));
       for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}, {"h0", &h0}})

@@ -54,8 +54,9 @@ const Blas& blas() {
 const Blas& need_blas() {
   const Blas& b = blas();
   if (!b.loaded())
-    throw Error("OpenBLAS (libopenblas.so.0, the peer of grux bench gemm and grux calibrate) "
-                "was not found: install libopenblas0-openmp to measure it");
+    throw Error(
+        "OpenBLAS (libopenblas.so.0, the peer of grux bench gemm and grux calibrate) "
+        "was not found: install libopenblas0-openmp to measure it");
   return b;
 }
 
@@ -112,10 +113,10 @@ bool blas_core_is_fallback() {
   std::string core = blas_core();
   std::transform(core.begin(), core.end(), core.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  static const char* const kOld[] = {"prescott", "core2", "penryn", "dunnington", "nehalem",
-                                     "sandybridge", "atom", "katmai", "coppermine", "northwood",
-                                     "banias", "opteron", "barcelona", "bobcat", "bulldozer",
-                                     "piledriver", "steamroller", "excavator", "generic", "unknown"};
+  static const char* const kOld[] = {
+      "prescott",  "core2",      "penryn",      "dunnington", "nehalem", "sandybridge", "atom",
+      "katmai",    "coppermine", "northwood",   "banias",     "opteron", "barcelona",   "bobcat",
+      "bulldozer", "piledriver", "steamroller", "excavator",  "generic", "unknown"};
   const bool old = std::find(std::begin(kOld), std::end(kOld), core) != std::end(kOld);
 #if defined(__x86_64__) || defined(__i386__)
   return old && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

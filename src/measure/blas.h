@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+
 #include "core/visibility.h"
 
 namespace grux::measure {

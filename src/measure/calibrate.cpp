@@ -1,6 +1,8 @@
 // Measuring the machine for the roofline: GEMM peaks (the BLAS and grux's packed GEMM), read
 // bandwidth per buffer size (which cache level holds what), memcpy bandwidth, and the fixed
 // cost of one sequential GRU step. Used by `grux calibrate` and `grux bench`.
+#include "grux/calibrate.h"
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -16,7 +18,6 @@
 
 #include "cost/cost_util.h"
 #include "cpu/kernel_probe.h"
-#include "grux/calibrate.h"
 #include "measure/blas.h"
 #include "measure/read_bandwidth.h"
 
@@ -161,7 +162,8 @@ double measure_read_bandwidth(int64_t bytes_per_thread, int threads, double byte
     for (int rep = 0; rep < 3; ++rep) {
 #pragma omp barrier
       const auto t0 = Clock::now();
-      for (int64_t p = 0; p < passes; ++p) sums[t] += measure::read_sum(buf, n, alternate && (p & 1));
+      for (int64_t p = 0; p < passes; ++p)
+        sums[t] += measure::read_sum(buf, n, alternate && (p & 1));
 #pragma omp barrier
 #pragma omp master
       best =
@@ -185,8 +187,8 @@ StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
   b.work_ns = p.gemm_flops() / static_cast<double>(p.T) / (peak_gflops * 1e9) * 1e9;
   // The weights a step reads: 3H (I_l + H) floats per layer (in the kernel's layout, no less).
   const int64_t layers = p.config().num_layers;
-  const int64_t floats = 3 * p.hidden_size *
-                         (p.input_size + p.hidden_size + (layers - 1) * 2 * p.hidden_size);
+  const int64_t floats =
+      3 * p.hidden_size * (p.input_size + p.hidden_size + (layers - 1) * 2 * p.hidden_size);
   // Fewer bytes than 16 KiB are read at the rate of 16 KiB (L1 either way), which the cost of
   // a call to the reading loop does not blur.
   b.weights_gbps = measure_read_bandwidth(floats * 4, 1, 2e7, true);

@@ -130,11 +130,12 @@ void TrainOptions::validate() const {
   if (!(val_fraction >= 0 && val_fraction < 1))
     throw Error(fmt::format("--val-fraction is {}, expected 0 <= fraction < 1", val_fraction));
   if (precision == Precision::int8)
-    throw Error("--precision int8 is for inference (grux generate, grux model eval); train in "
-                "f32 or bf16");
+    throw Error(
+        "--precision int8 is for inference (grux generate, grux model eval); train in "
+        "f32 or bf16");
   if (precision == Precision::bf16 && model.dtype != DType::f32)
-    throw Error(fmt::format("--precision bf16 trains an f32 model, not {}",
-                            dtype_name(model.dtype)));
+    throw Error(
+        fmt::format("--precision bf16 trains an f32 model, not {}", dtype_name(model.dtype)));
   model.validate();
 }
 
@@ -174,7 +175,8 @@ TrainOptions TrainOptions::from_json(const std::string& text, const CharLmConfig
     o.eval_every = j.at("eval_every").get<int64_t>();
     o.seed = j.at("seed").get<uint64_t>();
     // A checkpoint without a precision trained in f32.
-    if (j.contains("precision")) o.precision = parse_precision(j.at("precision").get<std::string>());
+    if (j.contains("precision"))
+      o.precision = parse_precision(j.at("precision").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("training options are malformed: {}", e.what()));
   }

@@ -252,8 +252,8 @@ ConvGrads conv_backward(const Options& o, const Tensor& input, const Tensor& wei
   if (bias) r.dbias = Tensor::zeros({p.g.D}, p.dtype);
   if (p.g.N == 0) return r;  // empty batch: nothing flows back, gradients are zero
   auto run = [&]<typename T>(T*) {
-    backward_kernel<T>(p, effective_algo(o), dy.data<T>(), r.dinput.data<T>(),
-                       r.dweight.data<T>(), bias ? r.dbias.data<T>() : nullptr);
+    backward_kernel<T>(p, effective_algo(o), dy.data<T>(), r.dinput.data<T>(), r.dweight.data<T>(),
+                       bias ? r.dbias.data<T>() : nullptr);
   };
   if (p.dtype == DType::f32)
     run(static_cast<float*>(nullptr));
@@ -336,12 +336,11 @@ ConvProblem ConvProblem::parse(const std::string& text) {
                             text, p.C, p.D, p.groups));
   const int64_t eh = p.dilation.h * (p.kernel.h - 1) + 1, ew = p.dilation.w * (p.kernel.w - 1) + 1;
   if (eh > p.H + 2 * p.padding.h || ew > p.W + 2 * p.padding.w)
-    throw Error(
-        fmt::format("conv problem descriptor '{}': kernel k{}{} spans ({}, {}), larger than the "
-                    "padded input ({}, {})",
-                    text, pair_str(p.kernel),
-                    p.dilation == Pair2(1) ? "" : " dilated r" + pair_str(p.dilation), eh, ew,
-                    p.H + 2 * p.padding.h, p.W + 2 * p.padding.w));
+    throw Error(fmt::format(
+        "conv problem descriptor '{}': kernel k{}{} spans ({}, {}), larger than the "
+        "padded input ({}, {})",
+        text, pair_str(p.kernel), p.dilation == Pair2(1) ? "" : " dilated r" + pair_str(p.dilation),
+        eh, ew, p.H + 2 * p.padding.h, p.W + 2 * p.padding.w));
   return p;
 }
 

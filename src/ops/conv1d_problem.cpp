@@ -14,11 +14,11 @@ Conv1dProblem Conv1dProblem::parse(const std::string& text) {
       R"(n(\d{1,9})c(\d{1,9})l(\d{1,9})d(\d{1,9})k(\d{1,9})(?:s(\d{1,9}))?(?:p(\d{1,9}))?(?:r(\d{1,9}))?(?:g(\d{1,9}))?)");
   std::smatch m;
   if (!std::regex_match(text, m, re))
-    throw Error(
-        fmt::format("conv1d problem descriptor '{}' is malformed (expected "
-                    "n{{N}}c{{C}}l{{L}}d{{D}}k{{K}}[s{{S}}][p{{P}}][r{{R}}][g{{G}}], e.g. n8c16l128d32k3 "
-                    "or n1c8l1024d8k3p4r4)",
-                    text));
+    throw Error(fmt::format(
+        "conv1d problem descriptor '{}' is malformed (expected "
+        "n{{N}}c{{C}}l{{L}}d{{D}}k{{K}}[s{{S}}][p{{P}}][r{{R}}][g{{G}}], e.g. n8c16l128d32k3 "
+        "or n1c8l1024d8k3p4r4)",
+        text));
   auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
   Conv1dProblem p;
   p.N = num(1, 0), p.C = num(2, 0), p.L = num(3, 0), p.D = num(4, 0), p.K = num(5, 0);

@@ -107,8 +107,8 @@ struct GruTapeData {
   Shape input_shape, h0_shape;  // as the caller gave them (h0_shape: of h_n when no h0)
   bool unbatched = false;
   DType dtype = DType::f32;
-  std::vector<Tensor> layer_inputs;     // per layer, (T, N, in) time-major (views allowed)
-  std::vector<Tensor> masks;            // per layer below the top: dropout scale or undefined
+  std::vector<Tensor> layer_inputs;  // per layer, (T, N, in) time-major (views allowed)
+  std::vector<Tensor> masks;         // per layer below the top: dropout scale or undefined
   // Per layer * D + direction, packed buffers. states: the initial state (N rows, sorted
   // order) followed by every step's state (rows).
   std::vector<Tensor> states, g, aux;
@@ -346,8 +346,8 @@ GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
           io_t.h_step = N * io.ldh;
           ops::gru_layer_forward<T>(k, P, parts[t], nullptr, h0s + n0 * ldh0,
                                     g.data<T>() + T_ * n0 * 3 * H,
-                                    need_aux ? aux.data<T>() + T_ * n0 * H : nullptr,
-                                    nullptr, gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
+                                    need_aux ? aux.data<T>() + T_ * n0 * H : nullptr, nullptr,
+                                    gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
         }
       } else {
         ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
@@ -444,9 +444,8 @@ GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& w
         dw.b_hh = Tensor::empty({3 * H}, dt);
       }
       const ops::PackedLayer<T>& P = tape.packed<T>()[ld];
-      ops::gru_layer_backward<T>(k, P, lay, x_rows, tape.states[ld].data<T>(),
-                                 tape.g[ld].data<T>(), tape.aux[ld].data<T>(), dy, dx_rows, dw,
-                                 dh0s.data<T>());
+      ops::gru_layer_backward<T>(k, P, lay, x_rows, tape.states[ld].data<T>(), tape.g[ld].data<T>(),
+                                 tape.aux[ld].data<T>(), dy, dx_rows, dw, dh0s.data<T>());
       if (!direct) scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
       for (int64_t j = 0; j < N; ++j)
         std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,
@@ -620,8 +619,7 @@ struct GruInference::Impl {
   std::vector<ops::PackedLayer<double>> packed_f64;
 };
 
-GruInference::GruInference(const Gru& gru, Precision precision)
-    : impl_(std::make_unique<Impl>()) {
+GruInference::GruInference(const Gru& gru, Precision precision) : impl_(std::make_unique<Impl>()) {
   ops::check_precision("gru inference", gru.dtype(), precision);
   impl_->config = gru.config();
   impl_->dtype = gru.dtype();
@@ -699,9 +697,9 @@ GruGrads Gru::backward(const GruTape& tape, const Tensor& doutput, const Tensor&
   const GruTapeData& t = *tape.data_;
   if (t.dtype != dtype_)
     throw Error("gru backward: the tape was recorded with weights of another dtype");
-  const ops::SeqUpstream u =
-      ops::normalize_upstream(seq_spec(config_, dtype_), t.lay.T, t.lay.N, t.unbatched,
-                              config_.directions() * config_.hidden_size, t.h0_shape, doutput, dh_n);
+  const ops::SeqUpstream u = ops::normalize_upstream(
+      seq_spec(config_, dtype_), t.lay.T, t.lay.N, t.unbatched,
+      config_.directions() * config_.hidden_size, t.h0_shape, doutput, dh_n);
   return ops::dispatch_float(dtype_, [&](auto x) {
     return backward_impl<decltype(x)>(config_, weights_, t, u.doutput, u.dh_n);
   });
@@ -767,9 +765,9 @@ std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
     const Tensor wih = w.w_ih.contiguous(), whh = w.w_hh.contiguous();
     const Tensor bih = w.b_ih.defined() ? w.b_ih.contiguous() : Tensor();
     const Tensor bhh = w.b_hh.defined() ? w.b_hh.contiguous() : Tensor();
-    plan->fast = cpu::gru_stream_pack(I, H, form == GruForm::reset_before, wih.data<float>(),
-                                      whh.data<float>(), bih.defined() ? bih.data<float>() : nullptr,
-                                      bhh.defined() ? bhh.data<float>() : nullptr);
+    plan->fast = cpu::gru_stream_pack(
+        I, H, form == GruForm::reset_before, wih.data<float>(), whh.data<float>(),
+        bih.defined() ? bih.data<float>() : nullptr, bhh.defined() ? bhh.data<float>() : nullptr);
     // Parts for the threads a call may take (one a processor, at least 2), each of 4 or more
     // unit groups (then the same bits as `fast`, cpu/gru_stream.h).
     const int64_t V = plan->fast.V, G = plan->fast.Hp / V;
@@ -788,7 +786,10 @@ std::shared_ptr<const GruCellPlan> plan_cell(int64_t I, int64_t H, GruForm form,
 }  // namespace
 
 GruCell::GruCell(int64_t input_size, int64_t hidden_size, GruForm form, GruLayerWeights w)
-    : input_size_(input_size), hidden_size_(hidden_size), form_(form), w_(std::move(w)),
+    : input_size_(input_size),
+      hidden_size_(hidden_size),
+      form_(form),
+      w_(std::move(w)),
       plan_(plan_cell(input_size, hidden_size, form, w_)) {}
 
 void GruCell::set_weights(GruLayerWeights weights) {
@@ -819,7 +820,9 @@ GruCell GruCell::from_state_dict(const std::map<std::string, Tensor>& state, Gru
 }
 
 GruCell::GruCell(const GruCell& other)
-    : input_size_(other.input_size_), hidden_size_(other.hidden_size_), form_(other.form_),
+    : input_size_(other.input_size_),
+      hidden_size_(other.hidden_size_),
+      form_(other.form_),
       w_(other.w_) {
   for (Tensor* t : {&w_.w_ih, &w_.w_hh, &w_.b_ih, &w_.b_hh})
     if (t->defined()) *t = t->clone();

@@ -50,9 +50,8 @@ struct GruKernels {
       cpu::gemm_packed_parallel<T>(M, A, lda, ta, B, bias, accumulate, C, ldc);
   }
   // C = A^T B in bf16 (cpu::gemm_at_b_bf16 or its twin): bf16 training's weight gradients.
-  void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                      const float* B, int64_t ldb, const int64_t* b_rows, float* C,
-                      int64_t ldc) const {
+  void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                      int64_t ldb, const int64_t* b_rows, float* C, int64_t ldc) const {
     (reference ? cpu::ref::gemm_at_b_bf16 : cpu::gemm_at_b_bf16)(M, N, K, A, lda, B, ldb, b_rows,
                                                                  false, C, ldc);
   }

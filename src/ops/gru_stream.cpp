@@ -1,5 +1,7 @@
 // Streaming GRU: feed frames or chunks, keep the state between calls. Each chunk runs the
 // same layer kernels as a whole-sequence forward, so results are bit-identical to it.
+#include "cpu/gru_stream.h"
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -8,7 +10,6 @@
 #include <thread>
 
 #include "core/visibility.h"
-#include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
 #include "ops/gru_stream_access.h"
@@ -73,11 +74,11 @@ struct GRUX_INTERNAL GruStream::Impl {
   void pack_fast(const Gru& gru) {
     const bool rb = gru.config().form == GruForm::reset_before;
     for (const GruLayerWeights& w : gru.weights())
-      fast_layers.push_back(cpu::gru_stream_pack(
-          w.w_ih.size(1), w.w_hh.size(1), rb, w.w_ih.contiguous().data<float>(),
-          w.w_hh.contiguous().data<float>(),
-          w.b_ih.defined() ? w.b_ih.contiguous().data<float>() : nullptr,
-          w.b_hh.defined() ? w.b_hh.contiguous().data<float>() : nullptr));
+      fast_layers.push_back(
+          cpu::gru_stream_pack(w.w_ih.size(1), w.w_hh.size(1), rb,
+                               w.w_ih.contiguous().data<float>(), w.w_hh.contiguous().data<float>(),
+                               w.b_ih.defined() ? w.b_ih.contiguous().data<float>() : nullptr,
+                               w.b_hh.defined() ? w.b_hh.contiguous().data<float>() : nullptr));
   }
 
   template <typename T>
@@ -246,7 +247,8 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, Precision 
   if (batch < 0)
     throw Error(fmt::format("gru stream: batch is {}, expected >= 1 or 0 for unbatched", batch));
   if (threads < 0)
-    throw Error(fmt::format("gru stream: threads is {}, expected >= 0 (0 or 1: the calling thread only)", threads));
+    throw Error(fmt::format(
+        "gru stream: threads is {}, expected >= 0 (0 or 1: the calling thread only)", threads));
   impl_->config = gru.config();
   impl_->dtype = gru.dtype();
   impl_->unbatched = batch == 0;
@@ -412,8 +414,7 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
   if (impl_->dtype != dtype_of<T>())
     throw Error(fmt::format("gru stream: process called with {} frames, the weights are {}",
                             dtype_name(dtype_of<T>()), dtype_name(impl_->dtype)));
-  if (frames < 0)
-    throw Error(fmt::format("gru stream: frames is {}, expected >= 0", frames));
+  if (frames < 0) throw Error(fmt::format("gru stream: frames is {}, expected >= 0", frames));
   if (frames == 0) return;
   if (!in || !out) throw Error("gru stream: process given a null pointer for in or out");
   const int64_t N = impl_->N, I = impl_->config.input_size;
@@ -425,7 +426,9 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
 template void GruStream::process<float>(const float*, float*, int64_t);
 template void GruStream::process<double>(const double*, double*, int64_t);
 
-bool GruStreamAccess::fast(const GruStream& s) { return s.impl_->fast; }
+bool GruStreamAccess::fast(const GruStream& s) {
+  return s.impl_->fast;
+}
 
 void GruStreamAccess::process_head(GruStream& s, const float* in, float* out, int64_t frames,
                                    const cpu::StreamHead* head, bool residual) {

@@ -1,5 +1,5 @@
-// nn.Linear driver: validates input, weight, bias (and doutput) at the API boundary, normalizes strided
-// operands for the GEMM, and calls the optimized or the reference kernels (cpu/linear.h).
+// nn.Linear driver: validates input, weight, bias (and doutput) at the API boundary, normalizes
+// strided operands for the GEMM, and calls the optimized or the reference kernels (cpu/linear.h).
 #include "cpu/linear.h"
 
 #include <fmt/format.h>
@@ -62,8 +62,7 @@ LinearGrads linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, 
 
 }  // namespace
 
-Tensor linear_forward(const Tensor& input, const Tensor& weight, const Tensor& bias,
-                      int threads) {
+Tensor linear_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, int threads) {
   const char* op = "linear_forward";
   ops::ThreadsScope scope(op, threads);
   check_input_weight(op, input, weight);

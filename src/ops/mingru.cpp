@@ -46,10 +46,10 @@ void MinGruConfig::validate() const {
 }
 
 MinGruProblem MinGruProblem::parse(const std::string& text) {
-  const ops::SeqDescriptor d = ops::parse_seq_descriptor(
-      text, "minGRU problem descriptor",
-      "l{L}t{T}n{N}i{I}h{H}, e.g. l2t4096n8i256h256; l may be omitted", 1,
-      "minGRU is unidirectional: d1 or no d");
+  const ops::SeqDescriptor d =
+      ops::parse_seq_descriptor(text, "minGRU problem descriptor",
+                                "l{L}t{T}n{N}i{I}h{H}, e.g. l2t4096n8i256h256; l may be omitted", 1,
+                                "minGRU is unidirectional: d1 or no d");
   MinGruProblem p;
   p.num_layers = d.L, p.T = d.T, p.N = d.N, p.input_size = d.I, p.hidden_size = d.H;
   return p;
@@ -584,9 +584,8 @@ MinGruOutput MinGru::forward(const Tensor& input, const Tensor& h0, const Tensor
                              int threads) const {
   ops::ThreadsScope scope("mingru", threads);
   Problem p = normalize(config_, dtype_, input, h0, lengths);
-  MinGruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
-    return forward_impl<decltype(t)>(config_, weights_, p, nullptr);
-  });
+  MinGruOutput r = ops::dispatch_float(
+      dtype_, [&](auto t) { return forward_impl<decltype(t)>(config_, weights_, p, nullptr); });
   r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
   if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
@@ -608,9 +607,8 @@ MinGruOutput MinGru::forward_train(const Tensor& input, const Tensor& h0, const 
   data->states.resize(L);
   data->h0.resize(L);
   if (config_.log_space && p.h0.defined()) data->h0_raw = p.h0;
-  MinGruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
-    return forward_impl<decltype(t)>(config_, weights_, p, data.get());
-  });
+  MinGruOutput r = ops::dispatch_float(
+      dtype_, [&](auto t) { return forward_impl<decltype(t)>(config_, weights_, p, data.get()); });
   data->h0_shape = r.h_n.shape();
   if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);
   tape.data_ = std::move(data);
@@ -626,9 +624,9 @@ MinGruGrads MinGru::backward(const MinGruTape& tape, const Tensor& doutput, cons
   const MinGruTapeData& t = *tape.data_;
   if (t.dtype != dtype_)
     throw Error("mingru backward: the tape was recorded with weights of another dtype");
-  const ops::SeqUpstream u = ops::normalize_upstream(
-      seq_spec(config_, dtype_), t.T, t.N, t.unbatched, config_.hidden_size, t.h0_shape, doutput,
-      dh_n);
+  const ops::SeqUpstream u =
+      ops::normalize_upstream(seq_spec(config_, dtype_), t.T, t.N, t.unbatched, config_.hidden_size,
+                              t.h0_shape, doutput, dh_n);
   MinGruGrads g = ops::dispatch_float(dtype_, [&](auto x) {
     return backward_impl<decltype(x)>(config_, weights_, t, u.doutput, u.dh_n);
   });

@@ -30,9 +30,10 @@ void check_params(const char* op, const std::vector<Parameter>& params, bool nee
     ops::check_float_cpu(op, v.c_str(), p.value);
     if (!need_grad && !p.grad.defined()) {
       if (!p.value.is_contiguous())
-        throw Error(fmt::format("{}: parameter '{}' has a non-contiguous value (expected "
-                                "contiguous)",
-                                op, p.name));
+        throw Error(
+            fmt::format("{}: parameter '{}' has a non-contiguous value (expected "
+                        "contiguous)",
+                        op, p.name));
       continue;
     }
     ops::check_float_cpu(op, g.c_str(), p.grad);

@@ -16,9 +16,12 @@ namespace grux {
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::f32: return "f32";
-    case Precision::bf16: return "bf16";
-    case Precision::int8: return "int8";
+    case Precision::f32:
+      return "f32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::int8:
+      return "int8";
   }
   return "?";
 }

@@ -31,7 +31,8 @@ int team(int threads) {
 
 int64_t wrap_dim(const char* op, const Tensor& x, int64_t dim) {
   const int64_t r = x.dim();
-  if (r == 0) throw Error(fmt::format("{}: the input is a scalar; expected at least 1 dimension", op));
+  if (r == 0)
+    throw Error(fmt::format("{}: the input is a scalar; expected at least 1 dimension", op));
   if (dim < -r || dim >= r)
     throw Error(fmt::format("{}: dim {} out of range for a tensor of rank {} (expected {}..{})", op,
                             dim, r, -r, r - 1));
@@ -41,8 +42,8 @@ int64_t wrap_dim(const char* op, const Tensor& x, int64_t dim) {
 void check_float(const char* op, const char* arg, const Tensor& t) {
   if (!t.defined()) throw Error(fmt::format("{}: {} is undefined", op, arg));
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
-    throw Error(fmt::format("{}: {} has dtype {}; expected f32 or f64", op, arg,
-                            dtype_name(t.dtype())));
+    throw Error(
+        fmt::format("{}: {} has dtype {}; expected f32 or f64", op, arg, dtype_name(t.dtype())));
   if (t.device() != Device::cpu())
     throw Error(fmt::format("{}: {} is on {}; only cpu tensors are supported here", op, arg,
                             t.device().str()));
@@ -78,12 +79,18 @@ std::vector<int64_t> inverse(const std::vector<int64_t>& p) {
 
 cpu::ScanKind kind_of(ScanOp op) {
   switch (op) {
-    case ScanOp::sum: return cpu::ScanKind::sum;
-    case ScanOp::prod: return cpu::ScanKind::prod;
-    case ScanOp::max: return cpu::ScanKind::max;
-    case ScanOp::min: return cpu::ScanKind::min;
-    case ScanOp::logaddexp: return cpu::ScanKind::logaddexp;
-    case ScanOp::matmul: break;
+    case ScanOp::sum:
+      return cpu::ScanKind::sum;
+    case ScanOp::prod:
+      return cpu::ScanKind::prod;
+    case ScanOp::max:
+      return cpu::ScanKind::max;
+    case ScanOp::min:
+      return cpu::ScanKind::min;
+    case ScanOp::logaddexp:
+      return cpu::ScanKind::logaddexp;
+    case ScanOp::matmul:
+      break;
   }
   GRUX_ASSERT(false);
   return cpu::ScanKind::sum;
@@ -119,13 +126,15 @@ MatrixLayout matrix_layout(const char* op, const Tensor& x, int64_t d) {
     throw Error(fmt::format("{}: matmul scans need x of shape (..., T, ..., d, d); got {}", op,
                             shape_str(x.shape())));
   if (x.size(-1) != x.size(-2))
-    throw Error(fmt::format("{}: matmul scans need square matrices in the last two dimensions; "
-                            "got {} x {}",
-                            op, x.size(-2), x.size(-1)));
+    throw Error(
+        fmt::format("{}: matmul scans need square matrices in the last two dimensions; "
+                    "got {} x {}",
+                    op, x.size(-2), x.size(-1)));
   if (d >= r - 2)
-    throw Error(fmt::format("{}: dim {} is a matrix dimension of x {}; expected a dimension "
-                            "before the last two",
-                            op, d, shape_str(x.shape())));
+    throw Error(
+        fmt::format("{}: dim {} is a matrix dimension of x {}; expected a dimension "
+                    "before the last two",
+                    op, d, shape_str(x.shape())));
   MatrixLayout L;
   L.perm = move_before_tail(r, d, 2);
   L.xp = x.permute(L.perm).contiguous();
@@ -139,19 +148,25 @@ MatrixLayout matrix_layout(const char* op, const Tensor& x, int64_t d) {
 
 const char* scan_op_name(ScanOp op) {
   switch (op) {
-    case ScanOp::sum: return "sum";
-    case ScanOp::prod: return "prod";
-    case ScanOp::max: return "max";
-    case ScanOp::min: return "min";
-    case ScanOp::logaddexp: return "logaddexp";
-    case ScanOp::matmul: return "matmul";
+    case ScanOp::sum:
+      return "sum";
+    case ScanOp::prod:
+      return "prod";
+    case ScanOp::max:
+      return "max";
+    case ScanOp::min:
+      return "min";
+    case ScanOp::logaddexp:
+      return "logaddexp";
+    case ScanOp::matmul:
+      return "matmul";
   }
   return "?";
 }
 
 ScanOp parse_scan_op(const std::string& name) {
-  for (ScanOp op : {ScanOp::sum, ScanOp::prod, ScanOp::max, ScanOp::min, ScanOp::logaddexp,
-                    ScanOp::matmul})
+  for (ScanOp op :
+       {ScanOp::sum, ScanOp::prod, ScanOp::max, ScanOp::min, ScanOp::logaddexp, ScanOp::matmul})
     if (name == scan_op_name(op)) return op;
   throw Error(fmt::format(
       "unknown scan op '{}'; expected one of sum, prod, max, min, logaddexp, matmul", name));
@@ -165,13 +180,14 @@ Tensor prefix_scan(const Tensor& x, int64_t dim, ScanOp op, const ScanOptions& o
   const int64_t d = wrap_dim(name, x, dim);
   cpu::ScanWalk w{opt.exclusive, opt.reverse, team(opt.threads)};
   if (opt.identity.defined())
-    throw Error(fmt::format("{}: the built-in '{}' knows its identity; pass none", name,
-                            scan_op_name(op)));
+    throw Error(
+        fmt::format("{}: the built-in '{}' knows its identity; pass none", name, scan_op_name(op)));
   if (op == ScanOp::matmul) {
     if (opt.exclusive)
-      throw Error(fmt::format("{}: matmul scans are inclusive only (there is no identity of "
-                              "unknown size); drop exclusive",
-                              name));
+      throw Error(
+          fmt::format("{}: matmul scans are inclusive only (there is no identity of "
+                      "unknown size); drop exclusive",
+                      name));
     MatrixLayout L = matrix_layout(name, x, d);
     Tensor yp = Tensor::empty(L.xp.shape(), x.dtype());
     if (x.dtype() == DType::f32)
@@ -198,8 +214,8 @@ Tensor reduce_scan(const Tensor& x, int64_t dim, ScanOp op, const ScanOptions& o
     throw Error(fmt::format("reduce_scan: dim {} has length 0; expected at least 1", dim));
   if (op == ScanOp::matmul) {
     matrix_layout("reduce_scan", x, d);  // validates
-    return reduce_scan(x, dim, ScanFn([](const Tensor& a, const Tensor& b) { return matmul(a, b); }),
-                       opt);
+    return reduce_scan(x, dim,
+                       ScanFn([](const Tensor& a, const Tensor& b) { return matmul(a, b); }), opt);
   }
   // The element-wise kernels are bandwidth-bound; the last row of the scan is the reduction.
   ScanOptions o;
@@ -277,7 +293,9 @@ void run_team(int threads, First first, Second second) {
   if (error) std::rethrow_exception(error);
 }
 
-int64_t chunk_begin(int64_t j, int64_t Tn, int64_t P) { return j * Tn / (P + 1); }
+int64_t chunk_begin(int64_t j, int64_t Tn, int64_t P) {
+  return j * Tn / (P + 1);
+}
 
 }  // namespace
 
@@ -329,7 +347,8 @@ Tensor reduce_scan(const Tensor& x, int64_t dim, const ScanFn& op, const ScanOpt
   check_float("reduce_scan", "x", x);
   const int64_t d = wrap_dim("reduce_scan", x, dim);
   const int64_t Tn = x.size(d);
-  if (Tn == 0) throw Error(fmt::format("reduce_scan: dim {} has length 0; expected at least 1", dim));
+  if (Tn == 0)
+    throw Error(fmt::format("reduce_scan: dim {} has length 0; expected at least 1", dim));
   const CallableWalk walk{x, d, Tn, false, op, without(x.shape(), d)};
   const int threads = std::min<int64_t>(team(opt.threads), Tn / 2);
   if (threads <= 1) return walk.fold(0, Tn);
@@ -355,7 +374,7 @@ enum class AffineForm { diagonal, matrix };
 
 struct AffineLayout {
   AffineForm form;
-  int64_t d;  // normalized dim of b
+  int64_t d;         // normalized dim of b
   int64_t O, Tn, C;  // diagonal: (O, T, C); matrix: (O, T, C=d) with a (O, T, d, d)
   std::vector<int64_t> perm_b, perm_a;  // matrix form: to (..., T, d) and (..., T, d, d)
 };
@@ -377,13 +396,15 @@ AffineLayout affine_layout(const char* name, const Tensor& a, const Tensor& b, i
     Shape expect = b.shape();
     expect.push_back(b.size(-1));
     if (a.shape() != expect)
-      throw Error(fmt::format("{}: a has shape {} and b {}; expected a of b's shape (diagonal) "
-                              "or {} (matrix form)",
-                              name, shape_str(a.shape()), shape_str(b.shape()), shape_str(expect)));
+      throw Error(
+          fmt::format("{}: a has shape {} and b {}; expected a of b's shape (diagonal) "
+                      "or {} (matrix form)",
+                      name, shape_str(a.shape()), shape_str(b.shape()), shape_str(expect)));
     if (L.d == r - 1)
-      throw Error(fmt::format("{}: in the matrix form dim {} is the state dimension of b {}; "
-                              "expected a time dimension before it",
-                              name, dim, shape_str(b.shape())));
+      throw Error(
+          fmt::format("{}: in the matrix form dim {} is the state dimension of b {}; "
+                      "expected a time dimension before it",
+                      name, dim, shape_str(b.shape())));
     L.form = AffineForm::matrix;
     L.perm_b = move_before_tail(r, L.d, 1);
     L.perm_a = move_before_tail(r + 1, L.d, 2);
@@ -490,8 +511,8 @@ Tensor affine_scan(const Tensor& a, const Tensor& b, int64_t dim, const Tensor& 
   return exp(run_affine(L, log(a), log(b), h0.defined() ? log(h0) : Tensor(), true, opt));
 }
 
-Tensor log_affine_scan(const Tensor& log_a, const Tensor& log_b, int64_t dim,
-                       const Tensor& log_h0, const AffineScanOptions& opt) {
+Tensor log_affine_scan(const Tensor& log_a, const Tensor& log_b, int64_t dim, const Tensor& log_h0,
+                       const AffineScanOptions& opt) {
   const AffineLayout L = affine_layout("log_affine_scan", log_a, log_b, dim, log_h0);
   if (L.form == AffineForm::matrix)
     throw Error("log_affine_scan: log_a must have log_b's shape (the diagonal form)");
@@ -499,8 +520,7 @@ Tensor log_affine_scan(const Tensor& log_a, const Tensor& log_b, int64_t dim,
 }
 
 AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h0, const Tensor& h,
-                                     const Tensor& dh, int64_t dim,
-                                     const AffineScanOptions& opt) {
+                                     const Tensor& dh, int64_t dim, const AffineScanOptions& opt) {
   const char* name = "affine_scan_backward";
   const AffineLayout L = affine_layout(name, a, h, dim, h0);
   check_float(name, "dh", dh);
@@ -538,8 +558,9 @@ AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h0, const Te
     g.da = mul(g.db.unsqueeze(-1), h_prev.unsqueeze(-2));
   if (h0.defined()) {
     const Tensor g0 = step(g.db, 0), a0 = step(a, 0);
-    g.dh0 = L.form == AffineForm::diagonal ? mul(a0, g0)
-                                           : matmul(a0.transpose(-1, -2), g0.unsqueeze(-1)).squeeze(-1);
+    g.dh0 = L.form == AffineForm::diagonal
+                ? mul(a0, g0)
+                : matmul(a0.transpose(-1, -2), g0.unsqueeze(-1)).squeeze(-1);
   }
   return g;
 }
@@ -550,9 +571,10 @@ ScanProblem ScanProblem::parse(const std::string& s) {
   static const std::regex re(R"((?:n(\d+))?t(\d+)(?:c(\d+))?(?:d(\d+))?)");
   std::smatch m;
   if (!std::regex_match(s, m, re))
-    throw Error(fmt::format("bad scan descriptor '{}'; expected [n<N>]t<T>[c<C>][d<D>], e.g. "
-                            "t16777216, n8t4096c1536 or t8192d64",
-                            s));
+    throw Error(
+        fmt::format("bad scan descriptor '{}'; expected [n<N>]t<T>[c<C>][d<D>], e.g. "
+                    "t16777216, n8t4096c1536 or t8192d64",
+                    s));
   auto num = [&](int i, int64_t dflt) -> int64_t {
     if (!m[i].matched) return dflt;
     const std::string v = m[i].str();
@@ -567,7 +589,8 @@ ScanProblem ScanProblem::parse(const std::string& s) {
   if (p.N < 1 || p.T < 1 || p.C < 1 || (m[4].matched && p.d < 1))
     throw Error(fmt::format("scan descriptor '{}': sizes must be >= 1", s));
   if (p.d > 0 && m[3].matched)
-    throw Error(fmt::format("scan descriptor '{}': give c (channels) or d (matrix size), not both", s));
+    throw Error(
+        fmt::format("scan descriptor '{}': give c (channels) or d (matrix size), not both", s));
   return p;
 }
 

@@ -395,8 +395,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
         int64_t a_off = 0, b_off = 0;
         const int64_t batch_count = out.numel() / (M * N);
         for (int64_t i = 0; i < batch_count; ++i) {
-          cpu::gemm<T>(la.trans, lb.trans, M, N, K, ap + a_off, la.ld, bp + b_off, lb.ld,
-                       nullptr, false, cp + i * M * N, N);
+          cpu::gemm<T>(la.trans, lb.trans, M, N, K, ap + a_off, la.ld, bp + b_off, lb.ld, nullptr,
+                       false, cp + i * M * N, N);
           for (int64_t d = nb - 1; d >= 0; --d) {
             if (++index[d] < batch[d]) {
               a_off += a_bst[d];

@@ -15,17 +15,17 @@
 #include <vector>
 
 #include "commands.h"
-#include "measure/blas.h"
 #include "grux/calibrate.h"
 #include "grux/conv.h"
 #include "grux/cost.h"
-#include "grux/cost_profile.h"
 #include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
 #include "grux/gru.h"
 #include "grux/io.h"
 #include "grux/mingru.h"
 #include "grux/nn.h"
 #include "grux/runtime.h"
+#include "measure/blas.h"
 
 namespace grux::cli {
 
@@ -205,9 +205,10 @@ void run_bench_gru(const BenchArgs& a) {
   if (prec == Precision::int8 && a.train)
     throw Error("--precision int8 is for inference; --train takes f32 or bf16");
   if (lowp && p.dtype != DType::f32)
-    throw Error(fmt::format("--precision {} takes --dtype f32 (the weights are converted from "
-                            "f32), not {}",
-                            a.precision, a.dtype));
+    throw Error(
+        fmt::format("--precision {} takes --dtype f32 (the weights are converted from "
+                    "f32), not {}",
+                    a.precision, a.dtype));
   if (a.reset_before) name += "_rb";
   if (lowp) name += "_" + a.precision;
   check_fits_in_memory(p, a.train);
@@ -492,8 +493,8 @@ void run_bench_gemm(const BenchArgs& a) {
       "{{\"op\":\"gemm\",\"problem\":\"m{}n{}k{}\",\"threads\":{},\"dtype\":\"{}\",\"reps\":{},"
       "\"gflops\":{:.2f},\"blas_gflops\":{:.2f},\"grux_gflops\":{:.2f},\"blas_core\":\"{}\","
       "\"blas_fallback\":{},\"simd\":\"{}\"}}\n",
-      peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas,
-      peak.grux, measure::blas_core(), measure::blas_core_is_fallback(), simd_target());
+      peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas, peak.grux,
+      measure::blas_core(), measure::blas_core_is_fallback(), simd_target());
   if (!measure::blas_available())
     fmt::print(stderr,
                "grux: note: OpenBLAS (libopenblas.so.0) is not installed, so blas_gflops is 0 "
@@ -614,8 +615,7 @@ Action add_bench_command(CLI::App& app) {
               "longest of the recurrence's dependency chain, its FMA work and the read of its "
               "weights at this machine's rates, measured in the process (chain_ns, work_ns, "
               "weights_ns at weights_gbps, and the fma / sigmoid / tanh latencies)");
-  g->add_option("--block", a->block,
-                "with --cell: frames per call (an audio callback's block)")
+  g->add_option("--block", a->block, "with --cell: frames per call (an audio callback's block)")
       ->capture_default_str();
   g->add_option("--lengths", a->lengths,
                 "variable lengths: uniform:LO:HI:SEED, or an int64 .npy of shape (N,)");

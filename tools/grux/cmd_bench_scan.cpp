@@ -59,7 +59,8 @@ double memcpy_gbps(int64_t bytes, int threads) {
       const int64_t lo = bytes * p / P, hi = bytes * (p + 1) / P;
       std::memcpy(dst.data() + lo, src.data() + lo, size_t(hi - lo));
     }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * double(bytes) / best / 1e9;
 }
@@ -80,7 +81,8 @@ double small_gemm_gflops(int64_t d, int threads) {
       for (int64_t i = 0; i < iters; ++i)
         cpu::gemm<T>(false, false, d, d, d, a.data(), d, b.data(), d, nullptr, false, c.data(), d);
     }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return double(threads) * double(iters) * 2.0 * double(dd * d) / best / 1e9;
 }
@@ -103,8 +105,8 @@ void check(const std::string& what, const Tensor& got, const Tensor& want, doubl
     const double g = got.at_flat(i), w = want.at_flat(i);
     if (g == w || (std::isnan(g) && std::isnan(w))) continue;
     if (!(std::abs(g - w) <= tol * (1 + scale)))
-      throw ResultMismatch(fmt::format("{}: element {} is {} but the reference kernels give {}",
-                                       what, i, g, w));
+      throw ResultMismatch(
+          fmt::format("{}: element {} is {} but the reference kernels give {}", what, i, g, w));
   }
 }
 
@@ -188,16 +190,19 @@ void run_bench_scan(const ScanBenchArgs& a, Communicator& comm) {
   const ScanOp op = affine ? ScanOp::sum : parse_scan_op(a.op);
   const bool matrix = p.d > 0;
   if (op == ScanOp::matmul && !matrix)
-    throw Error(fmt::format("bench scan matmul needs a matrix size: descriptor '{}' has no d "
-                            "(e.g. t8192d64)",
-                            a.descriptor));
+    throw Error(
+        fmt::format("bench scan matmul needs a matrix size: descriptor '{}' has no d "
+                    "(e.g. t8192d64)",
+                    a.descriptor));
   if (!affine && op != ScanOp::matmul && matrix)
-    throw Error(fmt::format("bench scan {}: descriptor '{}' has d (matrices); element-wise scans "
-                            "take c (channels), e.g. n8t4096c1536",
-                            a.op, a.descriptor));
+    throw Error(
+        fmt::format("bench scan {}: descriptor '{}' has d (matrices); element-wise scans "
+                    "take c (channels), e.g. n8t4096c1536",
+                    a.op, a.descriptor));
   if (a.log_space && (!affine || matrix))
     throw Error("--log-space applies to the diagonal affine scan only");
-  const double elems = double(p.N) * double(p.T) * double(matrix ? p.d * (op == ScanOp::matmul ? p.d : 1) : p.C);
+  const double elems =
+      double(p.N) * double(p.T) * double(matrix ? p.d * (op == ScanOp::matmul ? p.d : 1) : p.C);
   const double esize = p.dtype == DType::f32 ? 4 : 8;
   if (elems * esize * (matrix && affine ? p.d + 2 : 3) > 16e9)
     throw Error(fmt::format("descriptor '{}' needs more than 16 GB; expected a smaller problem",
@@ -254,7 +259,8 @@ void run_bench_scan(const ScanBenchArgs& a, Communicator& comm) {
     }
     Tensor want;
     const double steps = double(std::min<int64_t>(p.T, 512));
-    const double tol = (dt == DType::f32 ? 1e-6 : 1e-14) * std::sqrt(double(p.T)) * std::sqrt(steps);
+    const double tol =
+        (dt == DType::f32 ? 1e-6 : 1e-14) * std::sqrt(double(p.T)) * std::sqrt(steps);
     if (matrix && p.T > 512) {
       const int64_t T2 = 512;
       const Tensor got2 = [&] {
@@ -269,8 +275,8 @@ void run_bench_scan(const ScanBenchArgs& a, Communicator& comm) {
                     : prefix_scan(x.slice(1, 0, T2).to(DType::f64), 1, op);
       set_reference_kernels(false);
       check(a.op + " " + p.descriptor() + " (first 512 steps)", got2, want, tol);
-      check(a.op + " " + p.descriptor() + " (first 512 steps of the full run)",
-            got.slice(1, 0, T2), want, tol);
+      check(a.op + " " + p.descriptor() + " (first 512 steps of the full run)", got.slice(1, 0, T2),
+            want, tol);
     } else {
       set_reference_kernels(true);
       if (affine) {

@@ -11,8 +11,8 @@
 #include "commands.h"
 #include "grux/calibrate.h"
 #include "grux/cost.h"
-#include "grux/cost_profile.h"
 #include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
 #include "grux/io.h"
 
 namespace grux::cli {

@@ -10,10 +10,10 @@
 
 #include "commands.h"
 #include "grux/cost.h"
-#include "grux/cost_registry.h"
 #include "grux/cost_format.h"
-#include "grux/cost_profile.h"
 #include "grux/cost_predict.h"
+#include "grux/cost_profile.h"
+#include "grux/cost_registry.h"
 #include "grux/io.h"
 #include "grux/sweep.h"
 
@@ -23,7 +23,7 @@ namespace {
 
 struct CostArgs {
   std::string op, descriptor, mode = "seed", dtype = "f32", format = "table", lengths,
-      precision = "f32";
+                              precision = "f32";
   bool train = false, no_bias = false, reset_before = false;
   // The roofline prediction.
   std::string profile;

@@ -79,9 +79,10 @@ Action add_demo_command(CLI::App& app) {
       "demo",
       "Run the example GRU (data/example/gru.safetensors) on its example input, compare with "
       "PyTorch's output stored beside it, and print a summary and the time taken.");
-  c->add_option("--data", a->data_dir,
-                "data folder (default: $GRUX_DATA_DIR, else PREFIX/share/grux for an installed grux, "
-                "else the source tree's data/)")
+  c->add_option(
+       "--data", a->data_dir,
+       "data folder (default: $GRUX_DATA_DIR, else PREFIX/share/grux for an installed grux, "
+       "else the source tree's data/)")
       ->capture_default_str();
   c->add_option("--reps", a->reps, "timed runs (the median is printed)")->capture_default_str();
   return [a] { run_demo(*a); };

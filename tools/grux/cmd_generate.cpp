@@ -179,8 +179,7 @@ Action add_generate_command(CLI::App& app) {
                   "beam search with B beams for the likeliest text (ignores temperature/top-k)")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
-  sub->add_option("--threads", a->threads, "threads (default: all cores)")
-      ->capture_default_str();
+  sub->add_option("--threads", a->threads, "threads (default: all cores)")->capture_default_str();
   sub->add_option("--precision", a->precision,
                   "f32, bf16 or int8: the precision of the GRU's products (bf16 and int8 take "
                   "a float32 model; docs/precision.md)")

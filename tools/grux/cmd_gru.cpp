@@ -33,13 +33,14 @@ Tensor read_optional(const std::string& path) {
 void run_gru(const GruArgs& a) {
   const Precision prec = parse_precision(a.precision);
   if (prec != Precision::f32 && (!a.grad_output.empty() || !a.grad_hn.empty()))
-    throw Error(fmt::format("--precision {} runs inference only; it cannot be combined with "
-                            "--grad-output or --grad-hn",
-                            a.precision));
+    throw Error(
+        fmt::format("--precision {} runs inference only; it cannot be combined with "
+                    "--grad-output or --grad-hn",
+                    a.precision));
   Tensor x = read_npy(a.input);
   if (prec != Precision::f32 && x.dtype() != DType::f32)
-    throw Error(fmt::format("{}: --precision {} takes float32 arrays and weights, not {}",
-                            a.input, a.precision, dtype_name(x.dtype())));
+    throw Error(fmt::format("{}: --precision {} takes float32 arrays and weights, not {}", a.input,
+                            a.precision, dtype_name(x.dtype())));
   if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
     throw Error(a.input + ": dtype " + dtype_name(x.dtype()) + ", expected f32 or f64");
   const SafeTensors st = read_safetensors(a.weights);
@@ -69,7 +70,7 @@ void run_gru(const GruArgs& a) {
 
   const bool want_grads = dy.defined() || dhn.defined();
   GruTape tape;
-  GruOutput y = want_grads                 ? gru.forward_train(x, h0, lengths, tape)
+  GruOutput y = want_grads               ? gru.forward_train(x, h0, lengths, tape)
                 : prec == Precision::f32 ? gru.forward(x, h0, lengths)
                                          : GruInference(gru, prec).forward(x, h0, lengths);
   // The gradients' shapes are the results' (named by their files, not the engine's words).

@@ -7,10 +7,10 @@
 #include <cstdlib>
 
 #include "commands.h"
-#include "measure/blas.h"
 #include "grux/dist.h"
 #include "grux/precision.h"
 #include "grux/runtime.h"
+#include "measure/blas.h"
 
 namespace grux::cli {
 
@@ -40,15 +40,17 @@ void run_info(const InfoArgs& a) {
                               ? mpi_library() + " (mpirun -np K grux train | scan | calibrate)"
                               : std::string("no (built without; one process only)"));
   if (measure::blas_available())
-    fmt::print("blas: OpenBLAS with its {} kernel{}; only grux bench gemm and grux calibrate "
-               "measure it, no operator computes through it\n",
-               measure::blas_core(),
-               measure::blas_core_is_fallback()
-                   ? " (a generic fallback: OpenBLAS does not recognise this AVX2 CPU)"
-                   : "");
+    fmt::print(
+        "blas: OpenBLAS with its {} kernel{}; only grux bench gemm and grux calibrate "
+        "measure it, no operator computes through it\n",
+        measure::blas_core(),
+        measure::blas_core_is_fallback()
+            ? " (a generic fallback: OpenBLAS does not recognise this AVX2 CPU)"
+            : "");
   else
-    fmt::print("blas: none (OpenBLAS, libopenblas.so.0, not installed: grux bench gemm and grux "
-               "calibrate measure grux's GEMM alone; no operator uses a BLAS)\n");
+    fmt::print(
+        "blas: none (OpenBLAS, libopenblas.so.0, not installed: grux bench gemm and grux "
+        "calibrate measure grux's GEMM alone; no operator uses a BLAS)\n");
 }
 
 }  // namespace

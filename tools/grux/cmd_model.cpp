@@ -70,10 +70,9 @@ void run_show(const ModelArgs& a) {
                  : fmt::format(", last validation loss {:.4f} nats/char", tm.val_loss.back()));
   fmt::print("model: character-level GRU language model, {}, vocabulary {} characters{}\n",
              dtype_name(c.dtype), c.vocab,
-             o.precision == Precision::f32
-                 ? ""
-                 : fmt::format(" (trained with the GRU's products in {})",
-                               precision_name(o.precision)));
+             o.precision == Precision::f32 ? ""
+                                           : fmt::format(" (trained with the GRU's products in {})",
+                                                         precision_name(o.precision)));
   fmt::print("  {:<24} {:<14} {:>12}\n", "parameter", "shape", "count");
   for (const Parameter& p : tm.model->parameters())
     fmt::print("  {:<24} {:<14} {:>12}\n", p.name, shape_str(p.value.shape()),

@@ -120,8 +120,10 @@ Action add_scan_command(CLI::App& app) {
     sub->add_option("--threads", s->threads, "threads (0: all cores)")->capture_default_str();
   };
   const char* help[] = {
-      "cumulative sum (torch.cumsum)", "cumulative product (torch.cumprod)",
-      "running maximum (torch.cummax values)", "running minimum (torch.cummin values)",
+      "cumulative sum (torch.cumsum)",
+      "cumulative product (torch.cumprod)",
+      "running maximum (torch.cummax values)",
+      "running minimum (torch.cummin values)",
       "log of the cumulative sum of exp (torch.logcumsumexp)",
       "cumulative matrix products y_t = x_0 @ x_1 @ ... @ x_t of square matrices stacked "
       "along --dim (X is (..., T, ..., d, d)); with --reverse y_t = x_t @ ... @ x_{T-1}"};

@@ -104,9 +104,10 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
   if (!a.resume.empty()) {
     // The run's settings come from the checkpoint; giving a different one is a mistake.
     for (const char* opt :
-         {"--layers", "--hidden", "--embed", "--batch", "--window", "--steps", "--lr", "--min-lr",
-          "--warmup", "--dropout", "--seed", "--optimizer", "--weight-decay", "--momentum",
-          "--clip", "--val-fraction", "--eval-every", "--dtype", "--precision", "--time"})
+         {"--layers",       "--hidden",     "--embed",        "--batch",     "--window",
+          "--steps",        "--lr",         "--min-lr",       "--warmup",    "--dropout",
+          "--seed",         "--optimizer",  "--weight-decay", "--momentum",  "--clip",
+          "--val-fraction", "--eval-every", "--dtype",        "--precision", "--time"})
       if (sub->count(opt) > 0)
         throw CollectiveError(
             fmt::format("{} cannot be combined with --resume (the run continues with "

@@ -9,8 +9,8 @@
 #include <system_error>
 
 #include "commands.h"
-#include "measure/blas.h"
 #include "grux/io.h"
+#include "measure/blas.h"
 
 namespace grux::cli {
 

@@ -9,7 +9,9 @@
 #include "grux/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"grux: fast, exact recurrent-sequence operators (GRU, parallel scans, convolution) on the CPU, and a GRU language model trainer"};
+  CLI::App app{
+      "grux: fast, exact recurrent-sequence operators (GRU, parallel scans, convolution) on the "
+      "CPU, and a GRU language model trainer"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "grux 0.1.0");
   std::map<CLI::App*, grux::cli::Action> actions;

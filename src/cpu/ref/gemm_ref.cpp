@@ -14,8 +14,8 @@
 namespace grux::cpu::ref {
 
 template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-          const T* B, int64_t ldb, const T* bias, bool accumulate, T* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+          int64_t ldb, const T* bias, bool accumulate, T* C, int64_t ldc) {
   std::vector<double> b(K * N), acc(N);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) b[k * N + n] = tb ? B[n * ldb + k] : B[k * ldb + n];
@@ -38,9 +38,8 @@ namespace {
 // B in bf16 or int8 (cpu/gemm_lowp.h), from the same rounded or quantized values the kernels
 // use: C = sum over k of bf16(a) b (bf16), or scale_a scale_b sum over k of (qa - zero) qb
 // (int8), in double, then + bias (+ C).
-void lowp_packed(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
-                      const float* bias, bool accumulate, float* C, int64_t ldc, int64_t p0,
-                      int64_t p1) {
+void lowp_packed(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, const float* bias,
+                 bool accumulate, float* C, int64_t ldc, int64_t p0, int64_t p1) {
   const bool int8 = B.i8 != nullptr;
   const int64_t g = int8 ? 4 : 2, rows = (B.K + g - 1) / g, P = B.panel;
   // B(k, n): element k % g of group k / g, column n % P of panel n / P.

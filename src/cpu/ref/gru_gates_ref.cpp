@@ -34,7 +34,8 @@ void gru_gates_lbr_forward(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g, c
     T* gb = g + b * 3 * H;
     const T* ghb = gh + b * 3 * H;
     for_units<T>(H, b0, b1, [&](int64_t j) {
-      const int64_t cr = gate_col3<T>(H, 0, j), cz = gate_col3<T>(H, 1, j), cn = gate_col3<T>(H, 2, j);
+      const int64_t cr = gate_col3<T>(H, 0, j), cz = gate_col3<T>(H, 1, j),
+                    cn = gate_col3<T>(H, 2, j);
       const T r = sigmoid(gb[cr] + ghb[cr] + bias(b_hh, cr));
       const T z = sigmoid(gb[cz] + ghb[cz] + bias(b_hh, cz));
       const T hn_j = ghb[cn] + bias(b_hh, cn);
@@ -82,8 +83,10 @@ void gru_gates_rb_forward_rz(int64_t B, int64_t H, int64_t b0, int64_t b1, T* g,
   for (int64_t b = 0; b < B; ++b) {
     for_units<T>(H, b0, b1, [&](int64_t j) {
       const int64_t cr = gate_col3<T>(H, 0, j), cz = gate_col3<T>(H, 1, j);
-      const T r = sigmoid(g[b * 3 * H + cr] + ghrz[b * 2 * H + gate_col2<T>(H, 0, j)] + bias(b_hh, cr));
-      const T z = sigmoid(g[b * 3 * H + cz] + ghrz[b * 2 * H + gate_col2<T>(H, 1, j)] + bias(b_hh, cz));
+      const T r =
+          sigmoid(g[b * 3 * H + cr] + ghrz[b * 2 * H + gate_col2<T>(H, 0, j)] + bias(b_hh, cr));
+      const T z =
+          sigmoid(g[b * 3 * H + cz] + ghrz[b * 2 * H + gate_col2<T>(H, 1, j)] + bias(b_hh, cz));
       g[b * 3 * H + cr] = r;
       g[b * 3 * H + cz] = z;
       rh[b * H + j] = r * h_prev[b * ldh + j];

@@ -29,11 +29,16 @@ template <typename T>
 T identity(ScanKind kind) {
   const T inf = std::numeric_limits<T>::infinity();
   switch (kind) {
-    case ScanKind::sum: return T(-0.0);
-    case ScanKind::prod: return T(1);
-    case ScanKind::max: return -inf;
-    case ScanKind::min: return inf;
-    case ScanKind::logaddexp: return -inf;
+    case ScanKind::sum:
+      return T(-0.0);
+    case ScanKind::prod:
+      return T(1);
+    case ScanKind::max:
+      return -inf;
+    case ScanKind::min:
+      return inf;
+    case ScanKind::logaddexp:
+      return -inf;
   }
   return T(0);
 }
@@ -41,11 +46,16 @@ T identity(ScanKind kind) {
 template <typename T>
 T combine(ScanKind kind, T acc, T v) {
   switch (kind) {
-    case ScanKind::sum: return acc + v;
-    case ScanKind::prod: return acc * v;
-    case ScanKind::max: return std::isnan(acc) ? acc : (std::isnan(v) || v >= acc) ? v : acc;
-    case ScanKind::min: return std::isnan(acc) ? acc : (std::isnan(v) || v <= acc) ? v : acc;
-    case ScanKind::logaddexp: return log_add_exp(acc, v);
+    case ScanKind::sum:
+      return acc + v;
+    case ScanKind::prod:
+      return acc * v;
+    case ScanKind::max:
+      return std::isnan(acc) ? acc : (std::isnan(v) || v >= acc) ? v : acc;
+    case ScanKind::min:
+      return std::isnan(acc) ? acc : (std::isnan(v) || v <= acc) ? v : acc;
+    case ScanKind::logaddexp:
+      return log_add_exp(acc, v);
   }
   return acc;
 }
@@ -68,8 +78,8 @@ void scan_elementwise(ScanKind kind, const T* x, T* y, int64_t O, int64_t Tn, in
 }
 
 template <typename T>
-void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int64_t Tn,
-                      int64_t C, bool reverse) {
+void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int64_t Tn, int64_t C,
+                      bool reverse) {
   for (int64_t o = 0; o < O; ++o)
     for (int64_t c = 0; c < C; ++c) {
       T state = h0 ? h0[o * C + c] : T(0);
@@ -82,12 +92,12 @@ void affine_scan_diag(const T* a, const T* b, const T* h0, T* h, int64_t O, int6
 }
 
 template <typename T>
-void log_affine_scan_diag(const T* la, const T* lb, const T* lh0, T* lh, int64_t O,
-                          int64_t Tn, int64_t C, bool reverse) {
+void log_affine_scan_diag(const T* la, const T* lb, const T* lh0, T* lh, int64_t O, int64_t Tn,
+                          int64_t C, bool reverse) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t o = 0; o < O; ++o)
     for (int64_t c = 0; c < C; ++c) {
-      T A = 0;                                // cumulative sum of la
+      T A = 0;                              // cumulative sum of la
       T acc = lh0 ? lh0[o * C + c] : ninf;  // cumulative logsumexp of lb_s - A_s (h0 at s=-1)
       for (int64_t t = 0; t < Tn; ++t) {
         const int64_t i = (o * Tn + step_at(t, Tn, reverse)) * C + c;
@@ -99,8 +109,8 @@ void log_affine_scan_diag(const T* la, const T* lb, const T* lh0, T* lh, int64_t
 }
 
 template <typename T>
-void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, int64_t Tn,
-                        int64_t d, bool reverse) {
+void affine_scan_matrix(const T* A, const T* b, const T* h0, T* h, int64_t O, int64_t Tn, int64_t d,
+                        bool reverse) {
   std::vector<T> state(d), next(d);
   for (int64_t o = 0; o < O; ++o) {
     for (int64_t i = 0; i < d; ++i) state[i] = h0 ? h0[o * d + i] : T(0);
@@ -142,15 +152,15 @@ void matmul_scan(const T* x, T* y, int64_t O, int64_t Tn, int64_t d, bool revers
     }
 }
 
-#define GRUX_SCAN_REF_INSTANTIATE(T)                                                           \
-  template void scan_elementwise<T>(ScanKind, const T*, T*, int64_t, int64_t, int64_t, bool,  \
-                                    bool);                                                     \
-  template void affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t,       \
-                                    int64_t, bool);                                            \
-  template void log_affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t,   \
-                                        int64_t, bool);                                        \
-  template void affine_scan_matrix<T>(const T*, const T*, const T*, T*, int64_t, int64_t,     \
-                                      int64_t, bool);                                          \
+#define GRUX_SCAN_REF_INSTANTIATE(T)                                                               \
+  template void scan_elementwise<T>(ScanKind, const T*, T*, int64_t, int64_t, int64_t, bool,       \
+                                    bool);                                                         \
+  template void affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t,   \
+                                    bool);                                                         \
+  template void log_affine_scan_diag<T>(const T*, const T*, const T*, T*, int64_t, int64_t,        \
+                                        int64_t, bool);                                            \
+  template void affine_scan_matrix<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, \
+                                      bool);                                                       \
   template void matmul_scan<T>(const T*, T*, int64_t, int64_t, int64_t, bool);
 GRUX_SCAN_REF_INSTANTIATE(float)
 GRUX_SCAN_REF_INSTANTIATE(double)
