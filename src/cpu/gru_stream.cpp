@@ -105,18 +105,21 @@ HWY_INLINE void TileS(int S, const float* w, int64_t cs, const float* v, int64_t
 template <int kPer, class Init, class Epi>
 HWY_INLINE void TileG(int64_t g, int S, const float* w, int64_t cs, const float* v, int64_t K,
                       bool rev, const Init& init, const Epi& epi) {
+  // A macro per case, which clang-format cannot lay out stably.
+  // clang-format off
   switch (g) {
 #define GRUX_TILE_CASE(n)                                                                \
   case n:                                                                                \
     if constexpr (kPer * n <= 12) return TileS<kPer, n>(S, w, cs, v, K, rev, init, epi); \
     break;
-    GRUX_TILE_CASE(1)
-    GRUX_TILE_CASE(2) GRUX_TILE_CASE(3) GRUX_TILE_CASE(4) GRUX_TILE_CASE(5) GRUX_TILE_CASE(6)
-        GRUX_TILE_CASE(7) GRUX_TILE_CASE(8) GRUX_TILE_CASE(9) GRUX_TILE_CASE(10) GRUX_TILE_CASE(11)
-            GRUX_TILE_CASE(12)
+    GRUX_TILE_CASE(1) GRUX_TILE_CASE(2) GRUX_TILE_CASE(3) GRUX_TILE_CASE(4)
+    GRUX_TILE_CASE(5) GRUX_TILE_CASE(6) GRUX_TILE_CASE(7) GRUX_TILE_CASE(8)
+    GRUX_TILE_CASE(9) GRUX_TILE_CASE(10) GRUX_TILE_CASE(11) GRUX_TILE_CASE(12)
 #undef GRUX_TILE_CASE
-                default : break;
+    default:
+      break;
   }
+  // clang-format on
 }
 
 // How a product of `per` vectors per unit group, G groups, K columns is tiled: g groups per
