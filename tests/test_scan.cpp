@@ -629,7 +629,7 @@ TEST(Scan, ErrorsNameWhatWasWrong) {
       },
       "diagonal form");
   expect_error([&] { ScanProblem::parse("t0"); }, "sizes must be >= 1");
-  expect_error([&] { ScanProblem::parse("x5"); }, "bad scan descriptor 'x5'");
+  expect_error([&] { ScanProblem::parse("x5"); }, "scan descriptor 'x5' is malformed");
   EXPECT_EQ(ScanProblem::parse("n8t4096c1536").descriptor(), "n8t4096c1536");
   EXPECT_EQ(ScanProblem::parse("t8192d64").d, 64);
 }

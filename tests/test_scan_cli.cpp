@@ -126,7 +126,7 @@ TEST(ScanCli, BadInputIsOneLineAndExitTwo) {
       grux_cli(d, "scan sum --input " + d + "/x.npy --dim 0 --bogus 1 --out " + d + "/y.npy"),
       {"unexpected arguments: --bogus 1"});
   EXPECT_FALSE(std::ifstream(d + "/y.npy").good()) << "no output may be left behind";
-  expect_user_error(grux_cli(d, "bench scan sum x5"), {"bad scan descriptor 'x5'"});
+  expect_user_error(grux_cli(d, "bench scan sum x5"), {"scan descriptor 'x5' is malformed"});
   expect_user_error(grux_cli(d, "bench scan matmul t100"), {"needs a matrix size"});
   expect_user_error(grux_cli(d, "bench scan affine t100 --log-space --reps 0"), {"--reps 0"});
 }

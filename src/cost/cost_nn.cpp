@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <iterator>
 #include <numeric>
-#include <regex>
 
+#include "core/descriptor.h"
 #include "cost/cost_util.h"
 
 namespace grux {
@@ -204,15 +204,12 @@ const char* activation_name(Activation a) {
 }
 
 ActivationProblem ActivationProblem::parse(Activation kind, const std::string& text) {
-  static const std::regex re(R"(n(\d{1,12}))");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(
-        fmt::format("{} problem descriptor '{}' is malformed (expected n{{COUNT}}, e.g. n65536)",
-                    activation_name(kind), text));
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text, {{'n', false, false, 12}}, fmt::format("{} problem descriptor", activation_name(kind)),
+      "n{COUNT}, e.g. n65536");
   ActivationProblem p;
   p.kind = kind;
-  p.n = std::stoll(m[1].str());
+  p.n = d.get('n');
   if (p.n < 1)
     throw Error(fmt::format("{} problem descriptor '{}': n{} (expected >= 1)",
                             activation_name(kind), text, p.n));

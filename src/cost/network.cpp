@@ -3,8 +3,7 @@
 // across K ranks as grux splits it (docs/cost_model.md, "Many processes").
 #include <fmt/format.h>
 
-#include <regex>
-
+#include "core/descriptor.h"
 #include "cost_util.h"
 #include "grux/cost.h"
 #include "grux/cost_predict.h"
@@ -30,25 +29,20 @@ Traffic plus(const Traffic& a, const Traffic& b) {
 }
 
 // The letter-number tokens of a descriptor, in order.
-std::vector<std::pair<char, int64_t>> tokens(const std::string& d) {
-  static const std::regex re(R"(([a-z])(\d{1,12}))");
-  std::vector<std::pair<char, int64_t>> r;
-  for (auto it = std::sregex_iterator(d.begin(), d.end(), re); it != std::sregex_iterator(); ++it)
-    r.push_back({(*it)[1].str()[0], std::stoll((*it)[2].str())});
-  return r;
+std::vector<detail::DescriptorToken> tokens(const std::string& d) {
+  auto t = detail::descriptor_tokens(d);
+  if (!t) throw Error(fmt::format("'{}' is not a descriptor of letters and numbers", d));
+  return *t;
 }
 
 }  // namespace
 
 CostReport charlm_cost(const std::string& d, DType dtype) {
-  static const std::regex re(R"(l(\d{1,6})t(\d{1,9})n(\d{1,9})e(\d{1,9})h(\d{1,9})v(\d{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(d, m, re))
-    throw Error(fmt::format(
-        "bad charlm descriptor '{}'; expected l<L>t<T>n<N>e<E>h<H>v<V>, e.g. l1t64n16e64h512v65",
-        d));
-  auto num = [&](int i) { return std::stoll(m[i].str()); };
-  const int64_t L = num(1), T = num(2), N = num(3), E = num(4), H = num(5), V = num(6);
+  const detail::Descriptor p = detail::Descriptor::parse(
+      d, {{'l', false, false, 6}, {'t'}, {'n'}, {'e'}, {'h'}, {'v'}}, "charlm descriptor",
+      "l{L}t{T}n{N}e{E}h{H}v{V}, e.g. l1t64n16e64h512v65");
+  const int64_t L = p.get('l'), T = p.get('t'), N = p.get('n'), E = p.get('e'), H = p.get('h'),
+                V = p.get('v');
   if (L < 1 || T < 1 || N < 1 || E < 1 || H < 1 || V < 1)
     throw Error(fmt::format("charlm descriptor '{}': sizes must be >= 1", d));
   GruProblem g = GruProblem::parse(fmt::format("l{}d1t{}n{}i{}h{}", L, T, N, E, H));
@@ -134,7 +128,9 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
   // The problem each rank runs: the split letter divided by K.
   std::string part;
   bool found = false;
-  for (const auto& [c, v] : tokens(descriptor)) {
+  for (const detail::DescriptorToken& t : tokens(descriptor)) {
+    const char c = t.letter;
+    const int64_t v = t.value;
     int64_t value = v;
     if (c == letter && !found) {
       found = true;
@@ -145,7 +141,7 @@ RankPrediction predict_ranks(const std::string& op, const std::string& descripto
                         ranks, c, v, descriptor));
       value = v / ranks;
     }
-    part += fmt::format("{}{}", c, value);
+    part += fmt::format("{}{}", c, value) + (t.has_second ? fmt::format("x{}", t.second) : "");
   }
   if (!found)
     throw Error(fmt::format("{} {}: no '{}' to split across ranks", op, descriptor, letter));

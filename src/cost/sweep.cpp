@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 
+#include "core/descriptor.h"
 #include "cost/cost_util.h"
 
 namespace grux {
@@ -33,17 +34,15 @@ int64_t parse_int(const std::string& s, const std::string& text) {
 
 // The descriptor's letters and numbers, in order ("l1d1t100" -> l=1, d=1, t=100).
 std::map<char, int64_t> tokens(const std::string& descriptor) {
-  static const std::regex re(R"(([a-z])(\d{1,12}))");
-  std::map<char, int64_t> m;
-  size_t at = 0;
-  for (auto it = std::sregex_iterator(descriptor.begin(), descriptor.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    if (static_cast<size_t>(it->position()) != at) break;
-    m[(*it)[1].str()[0]] = std::stoll((*it)[2].str());
-    at += it->length();
-  }
-  if (at != descriptor.size())
+  const auto tokens = detail::descriptor_tokens(descriptor);
+  if (!tokens)
     throw Error(fmt::format("--fixed '{}' is not a descriptor of letters and numbers", descriptor));
+  // A second value ("k3x5") counts as a letter of its own, x, which no operator sweeps.
+  std::map<char, int64_t> m;
+  for (const detail::DescriptorToken& t : *tokens) {
+    m[t.letter] = t.value;
+    if (t.has_second) m['x'] = t.second;
+  }
   return m;
 }
 

@@ -6,8 +6,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <regex>
-
+#include "core/descriptor.h"
 #include "cpu/conv_geom.h"
 #include "cpu/im2col.h"
 #include "cpu/ref/conv_ref.h"
@@ -289,10 +288,8 @@ ConvGrads conv1d_backward(const Tensor& input, const Tensor& weight, const Tenso
 namespace {
 
 // "3" or "3x5" of a descriptor: one value for both dimensions, or the height's and the width's.
-Pair2 pair_of(const std::ssub_match& h, const std::ssub_match& w, int64_t dflt) {
-  if (!h.matched) return dflt;
-  const int64_t vh = std::stoll(h.str());
-  return {vh, w.matched ? std::stoll(w.str()) : vh};
+Pair2 pair_of(const detail::Descriptor& d, char letter, int64_t dflt) {
+  return {d.get(letter, dflt), d.second(letter, dflt)};
 }
 
 std::string pair_str(const Pair2& p) {
@@ -302,24 +299,26 @@ std::string pair_str(const Pair2& p) {
 }  // namespace
 
 ConvProblem ConvProblem::parse(const std::string& text) {
-  static const std::regex re(
-      R"(n(\d{1,9})c(\d{1,9})h(\d{1,9})w(\d{1,9})d(\d{1,9})k(\d{1,9})(?:x(\d{1,9}))?)"
-      R"((?:s(\d{1,9})(?:x(\d{1,9}))?)?(?:p(\d{1,9})(?:x(\d{1,9}))?)?(?:r(\d{1,9})(?:x(\d{1,9}))?)?)"
-      R"((?:g(\d{1,9}))?)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(
-        fmt::format("conv problem descriptor '{}' is malformed (expected "
-                    "n{{N}}c{{C}}h{{H}}w{{W}}d{{D}}k{{K}}[s{{S}}][p{{P}}][r{{R}}][g{{G}}], each of "
-                    "k, s, p, r as one value or HxW, e.g. n8c16h64w64d32k3, n8c64h56w56d64k3p1 or "
-                    "n1c8h32w32d8k3x5s2p1x2)",
-                    text));
-  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text,
+      {{'n'},
+       {'c'},
+       {'h'},
+       {'w'},
+       {'d'},
+       {'k', false, true},
+       {'s', true, true},
+       {'p', true, true},
+       {'r', true, true},
+       {'g', true}},
+      "conv problem descriptor",
+      "n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][r{R}][g{G}], each of k, s, p, r as one value or HxW, "
+      "e.g. n8c16h64w64d32k3, n8c64h56w56d64k3p1 or n1c8h32w32d8k3x5s2p1x2");
   ConvProblem p;
-  p.N = num(1, 0), p.C = num(2, 0), p.H = num(3, 0), p.W = num(4, 0), p.D = num(5, 0);
-  p.kernel = pair_of(m[6], m[7], 0), p.stride = pair_of(m[8], m[9], 1);
-  p.padding = pair_of(m[10], m[11], 0), p.dilation = pair_of(m[12], m[13], 1);
-  p.groups = num(14, 1);
+  p.N = d.get('n'), p.C = d.get('c'), p.H = d.get('h'), p.W = d.get('w'), p.D = d.get('d');
+  p.kernel = pair_of(d, 'k', 0), p.stride = pair_of(d, 's', 1);
+  p.padding = pair_of(d, 'p', 0), p.dilation = pair_of(d, 'r', 1);
+  p.groups = d.get('g', 1);
   for (auto [name, v] : {std::pair{"n", p.N},
                          {"c", p.C},
                          {"h", p.H},

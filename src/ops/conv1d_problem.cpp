@@ -2,27 +2,21 @@
 // Kept apart from conv.cpp (the drivers); the 2-d descriptor lives there.
 #include <fmt/format.h>
 
-#include <regex>
-
+#include "core/descriptor.h"
 #include "grux/conv.h"
 #include "grux/error.h"
 
 namespace grux {
 
 Conv1dProblem Conv1dProblem::parse(const std::string& text) {
-  static const std::regex re(
-      R"(n(\d{1,9})c(\d{1,9})l(\d{1,9})d(\d{1,9})k(\d{1,9})(?:s(\d{1,9}))?(?:p(\d{1,9}))?(?:r(\d{1,9}))?(?:g(\d{1,9}))?)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(fmt::format(
-        "conv1d problem descriptor '{}' is malformed (expected "
-        "n{{N}}c{{C}}l{{L}}d{{D}}k{{K}}[s{{S}}][p{{P}}][r{{R}}][g{{G}}], e.g. n8c16l128d32k3 "
-        "or n1c8l1024d8k3p4r4)",
-        text));
-  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text, {{'n'}, {'c'}, {'l'}, {'d'}, {'k'}, {'s', true}, {'p', true}, {'r', true}, {'g', true}},
+      "conv1d problem descriptor",
+      "n{N}c{C}l{L}d{D}k{K}[s{S}][p{P}][r{R}][g{G}], e.g. n8c16l128d32k3 or n1c8l1024d8k3p4r4");
   Conv1dProblem p;
-  p.N = num(1, 0), p.C = num(2, 0), p.L = num(3, 0), p.D = num(4, 0), p.K = num(5, 0);
-  p.stride = num(6, 1), p.padding = num(7, 0), p.dilation = num(8, 1), p.groups = num(9, 1);
+  p.N = d.get('n'), p.C = d.get('c'), p.L = d.get('l'), p.D = d.get('d'), p.K = d.get('k');
+  p.stride = d.get('s', 1), p.padding = d.get('p', 0), p.dilation = d.get('r', 1);
+  p.groups = d.get('g', 1);
   for (auto [name, v] : {std::pair{"n", p.N},
                          {"c", p.C},
                          {"l", p.L},

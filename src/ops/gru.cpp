@@ -16,6 +16,7 @@
 #include <regex>
 #include <type_traits>
 
+#include "core/descriptor.h"
 #include "core/thread_team.h"
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_stream.h"
@@ -73,15 +74,10 @@ double GruProblem::gemm_flops() const {
 }
 
 GruCellProblem GruCellProblem::parse(const std::string& text) {
-  static const std::regex re(R"(n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(fmt::format(
-        "GRUCell problem descriptor '{}' is malformed (expected n{{N}}i{{I}}h{{H}}, e.g. "
-        "n1i256h256)",
-        text));
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text, {{'n'}, {'i'}, {'h'}}, "GRUCell problem descriptor", "n{N}i{I}h{H}, e.g. n1i256h256");
   GruCellProblem p;
-  p.N = std::stoll(m[1].str()), p.I = std::stoll(m[2].str()), p.H = std::stoll(m[3].str());
+  p.N = d.get('n'), p.I = d.get('i'), p.H = d.get('h');
   for (auto [name, v] : {std::pair{"n", p.N}, {"i", p.I}, {"h", p.H}})
     if (v < 1)
       throw Error(

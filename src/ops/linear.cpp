@@ -4,8 +4,7 @@
 
 #include <fmt/format.h>
 
-#include <regex>
-
+#include "core/descriptor.h"
 #include "cpu/ref/nn_ref.h"
 #include "grux/nn.h"
 #include "grux/runtime.h"
@@ -91,15 +90,10 @@ LinearGrads linear_backward(const Tensor& input, const Tensor& weight, const Ten
 }
 
 LinearProblem LinearProblem::parse(const std::string& text) {
-  static const std::regex re(R"(b(\d{1,9})i(\d{1,9})o(\d{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(fmt::format(
-        "Linear problem descriptor '{}' is malformed (expected b{{B}}i{{I}}o{{O}}, e.g. "
-        "b32i256o512)",
-        text));
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text, {{'b'}, {'i'}, {'o'}}, "Linear problem descriptor", "b{B}i{I}o{O}, e.g. b32i256o512");
   LinearProblem p;
-  p.B = std::stoll(m[1].str()), p.I = std::stoll(m[2].str()), p.O = std::stoll(m[3].str());
+  p.B = d.get('b'), p.I = d.get('i'), p.O = d.get('o');
   for (auto [name, v] : {std::pair{"b", p.B}, {"i", p.I}, {"o", p.O}})
     if (v < 1)
       throw Error(

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 #include <random>
-#include <regex>
 
+#include "core/descriptor.h"
 #include "grux/io.h"
 #include "grux/sequence.h"
 
@@ -179,13 +179,9 @@ SeqUpstream normalize_upstream(const SeqSpec& s, int64_t T, int64_t N, bool unba
 
 SeqDescriptor parse_seq_descriptor(const std::string& text, const char* kind, const char* form,
                                    int64_t max_directions, const char* directions_note) {
-  static const std::regex re(
-      R"((?:l(\d{1,6}))?(?:d(\d{1,6}))?t(\d{1,9})n(\d{1,9})i(\d{1,9})h(\d{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw Error(fmt::format("{} '{}' is malformed (expected {})", kind, text, form));
-  auto num = [&](int i, int64_t dflt) { return m[i].matched ? std::stoll(m[i].str()) : dflt; };
-  SeqDescriptor d{num(1, 1), num(2, 1), num(3, 0), num(4, 0), num(5, 0), num(6, 0)};
+  const detail::Descriptor p = detail::Descriptor::parse(
+      text, {{'l', true, false, 6}, {'d', true, false, 6}, {'t'}, {'n'}, {'i'}, {'h'}}, kind, form);
+  SeqDescriptor d{p.get('l', 1), p.get('d', 1), p.get('t'), p.get('n'), p.get('i'), p.get('h')};
   if (d.D < 1 || d.D > max_directions)
     throw Error(fmt::format("{} '{}': d{} ({})", kind, text, d.D, directions_note));
   for (auto [name, v] : {std::pair{"l", d.L}, {"t", d.T}, {"n", d.N}, {"i", d.I}, {"h", d.H}})

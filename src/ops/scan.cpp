@@ -9,9 +9,9 @@
 
 #include <exception>
 #include <mutex>
-#include <regex>
 #include <vector>
 
+#include "core/descriptor.h"
 #include "cpu/ref/scan_ref.h"
 #include "cpu/scan.h"
 #include "grux/error.h"
@@ -568,27 +568,23 @@ AffineScanGrads affine_scan_backward(const Tensor& a, const Tensor& h0, const Te
 // ---- Benchmark problems -----------------------------------------------------------------
 
 ScanProblem ScanProblem::parse(const std::string& s) {
-  static const std::regex re(R"((?:n(\d+))?t(\d+)(?:c(\d+))?(?:d(\d+))?)");
-  std::smatch m;
-  if (!std::regex_match(s, m, re))
-    throw Error(
-        fmt::format("bad scan descriptor '{}'; expected [n<N>]t<T>[c<C>][d<D>], e.g. "
-                    "t16777216, n8t4096c1536 or t8192d64",
-                    s));
-  auto num = [&](int i, int64_t dflt) -> int64_t {
-    if (!m[i].matched) return dflt;
-    const std::string v = m[i].str();
-    if (v.size() > 12) throw Error(fmt::format("scan descriptor '{}': {} is too large", s, v));
-    return std::stoll(v);
-  };
+  const detail::Descriptor m = detail::Descriptor::parse(
+      s,
+      {{'n', true, false, 12},
+       {'t', false, false, 12},
+       {'c', true, false, 12},
+       {'d', true, false, 12}},
+      "scan descriptor",
+      "[n{N}]t{T}[c{C}][d{D}], numbers of up to 12 digits, e.g. t16777216, n8t4096c1536 or "
+      "t8192d64");
   ScanProblem p;
-  p.N = num(1, 1);
-  p.T = num(2, 0);
-  p.C = num(3, 1);
-  p.d = num(4, 0);
-  if (p.N < 1 || p.T < 1 || p.C < 1 || (m[4].matched && p.d < 1))
+  p.N = m.get('n', 1);
+  p.T = m.get('t');
+  p.C = m.get('c', 1);
+  p.d = m.get('d', 0);
+  if (p.N < 1 || p.T < 1 || p.C < 1 || (m.has('d') && p.d < 1))
     throw Error(fmt::format("scan descriptor '{}': sizes must be >= 1", s));
-  if (p.d > 0 && m[3].matched)
+  if (p.d > 0 && m.has('c'))
     throw Error(
         fmt::format("scan descriptor '{}': give c (channels) or d (matrix size), not both", s));
   return p;
