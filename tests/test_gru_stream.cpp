@@ -1,6 +1,7 @@
 // Streaming (GruStream) against whole-sequence forward: frame by frame, in chunks, mixed
 // chunk sizes, batched / unbatched / batch_first, layers, both forms, f32 and f64, with h0;
 // plus GruCell against a one-step GRU, and the stream's error paths.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "cpu/gru_stream.h"
 #include "cpu/ref/gru_stream_ref.h"
 #include "grux/gru.h"
+#include "grux/nn.h"
 #include "grux/runtime.h"
 #include "test_util.h"
 
@@ -179,6 +181,106 @@ TEST(StreamApi, OutlivesItsGruAndRawProcessMatchesStep) {
   any.process<float>(x.data<float>(), out.data<float>(), 2);
   any.process<float>(x.data<float>() + 2 * 3 * 5, out.data<float>() + 2 * 3 * 80, 4);
   EXPECT_EQ(max_abs_diff(out, expected), 0.0);
+}
+
+// A head after the stream (GruStream::set_head): the GRU's outputs through nn.Linear (the
+// public linear_forward), plus the frames with residual. Batches run linear_forward's own
+// product (the same bits); one sequence runs dot products of the head's rows (within f32
+// rounding of it, K = H terms), fused into the real-time kernel's steps where it runs. Every
+// split of the frames into calls, step() in any layout and process() give the same bits.
+TEST(StreamApi, HeadIsLinearAfterTheGruInEverySplit) {
+  struct Case {
+    int64_t N, I, H, O;
+    bool bias, residual, weight;
+    int threads;
+  };
+  for (const Case k : {Case{1, 4, 24, 3, true, false, true, 0},  // real-time kernel
+                       Case{1, 5, 16, 5, false, true, true, 0},  // + skip
+                       Case{1, 6, 6, 6, false, true, false, 0},  // skip only (O = H = I)
+                       Case{3, 4, 24, 7, true, false, true, 0},  // batch: packed product
+                       Case{3, 7, 20, 7, true, true, true, 2},   // batch, skip, two threads
+                       Case{1, 6, 300, 6, true, true, true, 0},  // past the kernel's H: engine
+                       Case{2, 5, 5, 5, false, true, false, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << k.N << " I " << k.I << " H " << k.H << " O " << k.O
+                                      << (k.residual ? " residual" : ""));
+    GruConfig c;
+    c.input_size = k.I;
+    c.hidden_size = k.H;
+    c.num_layers = 2;
+    const Gru gru(c, DType::f32, 3);
+    std::mt19937_64 rng(11);
+    const int64_t T = 9;
+    const Tensor x = test::random_tensor({T, k.N, k.I}, DType::f32, rng);
+    GruStreamHead head;
+    int64_t O = k.H;
+    if (k.weight) {
+      head.weight = test::random_tensor({k.O, k.H}, DType::f32, rng);
+      O = k.O;
+      if (k.bias) head.bias = test::random_tensor({k.O}, DType::f32, rng);
+    }
+    head.residual = k.residual;
+    // The reference: the stream without a head, then linear_forward, then the skip.
+    Tensor y = GruStream(gru, k.N).step(x).reshape({T * k.N, k.H});
+    if (k.weight) y = linear_forward(y, head.weight, head.bias);
+    Tensor want = y.reshape({T, k.N, O}).clone();
+    if (k.residual)
+      for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += x.data<float>()[i];
+
+    GruStream s(gru, k.N, {}, Precision::f32, k.threads);
+    s.set_head(head);
+    EXPECT_EQ(s.output_size(), O);
+    Tensor got = Tensor::zeros({T, k.N, O}, DType::f32);
+    s.process<float>(x.data<float>(), got.data<float>(), 4);
+    s.process<float>(x.data<float>() + 4 * k.N * k.I, got.data<float>() + 4 * k.N * O, T - 4);
+    const double tol = k.N == 1 && k.weight ? 1e-5 : 0.0;
+    EXPECT_LE(max_abs_diff(got, want), tol);
+    // step() frame by frame and in one chunk, after reset(): process()'s bits.
+    s.reset();
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(max_abs_diff(s.step(x.select(0, t)), got.select(0, t)), 0.0) << "frame " << t;
+    s.reset();
+    EXPECT_EQ(max_abs_diff(s.step(x), got), 0.0);
+    // Into a strided output (batch-major view of a transposed buffer).
+    s.reset();
+    Tensor strided = Tensor::zeros({k.N, T, O}, DType::f32);
+    Tensor view = strided.transpose(0, 1);
+    s.step_into(x, view);
+    EXPECT_EQ(max_abs_diff(view, got), 0.0);
+  }
+}
+
+TEST(StreamApi, HeadErrors) {
+  GruConfig c;
+  c.input_size = 4;
+  c.hidden_size = 8;
+  const Gru gru(c, DType::f32, 1);
+  GruStream s(gru, 1);
+  auto message = [&](const GruStreamHead& h) {
+    try {
+      s.set_head(h);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  GruStreamHead h;
+  h.weight = Tensor::zeros({3, 7}, DType::f32);
+  EXPECT_THAT(message(h), ::testing::HasSubstr("head weight has shape (3, 7), expected (O, 8)"));
+  h.weight = Tensor::zeros({3, 8}, DType::f64);
+  EXPECT_THAT(message(h), ::testing::HasSubstr("head weight is f64, expected f32"));
+  h.weight = Tensor::zeros({3, 8}, DType::f32);
+  h.bias = Tensor::zeros({4}, DType::f32);
+  EXPECT_THAT(message(h), ::testing::HasSubstr("head bias"));
+  h.bias = {};
+  h.residual = true;
+  EXPECT_THAT(message(h), ::testing::HasSubstr("input has 4 features and the output 3"));
+  GruStreamHead bias_only;
+  bias_only.bias = Tensor::zeros({8}, DType::f32);
+  EXPECT_THAT(message(bias_only), ::testing::HasSubstr("without a head weight"));
+  EXPECT_EQ(s.output_size(), 8);  // a failed set_head changes nothing
+  const Gru g64(c, DType::f64, 1);
+  GruStream s64(g64, 1);
+  EXPECT_THROW(s64.set_head(GruStreamHead{}), Error);
 }
 
 // The one-layer Gru holding a cell's weights (its form and bias too).

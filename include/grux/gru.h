@@ -318,7 +318,14 @@ class GruCell {
 // (frame by frame, blocks, one call), though not across CPUs with other SIMD widths. Every
 // other stream runs the engine's layer kernels and is bit-identical to Gru::forward on the
 // whole sequence.
-struct GruStreamAccess;  // the library's own access (the C API's head); not an API
+// An output layer on a stream's top layer, as sequential models put one after the GRU (an amp
+// or effect model's GRU -> Linear, often with the input added back): out = weight h + bias,
+// plus the frame's input with residual. GruStream::set_head takes it; f32 streams only.
+struct GruStreamHead {
+  Tensor weight;          // (O, H) f32, nn.Linear's weight; undefined: no layer (out = h)
+  Tensor bias;            // (O,) f32, or undefined: none
+  bool residual = false;  // out += the frame's input (then O, or H without a layer, must be I)
+};
 
 class GruStream {
  public:
@@ -337,21 +344,33 @@ class GruStream {
   GruStream& operator=(GruStream&&) noexcept;
 
   // frames: one frame (N, I) — or (I) unbatched — or a chunk (t, N, I) — (N, t, I) with
-  // batch_first, (t, I) unbatched. Returns the top layer's outputs in the same layout with
-  // H in place of I.
+  // batch_first, (t, I) unbatched. Returns the top layer's outputs (or the head's, see
+  // set_head) in the same layout with H (output_size()) in place of I.
   Tensor step(const Tensor& frames);
   // As step(), writing into `out` (must have the returned shape and dtype).
   void step_into(const Tensor& frames, Tensor& out);
-  // Raw frames, time-major and contiguous: in (frames, N, I), out (frames, N, H), T the
-  // weights' dtype (float or double); frames >= 0. Bit-identical to step() on the same frames.
+  // Raw frames, time-major and contiguous: in (frames, N, I), out (frames, N, output_size()),
+  // T the weights' dtype (float or double); frames >= 0. Bit-identical to step() on the same
+  // frames.
   template <typename T>
   void process(const T* in, T* out, int64_t frames);
   // Current state (L, N, H), or (L, H) unbatched; a copy.
   Tensor state() const;
   void reset(const Tensor& h0 = {});
 
+  // Puts `head` after the top layer (checked; an f32 stream only). From then on step(),
+  // step_into() and process() give output_size() features a frame in place of H, with the same
+  // bits however the frames are split into calls. set_head packs the head and sizes its
+  // workspace, so it allocates: call it before real-time use, after which those calls
+  // allocate nothing, as without a head. On the real-time kernel's path (one f32 sequence on
+  // the calling thread) the layer runs inside each step, on h' while it is in registers; on
+  // the others, after each block of frames, on the calling thread: for one sequence dot
+  // products of its rows, for a batch linear_forward's packed product.
+  void set_head(const GruStreamHead& head);
+  // Features of a frame's output: the head's O, else H.
+  int64_t output_size() const;
+
  private:
-  friend struct GruStreamAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,6 +1,6 @@
-// The C API (include/grux/grux.h) over the C++ engine: a GRU stack (grux::Gru, run by
-// grux::GruStream) and an optional Linear head (the kernel grux::linear_forward runs). Every
-// entry point catches everything: no exception crosses into C.
+// The C API (include/grux/grux.h) over the C++ engine's public API: a GRU stack (grux::Gru, run
+// by grux::GruStream) and an optional Linear head and skip (grux::GruStreamHead). Every entry
+// point catches everything: no exception crosses into C.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,14 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "cpu/gemm.h"
-#include "cpu/gemm_packed.h"
-#include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "grux/grux.h"
 #include "grux/io.h"
 #include "grux/version.h"
-#include "ops/gru_stream_access.h"
 
 namespace {
 
@@ -34,11 +30,10 @@ void set_error(char* err, size_t err_len, const std::string& msg) {
   err[n] = '\0';
 }
 
-// The head and skip connection, shared by a model and (copied into) each of its streams.
+// The head and skip connection of a model, given to each of its streams.
 struct Head {
-  std::vector<float> w, b;  // (O, H) row-major, (O) or empty: no bias; w empty: no head
+  grux::GruStreamHead layer;  // weight (O, H) or undefined: no head; bias (O) or undefined
   int64_t O = 0, H = 0;
-  bool residual = false;
   int64_t input_size = 0;
 };
 
@@ -67,12 +62,6 @@ std::string current_error(const char* fn) {
   }
 }
 
-std::vector<float> to_vector(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  const float* p = c.data<float>();
-  return std::vector<float>(p, p + c.numel());
-}
-
 }  // namespace
 
 struct grux_model {
@@ -82,18 +71,7 @@ struct grux_model {
 };
 
 struct grux_stream {
-  grux::GruStream stream;
-  Head head;
-  int64_t batch = 0;
-  // One f32 sequence on the calling thread: the real-time kernel runs the head in its steps.
-  bool fast = false;
-  grux::cpu::StreamHead fast_head{};
-  // Otherwise, sized at creation: process() runs calls in blocks of `block` frames and
-  // allocates nothing.
-  int64_t block = 0;
-  std::vector<float> gru_out{};  // (block, batch, H) when there is a head
-  Tensor head_packed{};          // batch > 1: the head's W^T packed once, as cpu::gemm packs it
-  grux::cpu::PackedB<float> head_b{};
+  grux::GruStream stream;  // with the model's head (GruStream::set_head)
   std::string error{};
 };
 
@@ -160,13 +138,13 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
         throw Error(fmt::format("{}{}weight has shape {}, expected (out_features, {})", what, hp,
                                 grux::shape_str(wt.shape()), head.H));
       head.O = wt.size(0);
-      head.w = to_vector(wt);
+      head.layer.weight = wt.contiguous();
       const auto b = file.tensors.find(hp + "bias");
       if (b != file.tensors.end()) {
         if (b->second.shape() != grux::Shape{head.O})
           throw Error(fmt::format("{}{}bias has shape {}, expected ({})", what, hp,
                                   grux::shape_str(b->second.shape()), head.O));
-        head.b = to_vector(b->second);
+        head.layer.bias = b->second.contiguous();
       }
       for (const auto& [key, t] : file.tensors)
         if (key.compare(0, hp.size(), hp) == 0 && key != hp + "weight" && key != hp + "bias")
@@ -176,7 +154,7 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
                           what, key, hp, hp));
     }
     if (flags & GRUX_RESIDUAL) {
-      head.residual = true;
+      head.layer.residual = true;
       if (head.O != head.input_size)
         throw Error(
             fmt::format("{}GRUX_RESIDUAL adds the input to the output, but the input has "
@@ -215,29 +193,10 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "grux_stream_create: threads is {}, expected 0 or 1 (the calling thread only) "
           "or more",
           threads));
-    std::unique_ptr<grux_stream> s(new grux_stream{
-        grux::GruStream(m->gru, batch, Tensor(), m->precision, threads), m->head, batch});
-    const Head& h = s->head;
-    s->fast = grux::GruStreamAccess::fast(s->stream);
-    if (s->fast) {
-      if (!h.w.empty())
-        s->fast_head = grux::cpu::gru_stream_pack_head(h.O, h.H, h.w.data(),
-                                                       h.b.empty() ? nullptr : h.b.data());
-      return s.release();
-    }
-    if (!h.w.empty()) {
-      // Blocks of about 256 KiB of GRU outputs: the head's product over a block stays in cache.
-      s->block = std::clamp<int64_t>((int64_t(1) << 16) / (batch * h.H), 1, 512);
-      s->gru_out.resize(s->block * batch * h.H);
-    }
-    if (!h.w.empty() && batch > 1) {  // batch 1 runs dot products of the head's rows instead
-      const int64_t panel = grux::cpu::gemm_panel_width<float>(h.O);
-      s->head_packed =
-          Tensor::empty({grux::cpu::packed_size<float>(h.H, h.O, panel)}, grux::DType::f32);
-      // W (O x H) row-major used as W^T (H x O): stride_k = 1, stride_n = H (cpu::gemm's way).
-      s->head_b = grux::cpu::pack_b_for_target<float>(h.H, h.O, panel, h.w.data(), 1, h.H, nullptr,
-                                                      nullptr, s->head_packed.data<float>());
-    }
+    std::unique_ptr<grux_stream> s(
+        new grux_stream{grux::GruStream(m->gru, batch, Tensor(), m->precision, threads)});
+    const Head& h = m->head;
+    if (h.layer.weight.defined() || h.layer.residual) s->stream.set_head(h.layer);
     return s.release();
   } catch (...) {
     set_error(err, err_len, current_error("grux_stream_create"));
@@ -258,35 +217,7 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
       s->error = fmt::format("grux_stream_process: {} is NULL", in ? "out" : "in");
       return GRUX_EINVAL;
     }
-    const Head& h = s->head;
-    if (s->fast) {
-      grux::GruStreamAccess::process_head(s->stream, in, out, frames,
-                                          h.w.empty() ? nullptr : &s->fast_head, h.residual);
-    } else if (h.w.empty()) {  // the GRU's outputs are the stream's
-      s->stream.process<float>(in, out, frames);
-      if (h.residual)
-        for (int64_t i = 0; i < frames * s->batch * h.O; ++i) out[i] = in[i] + out[i];
-    } else {
-      const int64_t I = h.input_size, B = s->batch;
-      const float* bias = h.b.empty() ? nullptr : h.b.data();
-      for (int64_t f0 = 0; f0 < frames; f0 += s->block) {
-        const int64_t f = std::min(s->block, frames - f0), rows = f * B;
-        const float* x = in + f0 * B * I;
-        float* o = out + f0 * B * h.O;
-        float* y = s->gru_out.data();
-        s->stream.process<float>(x, y, f);
-        // The head, on the calling thread: for one sequence, dot products of the head's rows
-        // (its own multiply-adds, nothing more); for a batch, linear_forward's product
-        // (cpu::gemm packs W^T the same way, then runs this kernel).
-        if (B == 1)
-          grux::cpu::dense_rows(f, h.H, h.O, y, h.H, h.w.data(), bias, o, h.O, false);
-        else
-          grux::cpu::gemm_packed<float>(rows, y, h.H, false, s->head_b, bias, false, o, h.O, 0,
-                                        s->head_b.panels());
-        if (h.residual)
-          for (int64_t i = 0; i < rows * h.O; ++i) o[i] = x[i] + o[i];
-      }
-    }
+    s->stream.process<float>(in, out, frames);
     return GRUX_OK;
   } catch (...) {
     s->error = current_error("grux_stream_process");

@@ -10,9 +10,10 @@
 #include <thread>
 
 #include "core/visibility.h"
+#include "cpu/gemm.h"
+#include "cpu/gemm_packed.h"
 #include "grux/gru.h"
 #include "ops/gru_layer.h"
-#include "ops/gru_stream_access.h"
 
 namespace grux {
 
@@ -143,6 +144,20 @@ struct GRUX_INTERNAL GruStream::Impl {
   }
 
   ops::SeqLayout lay;  // for blocks of lay.T frames
+
+  // The head (set_head; f32 streams only): out = W h + b (+ the frame with residual).
+  bool has_head = false, residual = false;
+  int64_t O = 0;                         // output features: the head's, else H
+  std::vector<float> head_w, head_bias;  // (O, H) row-major, (O) or empty; w empty: no layer
+  cpu::StreamHead fast_head{};           // the real-time kernel's copy of the layer
+  Tensor head_packed;                    // batch > 1: W^T packed once, as cpu::gemm packs it
+  cpu::PackedB<float> head_pb{};
+  int64_t head_block = 0;                // frames a block of the engine's path runs
+  std::vector<float> head_gru_out;       // (head_block, N, H): the GRU's outputs of a block
+  std::vector<float> head_in, head_out;  // step_into's frames and outputs, capacity frames
+  int64_t out_size() const { return has_head ? O : config.hidden_size; }
+  void run_head(const float* in, float* out, int64_t frames);
+
   void run_block_fast(const float* src, const Frames& f, float* out);
   void run_fast(const float* in, float* out, int64_t frames, const cpu::StreamHead* head = nullptr,
                 bool residual = false);
@@ -236,6 +251,34 @@ void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* o
   run_layers_fast(xpd, I, t, top);
 }
 
+// process()'s path with a head: in (frames, N, I), out (frames, N, O), both contiguous.
+void GruStream::Impl::run_head(const float* in, float* out, int64_t frames) {
+  const int64_t I = config.input_size, H = config.hidden_size;
+  if (fast) return run_fast(in, out, frames, head_w.empty() ? nullptr : &fast_head, residual);
+  if (head_w.empty()) {  // the GRU's outputs are the stream's, plus the frames
+    run<float>(in, Frames{frames, N * I, I, 1, true}, out);
+    for (int64_t i = 0; i < frames * N * O; ++i) out[i] = in[i] + out[i];
+    return;
+  }
+  const float* bias = head_bias.empty() ? nullptr : head_bias.data();
+  for (int64_t f0 = 0; f0 < frames; f0 += head_block) {
+    const int64_t f = std::min(head_block, frames - f0), rows = f * N;
+    const float* x = in + f0 * N * I;
+    float* o = out + f0 * N * O;
+    float* y = head_gru_out.data();
+    run<float>(x, Frames{f, N * I, I, 1, true}, y);
+    // For one sequence, dot products of the head's rows (its own multiply-adds, nothing more);
+    // for a batch, linear_forward's product (cpu::gemm packs W^T the same way, then runs this
+    // kernel).
+    if (N == 1)
+      cpu::dense_rows(f, H, O, y, H, head_w.data(), bias, o, O, false);
+    else
+      cpu::gemm_packed<float>(rows, y, H, false, head_pb, bias, false, o, O, 0, head_pb.panels());
+    if (residual)
+      for (int64_t i = 0; i < rows * O; ++i) o[i] = x[i] + o[i];
+  }
+}
+
 GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, Precision precision,
                      int threads)
     : impl_(new Impl) {
@@ -274,6 +317,85 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, Precision 
 GruStream::~GruStream() = default;
 GruStream::GruStream(GruStream&&) noexcept = default;
 GruStream& GruStream::operator=(GruStream&&) noexcept = default;
+
+namespace {
+std::vector<float> floats_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+}
+}  // namespace
+
+void GruStream::set_head(const GruStreamHead& head) {
+  Impl& m = *impl_;
+  const int64_t H = m.config.hidden_size, I = m.config.input_size;
+  if (m.dtype != DType::f32)
+    throw Error(
+        fmt::format("gru stream: a head needs an f32 stream, this one is {}", dtype_name(m.dtype)));
+  int64_t O = H;
+  if (head.weight.defined()) {
+    const Tensor& w = head.weight;
+    if (w.dtype() != DType::f32)
+      throw Error(
+          fmt::format("gru stream: head weight is {}, expected f32", dtype_name(w.dtype())));
+    if (w.dim() != 2 || w.size(1) != H || w.size(0) < 1)
+      throw Error(fmt::format("gru stream: head weight has shape {}, expected (O, {})",
+                              shape_str(w.shape()), H));
+    O = w.size(0);
+  }
+  if (head.bias.defined()) {
+    if (!head.weight.defined())
+      throw Error("gru stream: a head bias without a head weight (expected both, or neither)");
+    if (head.bias.dtype() != DType::f32)
+      throw Error(
+          fmt::format("gru stream: head bias is {}, expected f32", dtype_name(head.bias.dtype())));
+    check_shape("gru stream", "head bias", head.bias, Shape{O});
+  }
+  if (head.residual && O != I)
+    throw Error(
+        fmt::format("gru stream: a residual head adds the input to the output, but the "
+                    "input has {} features and the output {}",
+                    I, O));
+  // Everything is built aside, then moved in: a failed set_head leaves the stream as it was.
+  Impl h;
+  h.O = O;
+  h.residual = head.residual;
+  if (head.weight.defined()) h.head_w = floats_of(head.weight);
+  if (head.bias.defined()) h.head_bias = floats_of(head.bias);
+  if (m.fast) {
+    if (!h.head_w.empty())
+      h.fast_head = cpu::gru_stream_pack_head(O, H, h.head_w.data(),
+                                              h.head_bias.empty() ? nullptr : h.head_bias.data());
+  } else if (!h.head_w.empty()) {
+    // Blocks of about 256 KiB of GRU outputs: the head's product over a block stays in cache.
+    h.head_block = std::clamp<int64_t>((int64_t(1) << 16) / (m.N * H), 1, 512);
+    h.head_gru_out.resize(h.head_block * m.N * H);
+    if (m.N > 1) {  // one sequence runs dot products of the head's rows instead
+      const int64_t panel = cpu::gemm_panel_width<float>(O);
+      h.head_packed = Tensor::empty({cpu::packed_size<float>(H, O, panel)}, DType::f32);
+      // W (O x H) row-major used as W^T (H x O): stride_k = 1, stride_n = H (cpu::gemm's way).
+      h.head_pb = cpu::pack_b_for_target<float>(H, O, panel, h.head_w.data(), 1, H, nullptr,
+                                                nullptr, h.head_packed.data<float>());
+    }
+  }
+  h.head_in.resize(m.capacity * m.N * I);
+  h.head_out.resize(m.capacity * m.N * O);
+  m.has_head = true;
+  m.O = O;
+  m.residual = h.residual;
+  m.head_w = std::move(h.head_w);
+  m.head_bias = std::move(h.head_bias);
+  m.fast_head = std::move(h.fast_head);
+  m.head_packed = std::move(h.head_packed);
+  m.head_pb = h.head_pb;
+  m.head_block = h.head_block;
+  m.head_gru_out = std::move(h.head_gru_out);
+  m.head_in = std::move(h.head_in);
+  m.head_out = std::move(h.head_out);
+}
+
+int64_t GruStream::output_size() const {
+  return impl_->out_size();
+}
 
 void GruStream::reset(const Tensor& h0) {
   const GruConfig& c = impl_->config;
@@ -347,8 +469,8 @@ struct OutShape {
   }
   Shape shape() const { return Shape(size, size + dim); }
 };
-OutShape out_shape(const Frames& f, const GruConfig& c, bool unbatched, int64_t N) {
-  const int64_t H = c.hidden_size;
+// H: the features of an output frame (the head's O when there is one).
+OutShape out_shape(const Frames& f, const GruConfig& c, bool unbatched, int64_t N, int64_t H) {
   if (unbatched) return f.chunk ? OutShape{{f.t, H, 0}, 2} : OutShape{{H, 0, 0}, 1};
   if (!f.chunk) return {{N, H, 0}, 2};
   return c.batch_first ? OutShape{{N, f.t, H}, 3} : OutShape{{f.t, N, H}, 3};
@@ -361,33 +483,47 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   check_same_dtype("gru stream", "weights", impl_->state, "frames", frames);
   const GruConfig& c = impl_->config;
   const Frames f = frames_layout(frames, c, impl_->unbatched, impl_->N);
-  const OutShape want = out_shape(f, c, impl_->unbatched, impl_->N);
+  const OutShape want = out_shape(f, c, impl_->unbatched, impl_->N, impl_->out_size());
   check_defined("gru stream", "out", out);
   check_same_dtype("gru stream", "frames", frames, "out", out);
   if (!want.matches(out)) check_shape("gru stream", "out", out, want.shape());
   // Results go to out directly when its layout is time-major and contiguous; otherwise block
-  // by block through `reorder`, then element by element into out's strides.
+  // by block through `reorder`, then element by element into out's strides. With a head, each
+  // block's frames are first gathered into rows (as process() reads them) and run as
+  // process() runs them: the same bits.
   const bool direct = out.is_contiguous() && !(f.chunk && c.batch_first && !impl_->unbatched);
-  const int64_t N = impl_->N, H = c.hidden_size;
+  const int64_t N = impl_->N, H = impl_->out_size(), I = c.input_size;
+  // out's strides per (time, batch, unit), as the frames' are per (time, batch, feature).
+  const Shape& os = out.strides();
+  int64_t ot = 0, on = 0, oh = os[out.dim() - 1];
+  if (impl_->unbatched) {
+    ot = f.chunk ? os[0] : 0;
+  } else if (!f.chunk) {
+    on = os[0];
+  } else {
+    ot = c.batch_first ? os[1] : os[0], on = c.batch_first ? os[0] : os[1];
+  }
   auto go = [&]<typename T>(T*) {
     const T* src = frames.data<T>();
-    if (direct) return impl_->run<T>(src, f, out.data<T>());
-    // out's strides per (time, batch, unit), as the frames' are per (time, batch, feature).
-    const Shape& os = out.strides();
-    int64_t ot = 0, on = 0, oh = os[out.dim() - 1];
-    if (impl_->unbatched) {
-      ot = f.chunk ? os[0] : 0;
-    } else if (!f.chunk) {
-      on = os[0];
-    } else {
-      ot = c.batch_first ? os[1] : os[0], on = c.batch_first ? os[0] : os[1];
-    }
+    const bool head = sizeof(T) == 4 && impl_->has_head;
+    if (direct && !head) return impl_->run<T>(src, f, out.data<T>());
     T* o = out.data<T>();
-    T* tmp = impl_->reorder.data<T>();
+    T* tmp = head ? reinterpret_cast<T*>(impl_->head_out.data()) : impl_->reorder.data<T>();
     for (int64_t s0 = 0; s0 < f.t; s0 += impl_->capacity) {
       Frames b = f;
       b.t = std::min(impl_->capacity, f.t - s0);
-      impl_->run_block<T>(src + s0 * f.st_t, b, tmp);
+      if constexpr (sizeof(T) == 4) {
+        if (head) {
+          float* x = impl_->head_in.data();
+          for (int64_t s = 0; s < b.t; ++s)
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t i = 0; i < I; ++i)
+                x[(s * N + n) * I + i] = src[(s0 + s) * f.st_t + n * f.st_n + i * f.st_i];
+          impl_->run_head(x, direct ? o + s0 * N * H : tmp, b.t);
+          if (direct) continue;
+        }
+      }
+      if (!head) impl_->run_block<T>(src + s0 * f.st_t, b, tmp);
       for (int64_t s = 0; s < b.t; ++s)
         for (int64_t n = 0; n < N; ++n)
           for (int64_t u = 0; u < H; ++u)
@@ -404,7 +540,8 @@ Tensor GruStream::step(const Tensor& frames) {
   check_defined("gru stream", "frames", frames);
   const GruConfig& c = impl_->config;
   const Frames f = frames_layout(frames, c, impl_->unbatched, impl_->N);
-  Tensor out = Tensor::empty(out_shape(f, c, impl_->unbatched, impl_->N).shape(), impl_->dtype);
+  Tensor out = Tensor::empty(out_shape(f, c, impl_->unbatched, impl_->N, impl_->out_size()).shape(),
+                             impl_->dtype);
   step_into(frames, out);
   return out;
 }
@@ -419,20 +556,12 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
   if (!in || !out) throw Error("gru stream: process given a null pointer for in or out");
   const int64_t N = impl_->N, I = impl_->config.input_size;
   if constexpr (sizeof(T) == 4) {
+    if (impl_->has_head) return impl_->run_head(in, out, frames);
     if (impl_->fast) return impl_->run_fast(in, out, frames);
   }
   impl_->run<T>(in, Frames{frames, N * I, I, 1, true}, out);
 }
 template void GruStream::process<float>(const float*, float*, int64_t);
 template void GruStream::process<double>(const double*, double*, int64_t);
-
-bool GruStreamAccess::fast(const GruStream& s) {
-  return s.impl_->fast;
-}
-
-void GruStreamAccess::process_head(GruStream& s, const float* in, float* out, int64_t frames,
-                                   const cpu::StreamHead* head, bool residual) {
-  s.impl_->run_fast(in, out, frames, head, residual);
-}
 
 }  // namespace grux
