@@ -169,13 +169,8 @@ TEST(Cli, PrecisionRunsGruInferenceAtThatPrecision) {
 // GRUX_LOWP_PORTABLE=0 in the environment at start-up switches the portable low-precision
 // kernels off: on a SIMD target below AVX-512 a bf16 request is one line, exit 2.
 TEST(Cli, LowpPortableZeroRefusesThePortableKernels) {
-  std::string below;
-  for (const std::string& t : simd_targets())
-    if (t.rfind("AVX3", 0) != 0) {
-      below = t;
-      break;
-    }
-  ASSERT_FALSE(below.empty());
+  const std::string below = test::target_below_avx512();
+  GRUX_SKIP_WITHOUT_TARGET_BELOW_AVX512(below);
   const SafeTensors g = golden("gru_lengths_h0_f32");
   test::TempDir tmp;
   const std::string args = write_inputs(g, tmp.path, false, false) + " --precision bf16";

@@ -18,6 +18,7 @@
 #include "cpu/ref/gemm_ref.h"
 #include "grux/error.h"
 #include "grux/runtime.h"
+#include "test_util.h"
 
 namespace grux::test_gemm_lowp {
 namespace {
@@ -90,12 +91,8 @@ Packed pack(Precision p, int64_t K, int64_t N, int64_t panel, const std::vector<
 struct PortableScope {
   std::string saved = simd_target();
   explicit PortableScope(bool on) {
-    if (!on) return;
-    for (const std::string& t : simd_targets())
-      if (t.rfind("AVX3", 0) != 0) {
-        set_simd_target(t);
-        return;
-      }
+    const std::string below = test::target_below_avx512();
+    if (on && !below.empty()) set_simd_target(below);
   }
   ~PortableScope() { set_simd_target(saved); }
 };
@@ -203,6 +200,7 @@ TEST(GemmLowp, KernelIsNamed) {
 TEST(GemmLowp, Int8KernelsAgreeBitwise) {
   if (cpu::lowp_kernel(Precision::int8) == std::string("portable"))
     GTEST_SKIP() << "this CPU has no AVX512_VNNI: one kernel only";
+  GRUX_SKIP_WITHOUT_TARGET_BELOW_AVX512(test::target_below_avx512());
   std::mt19937_64 rng(16);
   const int64_t M = 11, N = 150, K = 333;
   auto A = random_vec(M * K, rng, -3, 1), W = random_vec(N * K, rng), b = random_vec(N, rng);

@@ -210,13 +210,8 @@ TEST(GruPrecision, PortableKernelsCanBeSwitchedOff) {
   c.hidden_size = 4;
   const Gru gru(c, DType::f32, 1);
   const std::string saved = simd_target();
-  std::string below;
-  for (const std::string& t : simd_targets())
-    if (t.rfind("AVX3", 0) != 0) {
-      below = t;
-      break;
-    }
-  ASSERT_FALSE(below.empty());
+  const std::string below = test::target_below_avx512();
+  GRUX_SKIP_WITHOUT_TARGET_BELOW_AVX512(below);
   set_portable_precision(false);
   for (Precision prec : {Precision::bf16, Precision::int8}) {
     const std::string p = precision_name(prec);

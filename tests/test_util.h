@@ -18,9 +18,23 @@
 #include <vector>
 
 #include "grux/io.h"
+#include "grux/runtime.h"
 #include "grux/tensor.h"
 
 namespace grux::test {
+
+// The best SIMD target of this build below AVX-512 (where the low-precision products run
+// grux's portable kernels), or "" where there is none: the sanitized build compiles only this
+// CPU's best target.
+inline std::string target_below_avx512() {
+  for (const std::string& t : simd_targets())
+    if (t.rfind("AVX3", 0) != 0) return t;
+  return "";
+}
+#define GRUX_SKIP_WITHOUT_TARGET_BELOW_AVX512(below)                                          \
+  if ((below).empty())                                                                        \
+  GTEST_SKIP() << "no SIMD target below AVX-512 in this build (the sanitized build compiles " \
+                  "only this CPU's best target; the Release build runs this test)"
 
 // The engine's tolerances: f32 1e-5 absolute + 1e-4 relative; f64 1e-10.
 struct Tol {
