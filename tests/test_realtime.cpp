@@ -267,6 +267,41 @@ TEST(Realtime, StreamProcessAndStepIntoAllocateNothing) {
   }
 }
 
+// A stream with a head (GruStream::set_head: a Linear layer and the skip): after set_head,
+// process and step_into, into contiguous or strided outputs, allocate nothing, on the
+// real-time kernel (one sequence) and on the engine's path (a batch).
+TEST(Realtime, StreamWithAHeadAllocatesNothing) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
+  GruConfig c;
+  c.input_size = 4;
+  c.hidden_size = 32;
+  const Gru gru(c, DType::f32, 1);
+  std::mt19937_64 rng(5);
+  GruStreamHead head;
+  head.weight = random_tensor({4, 32}, DType::f32, rng);
+  head.bias = random_tensor({4}, DType::f32, rng);
+  head.residual = true;
+  for (const int64_t N : {1, 3}) {
+    GruStream stream(gru, N, {}, Precision::f32, 1);
+    stream.set_head(head);
+    const Tensor x = random_tensor({600, N, 4}, DType::f32, rng);
+    Tensor y = Tensor::empty({600, N, 4}, DType::f32);
+    Tensor strided = Tensor::empty({N, 600, 4}, DType::f32);
+    Tensor view = strided.transpose(0, 1);
+    const Tensor frame = x.select(0, 0);
+    Tensor out = Tensor::empty({N, 4}, DType::f32);
+    EXPECT_EQ(allocations_in([&] { stream.process(x.data<float>(), y.data<float>(), 600); }), 0)
+        << "process, N " << N;
+    EXPECT_EQ(allocations_in([&] {
+                for (int i = 0; i < 16; ++i) stream.step_into(frame, out);
+              }),
+              0)
+        << "step_into a frame, N " << N;
+    EXPECT_EQ(allocations_in([&] { stream.step_into(x, view); }), 0)
+        << "step_into a strided block, N " << N;
+  }
+}
+
 // GruCell's step from raw memory on the real-time kernel (one thread, or any number where
 // the weights take less than a quarter of the L2): nothing allocated or blocked on, into
 // other memory or in place, from h or zeros.

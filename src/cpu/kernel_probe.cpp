@@ -2,7 +2,8 @@
 // measuring side (cpu/kernel_probe.h).
 #include "cpu/kernel_probe.h"
 
-#include <cstdlib>
+#include <hwy/aligned_allocator.h>
+
 #include <new>
 
 #include "core/thread_team.h"
@@ -16,22 +17,17 @@ namespace grux::probe {
 struct PackedGemm::Impl {
   DType dtype;
   int64_t n;
-  void* storage = nullptr;  // the packed W^T, 64-byte aligned
+  hwy::AlignedFreeUniquePtr<uint8_t[]> storage;  // the packed W^T (Highway's alignment)
   cpu::PackedB<float> f;
   cpu::PackedB<double> d;
-  ~Impl() { std::free(storage); }
+  // `bytes` of storage for the packed operand, as T*.
+  template <typename T>
+  T* allocate(int64_t bytes) {
+    storage = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(bytes));
+    if (!storage) throw std::bad_alloc();
+    return reinterpret_cast<T*>(storage.get());
+  }
 };
-
-namespace {
-
-void* aligned_bytes(int64_t bytes) {
-  const size_t size = static_cast<size_t>((bytes + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, size == 0 ? 64 : size);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-
-}  // namespace
 
 // W (N x K row-major) read as B = W^T (K x N): B(k, n) = w[k + n * K] (stride_k 1, stride_n K).
 PackedGemm::PackedGemm(DType dtype, Precision precision, int64_t n, const void* b)
@@ -45,20 +41,19 @@ PackedGemm::PackedGemm(DType dtype, Precision precision, int64_t n, const void* 
   impl_->n = n;
   if (dtype == DType::f64) {
     const int64_t panel = 3 * cpu::kUnit<double>;
-    impl_->storage = aligned_bytes(cpu::packed_size<double>(n, n, panel) * 8);
-    impl_->d =
-        cpu::pack_b_for_target<double>(n, n, panel, static_cast<const double*>(b), 1, n, nullptr,
-                                       nullptr, static_cast<double*>(impl_->storage));
+    double* dst = impl_->allocate<double>(cpu::packed_size<double>(n, n, panel) * 8);
+    impl_->d = cpu::pack_b_for_target<double>(n, n, panel, static_cast<const double*>(b), 1, n,
+                                              nullptr, nullptr, dst);
   } else if (precision == Precision::f32) {
     const int64_t panel = 3 * cpu::kUnit<float>;
-    impl_->storage = aligned_bytes(cpu::packed_size<float>(n, n, panel) * 4);
+    float* dst = impl_->allocate<float>(cpu::packed_size<float>(n, n, panel) * 4);
     impl_->f = cpu::pack_b_for_target<float>(n, n, panel, static_cast<const float*>(b), 1, n,
-                                             nullptr, nullptr, static_cast<float*>(impl_->storage));
+                                             nullptr, nullptr, dst);
   } else {
     const int64_t panel = 3 * cpu::kUnit<float>;
-    impl_->storage = aligned_bytes(cpu::packed_lowp_bytes(precision, n, n, panel));
+    void* dst = impl_->allocate<uint8_t>(cpu::packed_lowp_bytes(precision, n, n, panel));
     impl_->f = cpu::pack_b_lowp(precision, n, n, panel, static_cast<const float*>(b), 1, n, nullptr,
-                                nullptr, impl_->storage);
+                                nullptr, dst);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/visibility.h"
@@ -146,16 +147,19 @@ struct GRUX_INTERNAL GruStream::Impl {
   ops::SeqLayout lay;  // for blocks of lay.T frames
 
   // The head (set_head; f32 streams only): out = W h + b (+ the frame with residual).
-  bool has_head = false, residual = false;
-  int64_t O = 0;                         // output features: the head's, else H
-  std::vector<float> head_w, head_bias;  // (O, H) row-major, (O) or empty; w empty: no layer
-  cpu::StreamHead fast_head{};           // the real-time kernel's copy of the layer
-  Tensor head_packed;                    // batch > 1: W^T packed once, as cpu::gemm packs it
-  cpu::PackedB<float> head_pb{};
-  int64_t head_block = 0;                // frames a block of the engine's path runs
-  std::vector<float> head_gru_out;       // (head_block, N, H): the GRU's outputs of a block
-  std::vector<float> head_in, head_out;  // step_into's frames and outputs, capacity frames
-  int64_t out_size() const { return has_head ? O : config.hidden_size; }
+  struct Head {
+    int64_t O = 0;  // output features
+    bool residual = false;
+    std::vector<float> w, bias;  // (O, H) row-major, (O) or empty; w empty: no layer
+    cpu::StreamHead fast{};      // the real-time kernel's copy of the layer
+    Tensor packed;               // batch > 1: W^T packed once, as cpu::gemm packs it
+    cpu::PackedB<float> pb{};
+    int64_t block = 0;           // frames a block of the engine's path runs
+    std::vector<float> gru_out;  // (block, N, H): the GRU's outputs of a block
+    std::vector<float> in, out;  // step_into's frames and outputs, capacity frames
+  };
+  std::optional<Head> head;
+  int64_t out_size() const { return head ? head->O : config.hidden_size; }
   void run_head(const float* in, float* out, int64_t frames);
 
   void run_block_fast(const float* src, const Frames& f, float* out);
@@ -253,28 +257,29 @@ void GruStream::Impl::run_block_fast(const float* src, const Frames& f, float* o
 
 // process()'s path with a head: in (frames, N, I), out (frames, N, O), both contiguous.
 void GruStream::Impl::run_head(const float* in, float* out, int64_t frames) {
-  const int64_t I = config.input_size, H = config.hidden_size;
-  if (fast) return run_fast(in, out, frames, head_w.empty() ? nullptr : &fast_head, residual);
-  if (head_w.empty()) {  // the GRU's outputs are the stream's, plus the frames
+  Head& h = *head;
+  const int64_t I = config.input_size, H = config.hidden_size, O = h.O;
+  if (fast) return run_fast(in, out, frames, h.w.empty() ? nullptr : &h.fast, h.residual);
+  if (h.w.empty()) {  // the GRU's outputs are the stream's, plus the frames
     run<float>(in, Frames{frames, N * I, I, 1, true}, out);
     for (int64_t i = 0; i < frames * N * O; ++i) out[i] = in[i] + out[i];
     return;
   }
-  const float* bias = head_bias.empty() ? nullptr : head_bias.data();
-  for (int64_t f0 = 0; f0 < frames; f0 += head_block) {
-    const int64_t f = std::min(head_block, frames - f0), rows = f * N;
+  const float* bias = h.bias.empty() ? nullptr : h.bias.data();
+  float* y = h.gru_out.data();
+  for (int64_t f0 = 0; f0 < frames; f0 += h.block) {
+    const int64_t f = std::min(h.block, frames - f0), rows = f * N;
     const float* x = in + f0 * N * I;
     float* o = out + f0 * N * O;
-    float* y = head_gru_out.data();
     run<float>(x, Frames{f, N * I, I, 1, true}, y);
     // For one sequence, dot products of the head's rows (its own multiply-adds, nothing more);
     // for a batch, linear_forward's product (cpu::gemm packs W^T the same way, then runs this
     // kernel).
     if (N == 1)
-      cpu::dense_rows(f, H, O, y, H, head_w.data(), bias, o, O, false);
+      cpu::dense_rows(f, H, O, y, H, h.w.data(), bias, o, O, false);
     else
-      cpu::gemm_packed<float>(rows, y, H, false, head_pb, bias, false, o, O, 0, head_pb.panels());
-    if (residual)
+      cpu::gemm_packed<float>(rows, y, H, false, h.pb, bias, false, o, O, 0, h.pb.panels());
+    if (h.residual)
       for (int64_t i = 0; i < rows * O; ++i) o[i] = x[i] + o[i];
   }
 }
@@ -355,42 +360,31 @@ void GruStream::set_head(const GruStreamHead& head) {
         fmt::format("gru stream: a residual head adds the input to the output, but the "
                     "input has {} features and the output {}",
                     I, O));
-  // Everything is built aside, then moved in: a failed set_head leaves the stream as it was.
-  Impl h;
+  // Built aside, then moved in: a failed set_head leaves the stream as it was.
+  Impl::Head h;
   h.O = O;
   h.residual = head.residual;
-  if (head.weight.defined()) h.head_w = floats_of(head.weight);
-  if (head.bias.defined()) h.head_bias = floats_of(head.bias);
+  if (head.weight.defined()) h.w = floats_of(head.weight);
+  if (head.bias.defined()) h.bias = floats_of(head.bias);
   if (m.fast) {
-    if (!h.head_w.empty())
-      h.fast_head = cpu::gru_stream_pack_head(O, H, h.head_w.data(),
-                                              h.head_bias.empty() ? nullptr : h.head_bias.data());
-  } else if (!h.head_w.empty()) {
+    if (!h.w.empty())
+      h.fast =
+          cpu::gru_stream_pack_head(O, H, h.w.data(), h.bias.empty() ? nullptr : h.bias.data());
+  } else if (!h.w.empty()) {
     // Blocks of about 256 KiB of GRU outputs: the head's product over a block stays in cache.
-    h.head_block = std::clamp<int64_t>((int64_t(1) << 16) / (m.N * H), 1, 512);
-    h.head_gru_out.resize(h.head_block * m.N * H);
+    h.block = std::clamp<int64_t>((int64_t(1) << 16) / (m.N * H), 1, 512);
+    h.gru_out.resize(h.block * m.N * H);
     if (m.N > 1) {  // one sequence runs dot products of the head's rows instead
       const int64_t panel = cpu::gemm_panel_width<float>(O);
-      h.head_packed = Tensor::empty({cpu::packed_size<float>(H, O, panel)}, DType::f32);
+      h.packed = Tensor::empty({cpu::packed_size<float>(H, O, panel)}, DType::f32);
       // W (O x H) row-major used as W^T (H x O): stride_k = 1, stride_n = H (cpu::gemm's way).
-      h.head_pb = cpu::pack_b_for_target<float>(H, O, panel, h.head_w.data(), 1, H, nullptr,
-                                                nullptr, h.head_packed.data<float>());
+      h.pb = cpu::pack_b_for_target<float>(H, O, panel, h.w.data(), 1, H, nullptr, nullptr,
+                                           h.packed.data<float>());
     }
   }
-  h.head_in.resize(m.capacity * m.N * I);
-  h.head_out.resize(m.capacity * m.N * O);
-  m.has_head = true;
-  m.O = O;
-  m.residual = h.residual;
-  m.head_w = std::move(h.head_w);
-  m.head_bias = std::move(h.head_bias);
-  m.fast_head = std::move(h.fast_head);
-  m.head_packed = std::move(h.head_packed);
-  m.head_pb = h.head_pb;
-  m.head_block = h.head_block;
-  m.head_gru_out = std::move(h.head_gru_out);
-  m.head_in = std::move(h.head_in);
-  m.head_out = std::move(h.head_out);
+  h.in.resize(m.capacity * m.N * I);
+  h.out.resize(m.capacity * m.N * O);
+  m.head = std::move(h);
 }
 
 int64_t GruStream::output_size() const {
@@ -505,16 +499,16 @@ void GruStream::step_into(const Tensor& frames, Tensor& out) {
   }
   auto go = [&]<typename T>(T*) {
     const T* src = frames.data<T>();
-    const bool head = sizeof(T) == 4 && impl_->has_head;
+    const bool head = sizeof(T) == 4 && impl_->head;
     if (direct && !head) return impl_->run<T>(src, f, out.data<T>());
     T* o = out.data<T>();
-    T* tmp = head ? reinterpret_cast<T*>(impl_->head_out.data()) : impl_->reorder.data<T>();
+    T* tmp = head ? reinterpret_cast<T*>(impl_->head->out.data()) : impl_->reorder.data<T>();
     for (int64_t s0 = 0; s0 < f.t; s0 += impl_->capacity) {
       Frames b = f;
       b.t = std::min(impl_->capacity, f.t - s0);
       if constexpr (sizeof(T) == 4) {
         if (head) {
-          float* x = impl_->head_in.data();
+          float* x = impl_->head->in.data();
           for (int64_t s = 0; s < b.t; ++s)
             for (int64_t n = 0; n < N; ++n)
               for (int64_t i = 0; i < I; ++i)
@@ -556,7 +550,7 @@ void GruStream::process(const T* in, T* out, int64_t frames) {
   if (!in || !out) throw Error("gru stream: process given a null pointer for in or out");
   const int64_t N = impl_->N, I = impl_->config.input_size;
   if constexpr (sizeof(T) == 4) {
-    if (impl_->has_head) return impl_->run_head(in, out, frames);
+    if (impl_->head) return impl_->run_head(in, out, frames);
     if (impl_->fast) return impl_->run_fast(in, out, frames);
   }
   impl_->run<T>(in, Frames{frames, N * I, I, 1, true}, out);
