@@ -13,63 +13,36 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/spin_barrier.h"
-#include "cpu/gemm_lowp.h"
-#include "cpu/gemm_packed.h"
 #include "cpu/gru_gates.h"
-#include "cpu/ref/gemm_ref.h"
 #include "cpu/ref/gru_gates_ref.h"
 #include "grux/gru.h"
 #include "grux/precision.h"
-#include "grux/runtime.h"
+#include "ops/recurrent_layer.h"
 
 namespace grux::ops {
 
 // The kernels one run uses: optimized, or the reference twins when the switch is on.
 template <typename T>
-struct GruKernels {
-  bool reference;
-  decltype(&cpu::gemm_packed<T>) gemm_fn;
+struct GruKernels : GemmKernels<T> {
   decltype(&cpu::gru_gates_lbr_forward<T>) lbr_forward;
   decltype(&cpu::gru_gates_lbr_backward<T>) lbr_backward;
   decltype(&cpu::gru_gates_rb_forward_rz<T>) rb_forward_rz;
   decltype(&cpu::gru_gates_rb_forward_n<T>) rb_forward_n;
   decltype(&cpu::gru_gates_rb_backward_zn<T>) rb_backward_zn;
   decltype(&cpu::gru_gates_rb_backward_r<T>) rb_backward_r;
-  // cpu::gemm_packed or its twin, for panels [p0, p1) of B.
-  void gemm(int64_t M, const T* A, int64_t lda, bool ta, const cpu::PackedB<T>& B, const T* bias,
-            bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1, int64_t step = 0) const {
-    gemm_fn(M, A, lda, ta, B, bias, accumulate, C, ldc, p0, p1, step);
-  }
-  // The whole product: split over threads (optimized) or one loop (reference).
-  void gemm_all(int64_t M, const T* A, int64_t lda, bool ta, const cpu::PackedB<T>& B,
-                const T* bias, bool accumulate, T* C, int64_t ldc) const {
-    if (reference)
-      cpu::ref::gemm_packed<T>(M, A, lda, ta, B, bias, accumulate, C, ldc, 0, B.panels());
-    else
-      cpu::gemm_packed_parallel<T>(M, A, lda, ta, B, bias, accumulate, C, ldc);
-  }
-  // C = A^T B in bf16 (cpu::gemm_at_b_bf16 or its twin): bf16 training's weight gradients.
-  void gemm_at_b_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                      int64_t ldb, const int64_t* b_rows, float* C, int64_t ldc) const {
-    (reference ? cpu::ref::gemm_at_b_bf16 : cpu::gemm_at_b_bf16)(M, N, K, A, lda, B, ldb, b_rows,
-                                                                 false, C, ldc);
-  }
 };
 
 template <typename T>
 GruKernels<T> gru_kernels() {
   if (reference_kernels())
-    return {true,
-            &cpu::ref::gemm_packed<T>,
+    return {gemm_kernels<T>(),
             &cpu::ref::gru_gates_lbr_forward<T>,
             &cpu::ref::gru_gates_lbr_backward<T>,
             &cpu::ref::gru_gates_rb_forward_rz<T>,
             &cpu::ref::gru_gates_rb_forward_n<T>,
             &cpu::ref::gru_gates_rb_backward_zn<T>,
             &cpu::ref::gru_gates_rb_backward_r<T>};
-  return {false,
-          &cpu::gemm_packed<T>,
+  return {gemm_kernels<T>(),
           &cpu::gru_gates_lbr_forward<T>,
           &cpu::gru_gates_lbr_backward<T>,
           &cpu::gru_gates_rb_forward_rz<T>,
@@ -105,15 +78,6 @@ struct PackedLayer {
 template <typename T>
 PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
                           Precision precision = Precision::f32);
-
-// Who does what in a team of threads over one layer-direction's time loop.
-struct TeamShare {
-  int64_t b0, b1;        // unit blocks: gates, forward GEMM panels, and the (one-unit) output
-                         // panels of the backward dL/dh_prev GEMMs
-  SpinBarrier* barrier;  // shared by the team
-  void sync() const { barrier->wait(); }
-};
-TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier* barrier);
 
 // Forward step for this thread's blocks. g (B x 3H) in: input projection, out: r, z, n.
 // aux (B x H): hn (linear-before-reset) or rh (reset-before). gh: scratch (B x 3H). h_prev

@@ -12,65 +12,6 @@
 
 namespace grux::ops {
 
-SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths) {
-  SeqLayout lay;
-  lay.T = T;
-  lay.N = N;
-  lay.len.assign(N, T);
-  if (lengths) lay.len.assign(lengths, lengths + N);
-  lay.perm.resize(N);
-  std::iota(lay.perm.begin(), lay.perm.end(), 0);
-  std::stable_sort(lay.perm.begin(), lay.perm.end(),
-                   [&](int64_t a, int64_t b) { return lay.len[a] > lay.len[b]; });
-  lay.S = N > 0 ? lay.len[lay.perm[0]] : 0;
-  lay.bs.assign(lay.S, 0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t s = 0; s < lay.len[n]; ++s) ++lay.bs[s];
-  lay.off.assign(lay.S + 1, 0);
-  for (int64_t s = 0; s < lay.S; ++s) lay.off[s + 1] = lay.off[s] + lay.bs[s];
-  return lay;
-}
-
-int gru_team_size(int64_t H, int64_t unit) {
-  const int64_t blocks = (H + unit - 1) / unit;
-  return static_cast<int>(std::clamp<int64_t>(blocks, 1, omp_get_max_threads()));
-}
-
-TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier* barrier) {
-  const int64_t blocks = (H + unit - 1) / unit;
-  return {tid * blocks / threads, (tid + 1) * blocks / threads, barrier};
-}
-
-namespace {
-// Runs body(me) on a team of threads that split one layer-direction's hidden units, with a
-// spinning barrier sized to the team OpenMP actually gives (one thread when nested in a
-// caller's parallel region), or on `persistent` when it is given and of the right size.
-template <typename Body>
-void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, Body body) {
-  int team = gru_team_size(H, unit);
-  if (max_threads > 0) team = std::min(team, max_threads);
-  SpinBarrier barrier;
-  barrier.reset(team, persistent && persistent->spins());  // a real-time team's never yields
-  if (team == 1) {  // no OpenMP region: even one of one thread allocates and costs microseconds
-    body(team_share(H, unit, 0, 1, &barrier));
-    return;
-  }
-  if (persistent && persistent->size() == team && team > 1 && !omp_in_parallel()) {
-    auto job = [&](int member) { body(team_share(H, unit, member, team, &barrier)); };
-    persistent->run(job);
-    return;
-  }
-#pragma omp parallel num_threads(team)
-  {
-    if (omp_get_num_threads() != team) {
-#pragma omp single
-      barrier.reset(omp_get_num_threads());
-    }
-    body(team_share(H, unit, omp_get_thread_num(), omp_get_num_threads(), &barrier));
-  }
-}
-}  // namespace
-
 template <typename T>
 PackedLayer<T> pack_layer(const GruLayerWeights& w, GruForm form, bool backward,
                           Precision precision) {
@@ -157,96 +98,16 @@ template <typename T>
 void gru_layer_forward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,
                        const T* xp, const T* h0s, T* g, T* aux, T* hs, T* gh, ThreadTeam* team,
                        int max_threads, const DenseIo<T>* io, int64_t step0) {
-  const int64_t H = P.H, G = 3 * H, rows = lay.rows(), N = lay.N;
-  GRUX_ASSERT(!io || rows == lay.S * N);
+  const int64_t H = P.H;
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
-  // The input rows of packed row r (consecutive from r for `run` rows), and step s's states.
-  const int64_t ldx = io ? io->ldx : P.in, ldh = io ? io->ldh : H;
-  const int64_t x_step = io && io->x_step ? io->x_step : N * ldx;
-  const int64_t h_step = io && io->h_step ? io->h_step : N * ldh;
-  const int64_t run = io && (io->reverse || x_step != N * ldx) ? N : rows;
-  const auto x_row = [&](int64_t r) {
-    if (!io) return xp + r * P.in;
-    const int64_t s = r / N;
-    return io->x + (io->reverse ? lay.S - 1 - s : s) * x_step + (r % N) * ldx;
-  };
-  const auto states = [&](int64_t s) {
-    return io ? io->h + (io->reverse ? lay.S - 1 - s : s) * h_step : hs + lay.off[s] * H;
-  };
-  // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
-  // its own cache, and its gates need no other thread's projection.
-  run_team(team, H, cpu::kUnit<T>, max_threads, [&](const TeamShare& me) {
-    // 1. Input projection (for my units): g = xp W_ih^T + b_ih, in row blocks that leave my
-    //    panels in L2 from one block to the next, never across a run of consecutive rows.
-    const int64_t row_block = cpu::gemm_row_block(P.ih, me.b0, me.b1, P.in, sizeof(T));
-    const auto project = [&](int64_t ra, int64_t rb) {
-      for (int64_t m0 = ra; m0 < rb;) {
-        const int64_t m1 = std::min({m0 + row_block, rb, (m0 / run + 1) * run});
-        k.gemm(m1 - m0, x_row(m0), ldx, false, P.ih, b_ih, false, g + m0 * G, G, me.b0, me.b1);
-        m0 = m1;
-      }
-    };
-    // 2. The recurrence; the active rows of step s are a prefix of those of step s - 1. Steps
-    //    in chunks, each projected just before it runs, whose rows of g take at most a
-    //    quarter of the L2 (at least one step): a chunk's g is read back by the gates while
-    //    it is still in cache, not from memory. Only this thread reads its units' columns of
-    //    g, so no barrier. (W3, 39 MB of g: bf16 and int8 about 10% faster, f32 2%.)
-    //    Inference only: training keeps every step's gates in g for the backward pass, and
-    //    its step (W4) runs 2-7% slower in chunks.
-    const int64_t chunk_rows = aux ? rows : cpu::l2_cache_bytes() / 4 / (G * int64_t(sizeof(T)));
-    for (int64_t s0 = 0; s0 < lay.S;) {
-      int64_t s1 = s0 + 1;
-      while (s1 < lay.S && lay.off[s1 + 1] - lay.off[s0] <= chunk_rows) ++s1;
-      project(lay.off[s0], lay.off[s1]);
-      for (int64_t s = s0; s < s1; ++s) {
-        const int64_t o = lay.off[s];
-        const T* h_prev = s == 0 ? h0s : states(s - 1);
-        gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * G, gh, aux ? aux + o * H : nullptr,
-                         states(s), ldh, /*sync_end=*/s + 1 < lay.S, step0 + s);
-      }
-      s0 = s1;
-    }
-  });
+  const WalkShape w{H, H, P.in, 3 * H, 1, aux != nullptr};
+  walk_layer_forward<T>(k, P.ih, b_ih, w, lay, xp, h0s, g, hs, team, max_threads, io, step0,
+                        [&](const TeamShare& me, int64_t s, int64_t o, const T* h_prev, int64_t ldh,
+                            T* h, bool sync_end, int64_t index) {
+                          gru_cell_forward(k, P, me, lay.bs[s], h_prev, g + o * 3 * H, gh,
+                                           aux ? aux + o * H : nullptr, h, ldh, sync_end, index);
+                        });
 }
-
-namespace {
-// out[c] = sum over rows of m[r, c] (rows x C).
-template <typename T>
-void column_sums(int64_t rows, int64_t C, const T* m, T* out) {
-  std::fill(out, out + C, T(0));
-  // Threads own column ranges; each column is summed in row order (same result any team).
-#pragma omp parallel if (rows * C > (1 << 20))
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t c0 = t * C / nt, c1 = (t + 1) * C / nt;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = c0; c < c1; ++c) out[c] += m[r * C + c];
-  }
-}
-
-// dst (rows x M, PyTorch row order) row map[c] <- src row c; `stride` the row length.
-template <typename T>
-void unpermute_rows(int64_t M, int64_t stride, const T* src, const int64_t* map, T* dst) {
-  for (int64_t c = 0; c < M; ++c)
-    std::memcpy(dst + (map ? map[c] : c) * stride, src + c * stride, stride * sizeof(T));
-}
-
-// A^T B over all rows: C (M x N) = A^T (A: rows x M, row stride lda) times B (rows x N;
-// row r of B is row b_rows[r] of `B` when b_rows is given).
-// With `bf16` (a bf16-trained layer) both operands are rounded to bf16, the sums kept in f32.
-template <typename T>
-void gradient_gemm(const GruKernels<T>& k, bool bf16, int64_t rows, int64_t M, const T* A,
-                   int64_t lda, int64_t N, const T* B, T* C, const int64_t* b_rows = nullptr) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16) return k.gemm_at_b_bf16(M, N, rows, A, lda, B, N, b_rows, C, N);
-  }
-  const int64_t panel = cpu::gemm_panel_for<T>(N);
-  Tensor packed = Tensor::empty({cpu::packed_size<T>(rows, N, panel)}, dtype_of<T>());
-  k.gemm_all(M, A, lda, true,
-             cpu::pack_b_for_target<T>(rows, N, panel, B, N, 1, b_rows, nullptr, packed.data<T>()),
-             nullptr, false, C, N);
-}
-}  // namespace
 
 template <typename T>
 void gru_layer_backward(const GruKernels<T>& k, const PackedLayer<T>& P, const SeqLayout& lay,

@@ -306,7 +306,7 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, Precision 
     // No more members than units of work per step, nor than cores.
     const int64_t unit = gru.dtype() == DType::f32 ? cpu::kUnit<float> : cpu::kUnit<double>;
     const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    const int size = std::min({threads, hw, ops::gru_team_size(gru.config().hidden_size, unit)});
+    const int size = std::min({threads, hw, ops::layer_team_size(gru.config().hidden_size, unit)});
     if (size > 1) impl_->team = std::make_unique<ThreadTeam>(size, ThreadTeam::Idle::spin);
   }
   if (impl_->fast)

@@ -1,14 +1,19 @@
-// Shared checks and layouts of the recurrent stack drivers (see recurrent.h).
+// Shared checks and layouts of the recurrent stack drivers (recurrent.h) and the packed
+// sequence layout and team shares of their layers (recurrent_layer.h).
 #include "ops/recurrent.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <random>
 
 #include "core/descriptor.h"
 #include "grux/io.h"
 #include "grux/sequence.h"
+#include "ops/recurrent_layer.h"
 
 namespace grux {
 
@@ -52,6 +57,35 @@ std::string SequenceShape::set_lengths(const std::string& spec) {
 }  // namespace grux
 
 namespace grux::ops {
+
+SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths) {
+  SeqLayout lay;
+  lay.T = T;
+  lay.N = N;
+  lay.len.assign(N, T);
+  if (lengths) lay.len.assign(lengths, lengths + N);
+  lay.perm.resize(N);
+  std::iota(lay.perm.begin(), lay.perm.end(), 0);
+  std::stable_sort(lay.perm.begin(), lay.perm.end(),
+                   [&](int64_t a, int64_t b) { return lay.len[a] > lay.len[b]; });
+  lay.S = N > 0 ? lay.len[lay.perm[0]] : 0;
+  lay.bs.assign(lay.S, 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < lay.len[n]; ++s) ++lay.bs[s];
+  lay.off.assign(lay.S + 1, 0);
+  for (int64_t s = 0; s < lay.S; ++s) lay.off[s + 1] = lay.off[s] + lay.bs[s];
+  return lay;
+}
+
+int layer_team_size(int64_t H, int64_t unit) {
+  const int64_t blocks = (H + unit - 1) / unit;
+  return static_cast<int>(std::clamp<int64_t>(blocks, 1, omp_get_max_threads()));
+}
+
+TeamShare team_share(int64_t H, int64_t unit, int tid, int threads, SpinBarrier* barrier) {
+  const int64_t blocks = (H + unit - 1) / unit;
+  return {tid * blocks / threads, (tid + 1) * blocks / threads, barrier, tid, threads};
+}
 
 void check_weight(const char* op, const std::string& key, const Tensor& t, const Shape& shape,
                   DType dtype) {
