@@ -19,17 +19,6 @@ struct GruArgs {
   bool batch_first = false, reset_before = false;
 };
 
-// The arrays' dtype decides the precision; every float array must share it.
-void check_float_dtype(const std::string& path, const Tensor& t, DType want) {
-  if (t.dtype() != want)
-    throw Error(path + ": dtype " + dtype_name(t.dtype()) + " does not match the input's " +
-                dtype_name(want) + " (mixed dtypes are not allowed)");
-}
-
-Tensor read_optional(const std::string& path) {
-  return path.empty() ? Tensor() : read_npy(path);
-}
-
 void run_gru(const GruArgs& a) {
   const Precision prec = parse_precision(a.precision);
   if (prec != Precision::f32 && (!a.grad_output.empty() || !a.grad_hn.empty()))
@@ -37,18 +26,11 @@ void run_gru(const GruArgs& a) {
         fmt::format("--precision {} runs inference only; it cannot be combined with "
                     "--grad-output or --grad-hn",
                     a.precision));
-  Tensor x = read_npy(a.input);
+  Tensor x = read_float_input(a.input);
   if (prec != Precision::f32 && x.dtype() != DType::f32)
     throw Error(fmt::format("{}: --precision {} takes float32 arrays and weights, not {}", a.input,
                             a.precision, dtype_name(x.dtype())));
-  if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
-    throw Error(a.input + ": dtype " + dtype_name(x.dtype()) + ", expected f32 or f64");
-  const SafeTensors st = read_safetensors(a.weights);
-  for (const auto& [key, t] : st.tensors)
-    if (t.dtype() != x.dtype())
-      throw Error(a.weights + ": tensor '" + key + "' has dtype " + dtype_name(t.dtype()) +
-                  " but the input has dtype " + dtype_name(x.dtype()) +
-                  " (mixed dtypes are not allowed)");
+  const SafeTensors st = read_weights(a.weights, x.dtype());
   GruConfig options;
   options.batch_first = a.batch_first;
   options.form = a.reset_before ? GruForm::reset_before : GruForm::linear_before_reset;
@@ -59,8 +41,8 @@ void run_gru(const GruArgs& a) {
       throw Error(a.weights + ": " + e.what());
     }
   }();
-  Tensor h0 = read_optional(a.h0), lengths = read_optional(a.lengths);
-  Tensor dy = read_optional(a.grad_output), dhn = read_optional(a.grad_hn);
+  Tensor h0 = read_optional_npy(a.h0), lengths = read_optional_npy(a.lengths);
+  Tensor dy = read_optional_npy(a.grad_output), dhn = read_optional_npy(a.grad_hn);
   if (h0.defined()) check_float_dtype(a.h0, h0, x.dtype());
   if (dy.defined()) check_float_dtype(a.grad_output, dy, x.dtype());
   if (dhn.defined()) check_float_dtype(a.grad_hn, dhn, x.dtype());
@@ -83,11 +65,7 @@ void run_gru(const GruArgs& a) {
   GruGrads g;
   if (want_grads) g = gru.backward(tape, dy, dhn);
 
-  std::error_code ec;
-  std::filesystem::create_directories(a.out, ec);
-  if (ec || !std::filesystem::is_directory(a.out))
-    throw Error(a.out + ": cannot create output directory" + (ec ? ": " + ec.message() : ""));
-  const std::filesystem::path out(a.out);
+  const std::filesystem::path out(output_dir(a.out));
   write_npy((out / "output.npy").string(), y.output);
   write_npy((out / "h_n.npy").string(), y.h_n);
   if (want_grads) {

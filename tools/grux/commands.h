@@ -8,6 +8,8 @@
 
 #include "grux/dist.h"
 #include "grux/error.h"
+#include "grux/io.h"
+#include "grux/tensor.h"
 
 namespace grux::cli {
 
@@ -48,7 +50,19 @@ std::string default_data_path(const std::string& name);
 // A whole text file for `option` (named in errors); empty or oversized files are errors.
 std::string read_text_file(const std::string& path, const std::string& option);
 
+// The conformance commands' (gru, lstm) file handling. read_optional_npy: "" gives an
+// undefined tensor. read_float_input: the input .npy, f32 or f64. check_float_dtype: `t`
+// (read from `path`) has the input's dtype. read_weights: a safetensors state dict whose
+// every tensor has `dtype`. output_dir: creates `path` (an error names it), called only after
+// everything was computed, so bad input leaves nothing behind.
+Tensor read_optional_npy(const std::string& path);
+Tensor read_float_input(const std::string& path);
+void check_float_dtype(const std::string& path, const Tensor& t, DType want);
+SafeTensors read_weights(const std::string& path, DType dtype);
+std::string output_dir(const std::string& path);
+
 Action add_gru_command(CLI::App& app);
+Action add_lstm_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 Action add_conv2d_command(CLI::App& app);

@@ -1,4 +1,5 @@
-// Helpers shared by the CLI's subcommands: thread settings, the data folder, text files.
+// Helpers shared by the CLI's subcommands: thread settings, the data folder, text files, the
+// conformance commands' input and output files.
 // Errors are grux::Error with one-line messages, like everywhere in the CLI.
 #include <fmt/format.h>
 #include <omp.h>
@@ -91,6 +92,41 @@ void run_launched(const char* what, const std::function<void(Communicator&)>& bo
     std::fflush(stderr);
   }
   if (code != 0) throw Exit{code};
+}
+
+Tensor read_optional_npy(const std::string& path) {
+  return path.empty() ? Tensor() : read_npy(path);
+}
+
+Tensor read_float_input(const std::string& path) {
+  Tensor x = read_npy(path);
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
+    throw Error(path + ": dtype " + dtype_name(x.dtype()) + ", expected f32 or f64");
+  return x;
+}
+
+void check_float_dtype(const std::string& path, const Tensor& t, DType want) {
+  if (t.dtype() != want)
+    throw Error(path + ": dtype " + dtype_name(t.dtype()) + " does not match the input's " +
+                dtype_name(want) + " (mixed dtypes are not allowed)");
+}
+
+SafeTensors read_weights(const std::string& path, DType dtype) {
+  SafeTensors st = read_safetensors(path);
+  for (const auto& [key, t] : st.tensors)
+    if (t.dtype() != dtype)
+      throw Error(path + ": tensor '" + key + "' has dtype " + dtype_name(t.dtype()) +
+                  " but the input has dtype " + dtype_name(dtype) +
+                  " (mixed dtypes are not allowed)");
+  return st;
+}
+
+std::string output_dir(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec || !std::filesystem::is_directory(path))
+    throw Error(path + ": cannot create output directory" + (ec ? ": " + ec.message() : ""));
+  return path;
 }
 
 }  // namespace grux::cli

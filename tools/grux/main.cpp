@@ -10,8 +10,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "grux: fast, exact recurrent-sequence operators (GRU, parallel scans, convolution) on the "
-      "CPU, and a GRU language model trainer"};
+      "grux: fast, exact recurrent-sequence operators (GRU, LSTM, parallel scans, convolution) on "
+      "the CPU, and a GRU language model trainer"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "grux 0.1.0");
   std::map<CLI::App*, grux::cli::Action> actions;
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     actions[app.get_subcommands({})[before]] = std::move(a);
   };
   add(grux::cli::add_gru_command);
+  add(grux::cli::add_lstm_command);
   add(grux::cli::add_demo_command);
   add(grux::cli::add_bench_command);
   add(grux::cli::add_conv2d_command);

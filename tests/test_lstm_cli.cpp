@@ -1,0 +1,180 @@
+// The `grux lstm` conformance CLI end to end: files in, files out, compared with PyTorch's
+// golden results (golden/lstm); and bad input of every kind: one line on stderr, exit code 2,
+// nothing written under --out.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "grux/io.h"
+#include "test_util.h"
+
+namespace grux::test_lstm_cli {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_user_error;
+using test::grux_cli;
+
+SafeTensors golden(const std::string& name) {
+  return read_safetensors(std::string(GRUX_GOLDEN_DIR) + "/lstm/" + name + ".safetensors");
+}
+
+// Writes a golden case's inputs as the CLI's files; returns the CLI arguments.
+std::string write_inputs(const SafeTensors& g, const std::string& dir, bool grads,
+                         bool batch_first) {
+  std::map<std::string, Tensor> w;
+  for (const auto& [k, v] : g.tensors)
+    if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
+  write_safetensors(dir + "/w.safetensors", w);
+  std::string args = "lstm --weights " + dir + "/w.safetensors --out " + dir + "/out";
+  if (batch_first) args += " --batch-first";
+  auto put = [&](const char* key, const char* flag) {
+    if (!g.tensors.count(key)) return;
+    write_npy(dir + "/" + key + ".npy", g.tensors.at(key));
+    args += std::string(" ") + flag + " " + dir + "/" + key + ".npy";
+  };
+  put("input", "--input");
+  put("h0", "--h0");
+  put("c0", "--c0");
+  put("lengths", "--lengths");
+  if (grads) {
+    put("grad_output", "--grad-output");
+    put("grad_h_n", "--grad-hn");
+    put("grad_c_n", "--grad-cn");
+  }
+  return args;
+}
+
+struct Case {
+  const char* golden;
+  bool batch_first;
+};
+
+class LstmCliGolden : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LstmCliGolden, WritesOutputsAndGradientsMatchingPyTorch) {
+  const Case& k = GetParam();
+  test::TempDir tmp;
+  const SafeTensors g = golden(k.golden);
+  const test::CliRun r = grux_cli(tmp.path, write_inputs(g, tmp.path, true, k.batch_first));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string out = tmp.path + "/out/";
+  const test::Tol tol = test::tol_for(g.tensors.at("input").dtype());
+  const auto grad_tol = [&](const Tensor& e) {
+    return test::Tol{tol.atol + tol.rtol * test::max_abs(e) * 0.1, tol.rtol};
+  };
+  for (const char* name : {"output", "h_n", "c_n"})
+    EXPECT_TRUE(
+        test::all_close(k.golden, name, read_npy(out + name + ".npy"), g.tensors.at(name), tol));
+  const auto grad = [&](const std::string& file, const std::string& key) {
+    const Tensor e = g.tensors.at(key);
+    EXPECT_TRUE(test::all_close(k.golden, key, read_npy(out + file), e, grad_tol(e)));
+  };
+  grad("grad_input.npy", "grad.input");
+  EXPECT_EQ(fs::exists(out + "grad_h0.npy"), g.tensors.count("h0") == 1);
+  EXPECT_EQ(fs::exists(out + "grad_c0.npy"), g.tensors.count("c0") == 1);
+  if (g.tensors.count("h0")) grad("grad_h0.npy", "grad.h0");
+  if (g.tensors.count("c0")) grad("grad_c0.npy", "grad.c0");
+  const SafeTensors dw = read_safetensors(out + "grad_weights.safetensors");
+  int64_t keys = 0;
+  for (const auto& [key, v] : g.tensors) {
+    if (key.rfind("grad.", 0) != 0 || key == "grad.input" || key == "grad.h0" || key == "grad.c0")
+      continue;
+    ++keys;
+    ASSERT_TRUE(dw.tensors.count(key.substr(5))) << key;
+    EXPECT_TRUE(test::all_close(k.golden, key, dw.tensors.at(key.substr(5)), v, grad_tol(v)));
+  }
+  EXPECT_EQ(static_cast<int64_t>(dw.tensors.size()), keys);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, LstmCliGolden,
+                         ::testing::Values(Case{"lstm_basic_f32", false},
+                                           Case{"lstm_basic_f64", false},
+                                           Case{"lstm_proj_l2_bidir_lengths_bf_f32", true},
+                                           Case{"lstm_proj_l2_bidir_lengths_bf_f64", true},
+                                           Case{"lstm_c0_only_f64", false},
+                                           Case{"lstm_unbatched_proj_f32", false},
+                                           Case{"lstm_gradcn_bidir_lengths_f64", false}),
+                         [](const auto& info) { return std::string(info.param.golden); });
+
+TEST(LstmCli, ForwardOnlyWritesNoGradients) {
+  test::TempDir tmp;
+  const test::CliRun r =
+      grux_cli(tmp.path, write_inputs(golden("lstm_basic_f32"), tmp.path, false, false));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(tmp.path + "/out/c_n.npy"));
+  EXPECT_FALSE(fs::exists(tmp.path + "/out/grad_input.npy"));
+}
+
+TEST(LstmCli, Help) {
+  test::TempDir tmp;
+  const test::CliRun help = grux_cli(tmp.path, "lstm --help");
+  EXPECT_EQ(help.code, 0);
+  for (const char* flag : {"--weights", "--c0", "--grad-cn", "--batch-first", "proj_size"})
+    EXPECT_THAT(help.out, ::testing::HasSubstr(flag));
+}
+
+// Bad inputs of every kind, from a valid problem, one file broken at a time; none leaves
+// anything under --out.
+class LstmCliBadInput : public ::testing::Test {
+ protected:
+  test::TempDir tmp;
+  SafeTensors g = golden("lstm_lengths_h0_c0_f32");
+  std::string args;
+  void SetUp() override { args = write_inputs(g, tmp.path, true, false); }
+  std::string p(const char* f) { return tmp.path + "/" + f; }
+  void expect_refused(std::initializer_list<const char*> pieces) {
+    expect_user_error(grux_cli(tmp.path, args), pieces);
+    EXPECT_FALSE(fs::exists(p("out"))) << "something was written under --out";
+  }
+};
+
+TEST_F(LstmCliBadInput, ValidBaselineSucceeds) {
+  EXPECT_EQ(grux_cli(tmp.path, args).code, 0);
+}
+
+TEST_F(LstmCliBadInput, Files) {
+  fs::remove(p("c0.npy"));
+  expect_refused({"c0.npy"});
+  std::ofstream(p("c0.npy"), std::ios::binary) << "\x93NUMPY";
+  expect_refused({"c0.npy"});
+  write_npy(p("c0.npy"), g.tensors.at("c0").to(DType::f64));
+  expect_refused({"c0.npy", "mixed"});
+}
+
+TEST_F(LstmCliBadInput, Shapes) {
+  write_npy(p("c0.npy"), Tensor::zeros({1, 4, 5}, DType::f32));
+  expect_refused({"c0", "(1, 4, 6)", "c0.npy"});
+  write_npy(p("c0.npy"), g.tensors.at("c0"));
+  write_npy(p("h0.npy"), Tensor::zeros({2, 4, 6}, DType::f32));
+  expect_refused({"h0", "(1, 4, 6)"});
+  write_npy(p("h0.npy"), g.tensors.at("h0"));
+  write_npy(p("grad_c_n.npy"), Tensor::zeros({1, 4, 7}, DType::f32));
+  expect_refused({"grad_c_n.npy: --grad-cn has shape (1, 4, 7), expected c_n's (1, 4, 6)"});
+  write_npy(p("grad_c_n.npy"), g.tensors.at("grad_c_n"));
+  write_npy(p("lengths.npy"), Tensor::full({4}, 7, DType::i64));
+  expect_refused({"lengths[0] = 7"});
+  write_npy(p("lengths.npy"), Tensor::full({4}, 1, DType::f32));
+  expect_refused({"lengths.npy", "i64"});
+}
+
+TEST_F(LstmCliBadInput, WeightsOfAnotherModel) {
+  std::map<std::string, Tensor> w;
+  for (const auto& [k, v] : g.tensors)
+    if (k.rfind("w.", 0) == 0 && k != "w.bias_hh_l0") w[k.substr(2)] = v;
+  write_safetensors(p("w.safetensors"), w);
+  expect_refused({"w.safetensors", "missing key 'bias_hh_l0'"});
+  // A GRU's state dict: 3H rows.
+  const SafeTensors gru =
+      read_safetensors(std::string(GRUX_GOLDEN_DIR) + "/gru_lengths_h0_f32.safetensors");
+  w.clear();
+  for (const auto& [k, v] : gru.tensors)
+    if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
+  write_safetensors(p("w.safetensors"), w);
+  expect_refused({"w.safetensors", "weight_ih_l0", "4*hidden_size"});
+}
+
+}  // namespace
+}  // namespace grux::test_lstm_cli
