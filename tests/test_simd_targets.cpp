@@ -12,6 +12,7 @@
 
 #include "grux/conv.h"
 #include "grux/gru.h"
+#include "grux/lstm.h"
 #include "grux/mingru.h"
 #include "grux/nn.h"
 #include "grux/runtime.h"
@@ -34,8 +35,9 @@ bool has_fma(const std::string& target) {
   return target == "AVX2" || target.rfind("AVX3", 0) == 0 || target.rfind("AVX10", 0) == 0;
 }
 
-// Every optimized kernel family once, f32 (and the GRU in f64): the GRU forward, backward and
-// stream (gates, packed GEMM), minGRU linear and log space with its backward (coefficients,
+// Every optimized kernel family once, f32 (and the GRU and LSTM in f64): the GRU forward,
+// backward and stream (gates, packed GEMM), the LSTM forward and backward (with and without a
+// projection), minGRU linear and log space with its backward (coefficients,
 // scans), Linear and matmul (the general GEMM), conv2d stride 1 and 2 (shifted and column
 // GEMMs), the built-in scans, the affine scans, elementwise functions and reductions.
 Results compute_all() {
@@ -57,6 +59,22 @@ Results compute_all() {
       const std::string k = "gru_" + f + "_" + dtype_name(dt);
       r[k + "_output"] = y.output;
       r[k + "_h_n"] = y.h_n;
+      r[k + "_dinput"] = g.dinput;
+      r[k + "_dweight_hh"] = g.dweights[0].w_hh;
+    }
+  }
+  for (int64_t proj : {0, 11}) {
+    LstmConfig c;
+    c.input_size = I, c.hidden_size = H, c.num_layers = 2, c.bidirectional = true;
+    c.proj_size = proj;
+    for (DType dt : {DType::f32, DType::f64}) {
+      const Lstm lstm(c, dt, 8);
+      LstmTape tape;
+      const LstmOutput y = lstm.forward_train(x.to(dt), {}, {}, lengths, tape);
+      const LstmGrads g = lstm.backward(tape, y.output, {}, y.c_n);
+      const std::string k = "lstm_p" + std::to_string(proj) + "_" + dtype_name(dt);
+      r[k + "_output"] = y.output;
+      r[k + "_c_n"] = y.c_n;
       r[k + "_dinput"] = g.dinput;
       r[k + "_dweight_hh"] = g.dweights[0].w_hh;
     }
