@@ -1,9 +1,11 @@
 # Peer benchmark: a GRU stack through PyTorch (nn.GRU / nn.GRUCell, Debian's python3-torch), timed
 # the way `grux bench gru` times grux; prints one JSON line per problem (see bench/README.md).
+# With --lstm the same for an LSTM (nn.LSTM / nn.LSTMCell, as `grux bench lstm`): 4 gates in
+# place of 3 in the flops, the cell's state (h, c).
 #
 # Run with Debian's interpreter, which has torch:  /usr/bin/python3 bench/pytorch_gru.py DESCRIPTOR
 #   [--train] [--cell] [--lengths uniform:LO:HI:SEED | --lengths FILE.npy] [--threads K] [--reps R]
-#   [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8]
+#   [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8] [--lstm]
 # DESCRIPTOR is l{L}d{D}t{T}n{N}i{I}h{H} (missing l/d default to 1); sizes T N I H L D as there.
 # Modes (h0 = 0 everywhere, weights with nn.GRU's default init, input uniform [-1, 1]):
 #   inference  nn.GRU forward under torch.inference_mode().
@@ -77,6 +79,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     ap.add_argument("--precision", choices=["f32", "bf16", "int8"], default="f32")
+    ap.add_argument("--lstm", action="store_true", help="nn.LSTM / nn.LSTMCell instead")
     a = ap.parse_args()
     if a.precision != "f32" and (a.train or a.cell or a.dtype != "f32"):
         ap.error("--precision bf16/int8 times f32 inference of the whole sequence only")
@@ -99,8 +102,11 @@ def main():
     x = torch.rand(T, N, I, dtype=dtype) * 2 - 1
 
     if mode == "cell":
-        cells = [torch.nn.GRUCell(I if l == 0 else H, H).to(dtype) for l in range(L)]
+        Cell = torch.nn.LSTMCell if a.lstm else torch.nn.GRUCell
+        cells = [Cell(I if l == 0 else H, H).to(dtype) for l in range(L)]
         h0 = torch.zeros(N, H, dtype=dtype)
+        if a.lstm:
+            h0 = (h0, h0)
         frames = list(x.unbind(0))  # views, made once: the stream hands over one frame per call
 
         def step():
@@ -110,10 +116,11 @@ def main():
                     inp = frame
                     for l, cell in enumerate(cells):
                         hs[l] = cell(inp, hs[l])
-                        inp = hs[l]
-                return hs[-1]
+                        inp = hs[l][0] if a.lstm else hs[l]
+                return inp
     else:
-        gru = torch.nn.GRU(I, H, num_layers=L, bidirectional=D == 2).to(dtype)
+        Module = torch.nn.LSTM if a.lstm else torch.nn.GRU
+        gru = Module(I, H, num_layers=L, bidirectional=D == 2).to(dtype)
         src = x
         if lengths is not None:
             src = pack_padded_sequence(x, torch.tensor(lengths), enforce_sorted=False)
@@ -122,7 +129,7 @@ def main():
             src = src.to(torch.bfloat16)
         elif a.precision == "int8":
             gru = torch.ao.quantization.quantize_dynamic(
-                torch.nn.Sequential(gru), {torch.nn.GRU}, dtype=torch.qint8)[0]
+                torch.nn.Sequential(gru), {Module}, dtype=torch.qint8)[0]
         if mode == "inference":
             def step():
                 with torch.inference_mode():
@@ -160,12 +167,13 @@ def main():
         ms.append((time.perf_counter() - t0) * 1e3)
 
     rows = sum(lengths) if lengths is not None else N * T
-    flops = sum(D * 2.0 * rows * 3 * H * ((I if l == 0 else D * H) + H) for l in range(L))
+    gates = 4 if a.lstm else 3
+    flops = sum(D * 2.0 * rows * gates * H * ((I if l == 0 else D * H) + H) for l in range(L))
     if mode == "train":
         flops *= 3
     median = statistics.median(ms)
     print(json.dumps({
-        "op": "gru", "peer": "pytorch",
+        "op": "lstm" if a.lstm else "gru", "peer": "pytorch",
         "problem": f"l{L}d{D}t{T}n{N}i{I}h{H}{suffix}", "mode": mode,
         "threads": a.threads, "dtype": a.dtype, "precision": a.precision, "reps": a.reps,
         "median_ms": round(median, 4), "min_ms": round(min(ms), 4),

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "grux/io.h"
 #include "test_util.h"
@@ -174,6 +175,37 @@ TEST_F(LstmCliBadInput, WeightsOfAnotherModel) {
     if (k.rfind("w.", 0) == 0) w[k.substr(2)] = v;
   write_safetensors(p("w.safetensors"), w);
   expect_refused({"w.safetensors", "weight_ih_l0", "4*hidden_size"});
+}
+
+TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
+  test::TempDir tmp;
+  for (const char* args : {"bench lstm l2d2t6n3i5h7p3 --threads 1 --reps 2",
+                           "bench lstm t6n3i5h17 --train --lengths uniform:1:6:2 --reps 1",
+                           "bench lstm t4n2i3h5 --dtype f64 --reps 1"}) {
+    const test::CliRun r = grux_cli(tmp.path, args);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["op"], "lstm");
+    EXPECT_TRUE(j["checked"].get<bool>());
+    EXPECT_GT(j["median_ms"].get<double>(), 0);
+    EXPECT_GT(j["gflops"].get<double>(), 0);
+  }
+  const test::CliRun r = grux_cli(tmp.path, "bench lstm l2d2t6n3i5h7p3 --reps 1");
+  EXPECT_EQ(nlohmann::json::parse(r.out)["problem"], "l2d2t6n3i5h7p3");
+}
+
+TEST(LstmCliBench, RefusesToTimeAWrongResultAndBadArguments) {
+  test::TempDir tmp;
+  const test::CliRun r = grux_cli(tmp.path, "bench lstm t5n2i3h4 --reps 1 --inject-mismatch");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, ::testing::HasSubstr("differs from the reference"));
+  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4p4"), {"p4", "1 <= p < h = 4"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm l1d3t5n2i3h4"), {"d3"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3"), {"malformed"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --lengths uniform:1:9:1"), {"T = 5"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm t100000n100000i1000h1000"), {"GiB", "memory"});
 }
 
 }  // namespace

@@ -45,6 +45,20 @@ struct LstmConfig {
   void validate() const;
 };
 
+// One LSTM problem, what the operator, its benchmark and the CLI read: the operator's options
+// (LstmConfig) and the data's shape (SequenceShape). Descriptor string:
+// l{L}d{D}t{T}n{N}i{I}h{H}[p{P}], e.g. "l2d2t200n32i128h256" or "l1d1t100n64i256h512p128";
+// l and d may be omitted (default 1), p (proj_size) too (default 0: none).
+struct LstmProblem : LstmConfig, SequenceShape {
+  // Throws grux::Error naming the descriptor and what was expected.
+  static LstmProblem parse(const std::string& descriptor);
+  std::string descriptor() const;  // always with l and d, p only when proj_size > 0
+  const LstmConfig& config() const { return *this; }
+  // GEMM flops of one forward pass: 2 * rows * 4H * (in + H_out) per layer and direction, plus
+  // 2 * rows * H * P for a projection; in = I for layer 0, D * H_out above. Training is 3x.
+  double gemm_flops() const;
+};
+
 // Weights of one layer and direction: w_ih (4H, in), w_hh (4H, H_out), b_ih (4H), b_hh (4H),
 // w_hr (P, H). The biases are undefined tensors when bias is false, w_hr without a projection.
 struct LstmLayerWeights {

@@ -12,6 +12,7 @@
 #include <regex>
 #include <type_traits>
 
+#include "core/descriptor.h"
 #include "ops/lstm_layer.h"
 #include "ops/recurrent.h"
 #include "ops/recurrent_stack.h"
@@ -36,6 +37,47 @@ void LstmConfig::validate() const {
                     proj_size, hidden_size));
   if (!(dropout >= 0.0 && dropout < 1.0))
     throw Error(fmt::format("lstm: dropout is {}, expected 0 <= dropout < 1", dropout));
+}
+
+LstmProblem LstmProblem::parse(const std::string& text) {
+  const char* form =
+      "l{L}d{D}t{T}n{N}i{I}h{H}[p{P}], e.g. l1d1t100n64i256h512; l, d and p may be omitted";
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text, {{'l', true, false, 6}, {'d', true, false, 6}, {'t'}, {'n'}, {'i'}, {'h'}, {'p', true}},
+      "problem descriptor", form);
+  LstmProblem p;
+  p.num_layers = d.get('l', 1), p.T = d.get('t'), p.N = d.get('n'), p.input_size = d.get('i'),
+  p.hidden_size = d.get('h'), p.proj_size = d.get('p', 0);
+  const int64_t D = d.get('d', 1);
+  if (D < 1 || D > 2)
+    throw Error(fmt::format("problem descriptor '{}': d{} (expected d1 or d2)", text, D));
+  p.bidirectional = D == 2;
+  for (auto [name, v] : {std::pair{"l", p.num_layers},
+                         {"t", p.T},
+                         {"n", p.N},
+                         {"i", p.input_size},
+                         {"h", p.hidden_size}})
+    if (v < 1)
+      throw Error(fmt::format("problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  if (d.has('p') && (p.proj_size < 1 || p.proj_size >= p.hidden_size))
+    throw Error(fmt::format("problem descriptor '{}': p{} (expected 1 <= p < h = {})", text,
+                            p.proj_size, p.hidden_size));
+  return p;
+}
+
+std::string LstmProblem::descriptor() const {
+  return fmt::format("l{}d{}t{}n{}i{}h{}{}", num_layers, directions(), T, N, input_size,
+                     hidden_size, proj_size > 0 ? fmt::format("p{}", proj_size) : std::string());
+}
+
+double LstmProblem::gemm_flops() const {
+  const int64_t D = directions(), H = hidden_size, P = output_size();
+  double f = 0;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    f += D * 2.0 * static_cast<double>(rows()) * 4 * H * (layer_input_size(l) + P);
+    if (proj_size > 0) f += D * 2.0 * static_cast<double>(rows()) * H * P;
+  }
+  return f;
 }
 
 std::string lstm_key(const char* what, int64_t layer, int64_t direction) {

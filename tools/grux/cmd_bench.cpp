@@ -1,7 +1,8 @@
-// `grux bench`: times GRU problems (inference, training, streaming cell), minGRU problems
-// against the GRU of the same size, conv2d problems and large GEMMs, after checking the
-// optimized result against the reference kernels; one JSON line each, with the cost model's
-// roofline bound for GRU problems (and, with --predict, its prediction).
+// `grux bench`: times GRU problems (inference, training, streaming cell), LSTM problems
+// (inference, training), minGRU problems against the GRU of the same size, conv2d problems and
+// large GEMMs, after checking the optimized result against the reference kernels; one JSON line
+// each, with the cost model's roofline bound for GRU problems (and, with --predict, its
+// prediction).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "grux/cost_profile.h"
 #include "grux/gru.h"
 #include "grux/io.h"
+#include "grux/lstm.h"
 #include "grux/mingru.h"
 #include "grux/nn.h"
 #include "grux/runtime.h"
@@ -354,6 +356,78 @@ void run_bench_gru(const BenchArgs& a) {
       a.prepacked ? ",\"prepacked\":true" : "", predicted, per_frame, a.precision, lowp_fields);
 }
 
+// ---- LSTM ----------------------------------------------------------------------------------
+
+struct LstmBenchArgs {
+  std::string descriptor, lengths, dtype = "f32";
+  bool train = false, inject_mismatch = false;
+  int threads = 0, reps = 10;
+};
+
+// An LSTM problem, forward (or forward + backward), checked against the reference kernels and
+// timed; gflops and pct_of_gemm_peak as the GRU's (LstmProblem::gemm_flops).
+void run_bench_lstm(const LstmBenchArgs& a) {
+  LstmProblem p = LstmProblem::parse(a.descriptor);
+  p.dtype = parse_dtype(a.dtype);
+  if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
+  const std::string name = p.descriptor() + p.set_lengths(a.lengths);
+  {
+    // Memory, as check_fits_in_memory estimates a GRU's: 4 gates and c in place of 3 gates.
+    const double es = static_cast<double>(dtype_size(p.dtype));
+    const double rows = static_cast<double>(p.T) * p.N, H = p.hidden_size;
+    double bytes = rows * p.input_size * es * 3;
+    for (int64_t l = 0; l < p.num_layers; ++l) {
+      const double in = p.layer_input_size(l), P = p.output_size();
+      bytes += p.directions() * (4 * H * (in + P) + H * P) * es * 3;
+      bytes += p.directions() * rows * (8 * H + 2 * P + in) * es * (a.train ? 3 : 1);
+    }
+    const double avail = available_bytes();
+    if (avail > 0 && bytes > 0.8 * avail)
+      throw Error(fmt::format(
+          "problem {} needs about {:.1f} GiB, more than the {:.1f} GiB of memory available",
+          p.descriptor(), bytes / (1 << 30), avail / (1 << 30)));
+  }
+  const int threads = set_threads(a.threads);
+  const Lstm lstm(p.config(), p.dtype, 1);
+  std::mt19937_64 rng(2);
+  const Tensor x = uniform({p.T, p.N, p.input_size}, p.dtype, rng);
+  const Tensor lengths =
+      p.lengths.empty() ? Tensor() : Tensor::from_vector<int64_t>({p.N}, p.lengths);
+  const Tensor dy =
+      a.train ? uniform({p.T, p.N, p.directions() * p.output_size()}, p.dtype, rng) : Tensor();
+  const auto run = [&] {
+    if (!a.train) {
+      LstmOutput y = lstm.forward(x, {}, {}, lengths);
+      return std::vector<Tensor>{y.output, y.h_n, y.c_n};
+    }
+    LstmTape tape;
+    LstmOutput y = lstm.forward_train(x, {}, {}, lengths, tape);
+    LstmGrads g = lstm.backward(tape, dy, {}, {});
+    std::vector<Tensor> out{y.output, y.h_n, y.c_n, g.dinput};
+    for (const auto& [k, v] : g.state_dict(lstm.config())) out.push_back(v);
+    return out;
+  };
+  std::vector<Tensor> got = run();
+  if (a.inject_mismatch) {
+    got[0] = got[0].clone();
+    got[0].reshape({-1}).set({got[0].numel() / 2}, got[0].at_flat(got[0].numel() / 2) + 0.5);
+  }
+  set_reference_kernels(true);
+  const std::vector<Tensor> want = run();
+  set_reference_kernels(false);
+  check_against_reference(name, got, want);
+  const Timing t = time_it(a.reps, [&] { run(); });
+  const double gflops = p.gemm_flops() * (a.train ? 3 : 1) / (t.median_ms * 1e6);
+  const GemmRates peak = measure_gemm_rates(p.dtype, 3, 0);
+  fmt::print(
+      "{{\"op\":\"lstm\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
+      "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
+      "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
+      "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f},\"checked\":true}}\n",
+      name, a.train ? "train" : "inference", threads, dtype_name(p.dtype), a.reps, t.median_ms,
+      t.min_ms, gflops, 100 * gflops / peak.best(), peak.best(), peak.n, peak.blas, peak.grux);
+}
+
 // ---- minGRU --------------------------------------------------------------------------------
 
 struct MinGruBenchArgs {
@@ -591,7 +665,7 @@ Action add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand(
       "bench",
-      "Time GRU, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem "
+      "Time GRU, LSTM, minGRU and conv2d problems, scans and GEMMs; one JSON line per problem "
       "(results are checked against the reference kernels first; a wrong result exits with "
       "code 3).");
   c->require_subcommand(1);
@@ -636,6 +710,23 @@ Action add_bench_command(CLI::App& app) {
               "predicted_bound) from the calibrated profile (grux calibrate)");
   g->add_option("--profile", a->profile, "profile for --predict (default: grux calibrate's)");
   g->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
+  auto la = std::make_shared<LstmBenchArgs>();
+  CLI::App* lg = c->add_subcommand(
+      "lstm",
+      "Time an LSTM problem (nn.LSTM semantics). DESCRIPTOR is l{L}d{D}t{T}n{N}i{I}h{H}[p{P}] "
+      "(l, d default 1; p: proj_size), e.g. l1d1t100n64i256h512. Default mode: forward of the "
+      "whole stack. gflops counts GEMM flops (2*N*T*4H*(in+H_out) per layer and direction, "
+      "plus 2*N*T*H*P for a projection; x3 for --train); pct_of_gemm_peak divides by the best "
+      "large square GEMM rate (the BLAS's or grux's) measured in the same process at the same "
+      "thread count.");
+  lg->add_option("DESCRIPTOR", la->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
+  lg->add_flag("--train", la->train, "time forward + backward");
+  lg->add_option("--lengths", la->lengths,
+                 "variable lengths: uniform:LO:HI:SEED, or an int64 .npy of shape (N,)");
+  lg->add_option("--threads", la->threads, "threads (default: all cores)");
+  lg->add_option("--reps", la->reps, "timed runs after one warm-up")->capture_default_str();
+  lg->add_option("--dtype", la->dtype, "f32 or f64")->capture_default_str();
+  lg->add_flag("--inject-mismatch", la->inject_mismatch)->group("");  // hidden: for tests
   auto ma = std::make_shared<MinGruBenchArgs>();
   CLI::App* mg = c->add_subcommand(
       "mingru",
@@ -693,9 +784,11 @@ Action add_bench_command(CLI::App& app) {
   cv->add_flag("--inject-mismatch", ca->inject_mismatch)->group("");
   cv->add_option("--full-check-flops", ca->full_check_flops)->group("");
   auto scan = add_bench_scan_command(c);
-  return [a, g, cv, ca, mg, ma, scan] {
+  return [a, g, cv, ca, mg, ma, lg, la, scan] {
     if (scan()) return;
-    if (cv->parsed())
+    if (lg->parsed())
+      run_bench_lstm(*la);
+    else if (cv->parsed())
       run_bench_conv2d(*ca);
     else if (mg->parsed())
       run_bench_mingru(*ma);
