@@ -10,10 +10,13 @@
 
 #include "cpu/gemm_packed.h"
 #include "cpu/lstm_gates.h"
+#include "cpu/lstm_stream.h"
 #include "cpu/ref/lstm_gates_ref.h"
+#include "cpu/ref/lstm_stream_ref.h"
 #include "grux/io.h"
 #include "grux/lstm.h"
 #include "grux/runtime.h"
+#include "ops/recurrent.h"
 #include "test_util.h"
 
 namespace grux::test_lstm {
@@ -299,7 +302,9 @@ TEST(LstmInvariance, RowsAndThreads) {
       EXPECT_TRUE(same_bits(r.output, all.output.slice(0, 0, ln).slice(1, n, n + 1))) << n;
       EXPECT_TRUE(same_bits(r.h_n, all.h_n.slice(1, n, n + 1))) << n;
       EXPECT_TRUE(same_bits(r.c_n, all.c_n.slice(1, n, n + 1))) << n;
-      if (ln < T) EXPECT_EQ(test::max_abs(all.output.slice(0, ln, T).slice(1, n, n + 1)), 0.0);
+      if (ln < T) {
+        EXPECT_EQ(test::max_abs(all.output.slice(0, ln, T).slice(1, n, n + 1)), 0.0);
+      }
     }
     // Training's forward gives the inference bits.
     LstmTape tape;
@@ -342,6 +347,64 @@ TEST(LstmDropout, TrainingOnlySeededBetweenLayers) {
   EXPECT_FALSE(same_bits(a.output, d.output));
   LstmOutput inf = lstm.forward(x);
   EXPECT_FALSE(same_bits(inf.output, a.output));  // inference drops nothing
+}
+
+// The real-time kernel against its reference (the equations in double): sizes from one unit to
+// many tiles, SIMD tails, with and without bias, calls of 1, 3 and 5 frames; narrow and wide
+// tiles give the same bits.
+TEST(LstmStreamKernel, MatchesReferenceAndTilesAgree) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  int cases = 0;
+  for (int64_t H : {1, 3, 7, 8, 9, 16, 17, 18, 24, 33, 40, 48, 64, 65, 80, 96, 128, 200})
+    for (int64_t I : {1, 2, 3, 16})
+      for (bool bias : {true, false}) {
+        if (!bias && I != 3) continue;
+        std::vector<float> wih(4 * H * I), whh(4 * H * H), bih(4 * H), bhh(4 * H);
+        for (auto* v : {&wih, &whh, &bih, &bhh})
+          for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 1.0f);
+        const int64_t T = 9;
+        std::vector<float> x(T * I);
+        for (float& v : x) v = 2 * u(rng);
+        std::vector<float> outs[2];
+        for (int narrow = 0; narrow < 2; ++narrow) {
+          const cpu::StreamLayer L =
+              cpu::lstm_stream_pack(I, H, wih.data(), whh.data(), bias ? bih.data() : nullptr,
+                                    bias ? bhh.data() : nullptr, narrow == 1);
+          auto scratch = hwy::AllocateAligned<float>(cpu::lstm_stream_scratch(L, T));
+          auto state = hwy::AllocateAligned<float>(3 * L.Hp);
+          std::fill(state.get(), state.get() + 3 * L.Hp, 0.0f);
+          std::vector<double> h(H), c(H), want(T * H);
+          for (int64_t j = 0; j < H; ++j) {
+            state[j] = static_cast<float>(h[j] = 0.1 * (j % 5));
+            state[2 * L.Hp + j] = static_cast<float>(c[j] = -0.2 * (j % 3));
+          }
+          outs[narrow].assign(T * H, 0.0f);
+          for (int64_t t0 : {0, 1, 4})
+            cpu::lstm_stream_forward(L,
+                                     t0 == 0   ? 1
+                                     : t0 == 1 ? 3
+                                               : 5,
+                                     t0, x.data() + t0 * I, I, state.get(),
+                                     {outs[narrow].data() + t0 * H, H}, scratch.get());
+          cpu::ref::lstm_stream_forward(I, H, wih.data(), whh.data(), bias ? bih.data() : nullptr,
+                                        bias ? bhh.data() : nullptr, T, x.data(), h.data(),
+                                        c.data(), want.data());
+          const std::string where =
+              fmt::format("H {} I {}{}{}", H, I, bias ? "" : " no bias", narrow ? " narrow" : "");
+          for (int64_t i = 0; i < T * H; ++i)
+            ASSERT_NEAR(outs[narrow][i], want[i], 2e-6 + 1e-5 * std::abs(want[i]))
+                << where << " at " << i;
+          for (int64_t j = 0; j < H; ++j) {
+            ASSERT_EQ(state[j], outs[narrow][(T - 1) * H + j]) << where << ": h is the last output";
+            ASSERT_NEAR(state[2 * L.Hp + j], c[j], 2e-6 + 1e-5 * std::abs(c[j])) << where << ": c";
+          }
+          for (int64_t j = H; j < L.Hp; ++j) ASSERT_EQ(state[j], 0.0f) << where << ": padding";
+          ++cases;
+        }
+        EXPECT_EQ(outs[0], outs[1]) << "H " << H << " I " << I << ": narrow and wide tiles differ";
+      }
+  EXPECT_GT(cases, 100);
 }
 
 // ---- Errors ------------------------------------------------------------------------------
@@ -410,6 +473,122 @@ TEST(LstmErrors, StateDictsOfOtherModelsAreRefused) {
   auto with_proj = make_lstm(2, 6, 2, false).state_dict();
   with_proj.erase("weight_hr_l1");
   expect_error([&] { Lstm::from_state_dict(with_proj); }, {"missing key 'weight_hr_l1'"});
+}
+
+// ---- Streams ------------------------------------------------------------------------------
+
+// Runs `x` (T, N, I) through a fresh stream of `lstm` in calls of `block` frames (process()).
+Tensor stream_in_blocks(const Lstm& lstm, const Tensor& x, int64_t block, const GruStreamHead* head,
+                        Tensor* h_n = nullptr, Tensor* c_n = nullptr) {
+  LstmStream s(lstm, x.size(1));
+  if (head) s.set_head(*head);
+  const int64_t T = x.size(0), N = x.size(1), I = x.size(2), O = s.output_size();
+  Tensor y = Tensor::empty({T, N, O}, x.dtype());
+  ops::dispatch_float(x.dtype(), [&](auto t) {
+    using F = decltype(t);
+    for (int64_t t0 = 0; t0 < T; t0 += block)
+      s.process<F>(x.data<F>() + t0 * N * I, y.data<F>() + t0 * N * O, std::min(block, T - t0));
+  });
+  if (h_n) *h_n = s.state();
+  if (c_n) *c_n = s.cell_state();
+  return y;
+}
+
+// Every path: the same bits however the frames are split into calls, and equal to the whole
+// sequence's forward (bit-identical on the engine's path, within f32 rounding on the real-time
+// kernel's); state() and cell_state() are h_n and c_n.
+TEST(LstmStream, EqualsTheWholeSequenceOnAnySplit) {
+  struct Case {
+    int64_t L, I, H, P, N;
+    DType dt;
+    bool realtime;
+  };
+  for (const Case& k :
+       {Case{1, 1, 8, 0, 1, DType::f32, true}, Case{3, 1, 18, 0, 1, DType::f32, true},
+        Case{1, 2, 40, 0, 1, DType::f32, true}, Case{2, 3, 17, 0, 1, DType::f32, true},
+        Case{1, 1, 64, 0, 1, DType::f32, true}, Case{1, 3, 96, 0, 1, DType::f32, true},
+        Case{2, 2, 80, 0, 1, DType::f32, true}, Case{1, 5, 256, 0, 1, DType::f32, true},
+        Case{2, 3, 12, 0, 4, DType::f32, false}, Case{2, 3, 12, 0, 1, DType::f64, false},
+        Case{2, 3, 12, 5, 1, DType::f32, false}, Case{1, 3, 300, 0, 1, DType::f32, false}}) {
+    LstmConfig c;
+    c.input_size = k.I, c.hidden_size = k.H, c.num_layers = k.L, c.proj_size = k.P;
+    const Lstm lstm(c, k.dt, 3);
+    std::mt19937_64 rng(k.H);
+    const Tensor x = test::random_tensor({150, k.N, k.I}, k.dt, rng);
+    const std::string where =
+        fmt::format("L {} I {} H {} P {} N {} {}", k.L, k.I, k.H, k.P, k.N, dtype_name(k.dt));
+    Tensor h_n, c_n;
+    const Tensor whole = stream_in_blocks(lstm, x, 150, nullptr, &h_n, &c_n);
+    for (int64_t block : {1, 7, 64})
+      EXPECT_TRUE(same_bits(stream_in_blocks(lstm, x, block, nullptr), whole))
+          << where << " block " << block;
+    const LstmOutput ref = lstm.forward(x);
+    if (k.realtime) {
+      EXPECT_FALSE(same_bits(whole, ref.output)) << where << ": not the real-time kernel's result";
+      EXPECT_TRUE(test::all_close(where, "output", whole, ref.output, test::tol_for(k.dt)));
+      EXPECT_TRUE(test::all_close(where, "c_n", c_n, ref.c_n, test::tol_for(k.dt)));
+    } else {
+      EXPECT_TRUE(same_bits(whole, ref.output)) << where;
+      EXPECT_TRUE(same_bits(c_n, ref.c_n)) << where;
+    }
+    EXPECT_TRUE(same_bits(h_n.select(0, k.L - 1), whole.select(0, 149))) << where;
+  }
+}
+
+TEST(LstmStream, InitialStateResetStepAndHead) {
+  LstmConfig c;
+  c.input_size = 2, c.hidden_size = 20, c.num_layers = 2;
+  const Lstm lstm(c, DType::f32, 4);
+  std::mt19937_64 rng(1);
+  const Tensor x = test::random_tensor({30, 1, 2}, DType::f32, rng);
+  const Tensor h0 = test::random_tensor({2, 1, 20}, DType::f32, rng),
+               c0 = test::random_tensor({2, 1, 20}, DType::f32, rng);
+  LstmStream s(lstm, 1, h0, c0);
+  Tensor y = s.step(x);
+  const LstmOutput ref = lstm.forward(x, h0, c0);
+  const test::Tol tol = test::tol_for(DType::f32);
+  EXPECT_TRUE(test::all_close("h0 c0", "output", y, ref.output, tol));
+  EXPECT_TRUE(test::all_close("h0 c0", "c_n", s.cell_state(), ref.c_n, tol));
+  // reset() goes back to zeros; frame by frame through step() gives the chunk's bits.
+  s.reset();
+  Tensor first = s.step(x.select(0, 0));
+  s.reset();
+  EXPECT_TRUE(same_bits(first, s.step(x).select(0, 0)));
+  // Unbatched frames and a head: out = W h + b + x.
+  LstmStream u(lstm, 0);
+  GruStreamHead head;
+  head.weight = test::random_tensor({2, 20}, DType::f32, rng);
+  head.bias = test::random_tensor({2}, DType::f32, rng);
+  head.residual = true;
+  u.set_head(head);
+  const Tensor yu = u.step(x.select(1, 0));
+  const Tensor h = lstm.forward(x.select(1, 0)).output;
+  for (int64_t t = 0; t < 30; ++t)
+    for (int64_t o = 0; o < 2; ++o) {
+      double want = head.bias.at_flat(o) + x.at_flat(t * 2 + o);
+      for (int64_t j = 0; j < 20; ++j)
+        want += head.weight.at_flat(o * 20 + j) * h.at_flat(t * 20 + j);
+      EXPECT_NEAR(yu.at_flat(t * 2 + o), want, 2e-5) << t << " " << o;
+    }
+}
+
+TEST(LstmStream, Errors) {
+  LstmConfig c;
+  c.input_size = 2, c.hidden_size = 6, c.bidirectional = true;
+  expect_error([&] { LstmStream s(Lstm(c), 1); }, {"bidirectional", "cannot stream"});
+  c.bidirectional = false;
+  const Lstm lstm(c);
+  expect_error([&] { LstmStream s(lstm, 1, {}, {}, 2); }, {"threads is 2"});
+  expect_error(
+      [&] {
+        LstmStream s(lstm, 1, {}, Tensor::zeros({1, 1, 5}, DType::f32));
+      },
+      {"c0", "(1, 1, 6)"});
+  LstmStream s(lstm, 2);
+  expect_error([&] { s.step(Tensor::zeros({3, 2}, DType::f32)); }, {"frames", "(2, 2)"});
+  GruStreamHead bad;
+  bad.weight = Tensor::zeros({1, 5}, DType::f32);
+  expect_error([&] { s.set_head(bad); }, {"head weight", "(O, 6)"});
 }
 
 }  // namespace

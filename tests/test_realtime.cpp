@@ -1,5 +1,5 @@
-// The real-time promise of GruStream (gru.h) and the C API's streams: after creation,
-// processing frames allocates nothing, takes no lock, starts no thread, sleeps or yields
+// The real-time promise of GruStream (gru.h), LstmStream (lstm.h) and the C API's streams: after
+// creation, processing frames allocates nothing, takes no lock, starts no thread, sleeps or yields
 // nowhere and makes no system call through libc. This executable replaces malloc (and so
 // operator new) with counting wrappers around glibc's allocator, and interposes counting
 // wrappers on the libc entry points of locks, condition variables, thread creation, yielding,
@@ -28,6 +28,7 @@
 #include "cpu/gru_stream.h"
 #include "grux/gru.h"
 #include "grux/grux.h"
+#include "grux/lstm.h"
 #include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -299,6 +300,63 @@ TEST(Realtime, StreamWithAHeadAllocatesNothing) {
         << "step_into a frame, N " << N;
     EXPECT_EQ(allocations_in([&] { stream.step_into(x, view); }), 0)
         << "step_into a strided block, N " << N;
+  }
+}
+
+// LstmStream (lstm.h) on each of its paths: the real-time kernel (one f32 sequence without a
+// projection, small and tiled hidden sizes), and the engine's (a batch, f64, a projection);
+// with a head on both. After construction nothing allocates, locks, waits, starts a thread,
+// sleeps or calls the system, in process, step_into or reset.
+TEST(Realtime, LstmStreamsNeitherAllocateNorBlock) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns these functions here";
+  struct Case {
+    int64_t batch, H, proj;
+    DType dtype;
+    bool head;
+  };
+  for (const Case& k : {Case{1, 18, 0, DType::f32, false}, Case{1, 40, 0, DType::f32, true},
+                        Case{1, 96, 0, DType::f32, false}, Case{3, 24, 0, DType::f32, true},
+                        Case{1, 24, 0, DType::f64, false}, Case{1, 24, 8, DType::f32, true},
+                        Case{1, 300, 0, DType::f32, false}}) {
+    LstmConfig c;
+    c.input_size = 2;
+    c.hidden_size = k.H;
+    c.num_layers = 2;
+    c.proj_size = k.proj;
+    const Lstm lstm(c, k.dtype, 1);
+    LstmStream stream(lstm, k.batch);
+    std::mt19937_64 rng(2);
+    if (k.head) {
+      GruStreamHead head;
+      head.weight = random_tensor({2, c.output_size()}, DType::f32, rng);
+      head.bias = random_tensor({2}, DType::f32, rng);
+      head.residual = true;
+      stream.set_head(head);
+    }
+    const int64_t T = 96, O = stream.output_size();
+    const Tensor x = random_tensor({T, k.batch, 2}, k.dtype, rng);
+    Tensor y = Tensor::empty({T, k.batch, O}, k.dtype);
+    const Tensor frame = x.select(0, 0);
+    Tensor out = Tensor::empty({k.batch, O}, k.dtype);
+    auto run = [&] {
+      auto go = [&]<typename F>(F*) {
+        for (int64_t t = 0; t < 8; ++t)
+          stream.process<F>(x.data<F>() + t * k.batch * 2, y.data<F>() + t * k.batch * O, 1);
+        stream.process<F>(x.data<F>(), y.data<F>(), T);
+        for (int i = 0; i < 4; ++i) stream.step_into(frame, out);
+        stream.reset();
+      };
+      if (k.dtype == DType::f32)
+        go(static_cast<float*>(nullptr));
+      else
+        go(static_cast<double*>(nullptr));
+    };
+    run();
+    const std::string what = "batch " + std::to_string(k.batch) + " H " + std::to_string(k.H) +
+                             " proj " + std::to_string(k.proj) + " " + dtype_name(k.dtype) +
+                             (k.head ? " with a head" : "");
+    EXPECT_EQ(allocations_in(run), 0) << what;
+    EXPECT_EQ(blocking_calls_in(run), 0) << what;
   }
 }
 

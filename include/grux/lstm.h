@@ -196,4 +196,46 @@ class LstmCell {
   Lstm lstm_;
 };
 
+// Stateful streaming over a unidirectional LSTM: feed one frame or a chunk at a time, keep the
+// state (h, c) between calls. GruStream's machinery with the LSTM's cell: the same guarantees.
+// The stream packs its own copy of the weights and sizes all its workspace when constructed
+// (`lstm` may go away afterwards). After construction, step_into() and process() allocate
+// nothing, take no lock, start no thread and make no system call, whatever the number of
+// frames; reset() without arguments likewise. step(), state() and cell_state() allocate their
+// results. Every step runs on the calling thread.
+//
+// Kernels and results. One sequence (batch 1 or unbatched) in f32 without a projection (hidden
+// sizes up to 256) runs the real-time kernel (cpu/lstm_stream.h): equal to Lstm::forward within
+// f32 rounding and exactly reproducible: the same bits on any split of the frames into calls.
+// Every other stream (a batch, f64, proj_size > 0) runs the engine's layer kernels and is
+// bit-identical to Lstm::forward on the whole sequence.
+class LstmStream {
+ public:
+  // batch N >= 1, or 0 for unbatched frames. h0 (L, N, H_out) and c0 (L, N, H) as in
+  // Lstm::forward (either undefined: zeros). threads: 0 or 1 (the calling thread).
+  LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0 = {}, const Tensor& c0 = {},
+             int threads = 0);
+  ~LstmStream();
+  LstmStream(LstmStream&&) noexcept;
+  LstmStream& operator=(LstmStream&&) noexcept;
+
+  // As GruStream's: frames (N, I) / (I) or a chunk (t, N, I) / (N, t, I) with batch_first /
+  // (t, I); returns the top layer's h (or the head's outputs) in the same layout.
+  Tensor step(const Tensor& frames);
+  void step_into(const Tensor& frames, Tensor& out);
+  // Raw frames, time-major and contiguous: in (frames, N, I), out (frames, N, output_size()).
+  template <typename T>
+  void process(const T* in, T* out, int64_t frames);
+  Tensor state() const;       // h: (L, N, H_out), or (L, H_out) unbatched; a copy
+  Tensor cell_state() const;  // c: (L, N, H), or (L, H) unbatched; a copy
+  void reset(const Tensor& h0 = {}, const Tensor& c0 = {});
+  // A Linear head (and/or residual) after the top layer, as GruStream::set_head (f32 only).
+  void set_head(const GruStreamHead& head);
+  int64_t output_size() const;  // the head's O, else H_out
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace GRUX_API

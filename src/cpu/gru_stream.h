@@ -74,13 +74,14 @@ GRUX_INTERNAL bool stream_alternates(int64_t H);
 GRUX_INTERNAL bool stream_narrow_tiles(int64_t H, bool reset_before);
 
 // How many frames of a call the kernel projects before their steps (0: all of them): where the
-// layer's weights (3 Hp (I + H) floats) leave room in 3/4 of the L1 data cache for the
-// projections (3 Hp floats a frame) of at least 4 frames, as many as fit there, so that a
+// layer's weights (per Hp (I + H) floats) leave room in 3/4 of the L1 data cache for the
+// projections (per Hp floats a frame) of at least 4 frames, as many as fit there, so that a
 // block's projections do not push the recurrent weights out of L1 (which costs about 7% a
 // frame at I 1, H 48 in a 48 KiB L1). Beyond that, all of them: where the weights are read
 // from L2 anyway, projecting in smaller blocks is slower. Speed only: the
 // projections and steps are the same arithmetic either way.
-GRUX_INTERNAL int64_t stream_projection_frames(int64_t I, int64_t H, int64_t Hp);
+// `per`: gate vectors a unit group (3 for the GRU, 4 for the LSTM).
+GRUX_INTERNAL int64_t stream_projection_frames(int64_t I, int64_t H, int64_t Hp, int64_t per = 3);
 
 // One layer's weights in the kernel's layout for this process's SIMD target.
 struct StreamLayer {
@@ -88,6 +89,7 @@ struct StreamLayer {
   int64_t V = 0;   // f32 lanes of the target it was packed for
   int64_t Hp = 0;  // H rounded up to V
   bool reset_before = false;
+  bool lstm = false;              // an LSTM layer (cpu/lstm_stream.h): 4 gate vectors a group
   bool narrow_tiles = false;      // stream_narrow_tiles(H, reset_before) when packed
   bool alternate = false;         // stream_alternates(H), more than two unit groups
   int64_t projection_frames = 0;  // stream_projection_frames(I, H, Hp)

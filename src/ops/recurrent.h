@@ -1,4 +1,4 @@
-// Code the recurrent stack drivers (gru.cpp, mingru.cpp, gru_stream.cpp) share, so that
+// Code the recurrent stack drivers (gru.cpp, lstm.cpp, mingru.cpp, stream.cpp) share, so that
 // they check and shape their arguments the same way and give the same messages: weight
 // checks, the caller's input as a time-major problem, the upstream gradients of backward,
 // the caller's output layout, state-dict key reading, and dtype dispatch.
