@@ -360,8 +360,9 @@ void run_bench_gru(const BenchArgs& a) {
 
 struct LstmBenchArgs {
   std::string descriptor, lengths, dtype = "f32";
-  bool train = false, inject_mismatch = false;
+  bool train = false, cell = false, inject_mismatch = false;
   int threads = 0, reps = 10;
+  int64_t block = 1;  // --cell: frames per call
 };
 
 // An LSTM problem, forward (or forward + backward), checked against the reference kernels and
@@ -371,6 +372,12 @@ void run_bench_lstm(const LstmBenchArgs& a) {
   p.dtype = parse_dtype(a.dtype);
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
   const std::string name = p.descriptor() + p.set_lengths(a.lengths);
+  if (a.train && a.cell) throw Error("--train and --cell cannot be combined");
+  if (a.cell && !p.lengths.empty()) throw Error("--lengths cannot be used with --cell");
+  if (a.cell && p.directions() != 1) throw Error("--cell needs a unidirectional problem (d1)");
+  if (a.block != 1 && !a.cell) throw Error("--block needs --cell (it sets the frames per call)");
+  if (a.block < 1 || a.block > p.T)
+    throw Error(fmt::format("--block {} (expected 1 to T = {})", a.block, p.T));
   {
     // Memory, as check_fits_in_memory estimates a GRU's: 4 gates and c in place of 3 gates.
     const double es = static_cast<double>(dtype_size(p.dtype));
@@ -395,7 +402,24 @@ void run_bench_lstm(const LstmBenchArgs& a) {
       p.lengths.empty() ? Tensor() : Tensor::from_vector<int64_t>({p.N}, p.lengths);
   const Tensor dy =
       a.train ? uniform({p.T, p.N, p.directions() * p.output_size()}, p.dtype, rng) : Tensor();
+  // --cell: `block` frames per call through the raw real-time API (LstmStream::process).
+  const auto stream = a.cell ? std::make_shared<LstmStream>(lstm, p.N) : nullptr;
+  Tensor all = a.cell ? Tensor::empty({p.T, p.N, p.output_size()}, p.dtype) : Tensor();
   const auto run = [&] {
+    if (a.cell) {
+      stream->reset();
+      const int64_t in_frame = p.N * p.input_size, out_frame = p.N * p.output_size();
+      auto go = [&]<typename F>(F*) {
+        for (int64_t t = 0; t < p.T; t += a.block)
+          stream->process<F>(x.data<F>() + t * in_frame, all.data<F>() + t * out_frame,
+                             std::min(a.block, p.T - t));
+      };
+      if (p.dtype == DType::f32)
+        go(static_cast<float*>(nullptr));
+      else
+        go(static_cast<double*>(nullptr));
+      return std::vector<Tensor>{all.clone()};
+    }
     if (!a.train) {
       LstmOutput y = lstm.forward(x, {}, {}, lengths);
       return std::vector<Tensor>{y.output, y.h_n, y.c_n};
@@ -412,20 +436,31 @@ void run_bench_lstm(const LstmBenchArgs& a) {
     got[0] = got[0].clone();
     got[0].reshape({-1}).set({got[0].numel() / 2}, got[0].at_flat(got[0].numel() / 2) + 0.5);
   }
+  // The stream's real-time kernel against the whole sequence on the reference kernels.
   set_reference_kernels(true);
-  const std::vector<Tensor> want = run();
+  const std::vector<Tensor> want = a.cell ? std::vector<Tensor>{lstm.forward(x).output} : run();
   set_reference_kernels(false);
   check_against_reference(name, got, want);
   const Timing t = time_it(a.reps, [&] { run(); });
   const double gflops = p.gemm_flops() * (a.train ? 3 : 1) / (t.median_ms * 1e6);
+  std::string per_frame;
+  if (a.cell) {
+    const double ns = t.median_ms * 1e6 / static_cast<double>(p.T);
+    per_frame = fmt::format(",\"block\":{},\"ns_per_frame\":{:.1f},\"realtime_factor_48k\":{:.1f}",
+                            a.block, ns, 1e9 / 48000.0 / ns);
+  }
   const GemmRates peak = measure_gemm_rates(p.dtype, 3, 0);
   fmt::print(
       "{{\"op\":\"lstm\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
-      "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f},\"checked\":true}}\n",
-      name, a.train ? "train" : "inference", threads, dtype_name(p.dtype), a.reps, t.median_ms,
-      t.min_ms, gflops, 100 * gflops / peak.best(), peak.best(), peak.n, peak.blas, peak.grux);
+      "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f}{},\"checked\":true}}\n",
+      name,
+      a.train  ? "train"
+      : a.cell ? "cell"
+               : "inference",
+      threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
+      100 * gflops / peak.best(), peak.best(), peak.n, peak.blas, peak.grux, per_frame);
 }
 
 // ---- minGRU --------------------------------------------------------------------------------
@@ -721,6 +756,12 @@ Action add_bench_command(CLI::App& app) {
       "thread count.");
   lg->add_option("DESCRIPTOR", la->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
   lg->add_flag("--train", la->train, "time forward + backward");
+  lg->add_flag("--cell", la->cell,
+               "time T frames through the streaming API (LstmStream::process), one call per "
+               "--block frames, on the calling thread; adds ns_per_frame and realtime_factor_48k "
+               "(48 kHz frame budget / time per frame)");
+  lg->add_option("--block", la->block, "with --cell: frames per call (an audio callback's block)")
+      ->capture_default_str();
   lg->add_option("--lengths", la->lengths,
                  "variable lengths: uniform:LO:HI:SEED, or an int64 .npy of shape (N,)");
   lg->add_option("--threads", la->threads, "threads (default: all cores)");
