@@ -1,5 +1,5 @@
 // The C API (grux/grux.h): outputs against PyTorch (golden/capi, tests/reference/
-// gen_capi_golden.py), bit-identity with the C++ GruStream + linear_forward, independence from
+// gen_capi_golden.py), bit-identity with the C++ GruStream / LstmStream + head, independence from
 // how frames are split and from threads, and every error path (one-line message, no crash).
 // tests/test_capi_c.c checks that the header is C99 and runs the basics from C.
 #include <cstring>
@@ -8,6 +8,7 @@
 
 #include "grux/gru.h"
 #include "grux/grux.h"
+#include "grux/lstm.h"
 #include "grux/nn.h"
 #include "grux/version.h"
 #include "test_util.h"
@@ -289,6 +290,59 @@ TEST(CApi, OneModelManyThreads) {
   for (int k = 0; k < 4; ++k) threads.emplace_back([&, k] { outs[k] = run(m.get(), x, 1 + k); });
   for (auto& t : threads) t.join();
   for (const Tensor& o : outs) EXPECT_TRUE(bit_equal(o, expected));
+}
+
+// LSTM models (the cell told by the shapes): a batch (the engine's path) and each sequence
+// alone (the real-time kernel, the head inside its steps, except with a projection) match
+// PyTorch, on any split of the frames; the batch is bit-identical to LstmStream.
+TEST(CApi, LstmModelsMatchPyTorch) {
+  struct Case {
+    const char* file;
+    unsigned flags;
+    int64_t I, O;
+  };
+  for (const Case& k : {Case{"model_lstm_proteus", GRUX_RESIDUAL, 1, 1},
+                        Case{"model_lstm_nam", 0, 1, 1}, Case{"model_lstm_proj", 0, 2, 2}}) {
+    const std::string path = kGolden + k.file + ".safetensors";
+    const SafeTensors g = read_safetensors(path);
+    ModelPtr m = load(path, "rnn.", "fc.", k.flags);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(grux_model_input_size(m.get()), k.I);
+    EXPECT_EQ(grux_model_output_size(m.get()), k.O);
+    const Tensor x = g.tensors.at("input"), want = g.tensors.at("expected");
+    const test::Tol tol = test::tol_for(DType::f32);
+    const Tensor batch = run(m.get(), x, 5);
+    EXPECT_TRUE(test::all_close(k.file, "batch", batch, want, tol));
+    EXPECT_TRUE(bit_equal(batch, run(m.get(), x, 37)));
+    // The same through the C++ API.
+    Lstm lstm = Lstm::from_state_dict(under(g, "rnn."));
+    LstmStream cpp(lstm, x.size(1));
+    GruStreamHead head;
+    head.weight = g.tensors.at("fc.weight");
+    head.bias = g.tensors.at("fc.bias");
+    head.residual = k.flags & GRUX_RESIDUAL;
+    cpp.set_head(head);
+    EXPECT_TRUE(bit_equal(batch, cpp.step(x))) << k.file;
+    for (int64_t n = 0; n < x.size(1); ++n) {
+      const Tensor xn = x.slice(1, n, n + 1).contiguous();
+      const Tensor one = run(m.get(), xn, 1);
+      EXPECT_TRUE(test::all_close(k.file, "one sequence", one, want.slice(1, n, n + 1), tol));
+      EXPECT_TRUE(bit_equal(one, run(m.get(), xn, 16))) << k.file;
+    }
+  }
+  const std::string nam = kGolden + "model_lstm_nam.safetensors";
+  EXPECT_THAT(load_error(nam, "rnn.", "fc.", GRUX_RESET_BEFORE),
+              ::testing::HasSubstr("GRUX_RESET_BEFORE is a GRU's"));
+  EXPECT_THAT(load_error(nam, "rnn.", "fc.", GRUX_INT8),
+              ::testing::HasSubstr("an LSTM runs in f32"));
+  EXPECT_THAT(load_error(nam, "rnn.", "fc.", GRUX_BF16),
+              ::testing::HasSubstr("an LSTM runs in f32"));
+  TempDir dir;
+  std::map<std::string, Tensor> t = read_safetensors(nam).tensors;
+  t["fc.weight"] = Tensor::zeros({1, 17}, DType::f32);
+  write_safetensors(dir.path + "/bad_head.safetensors", t);
+  EXPECT_THAT(load_error(dir.path + "/bad_head.safetensors", "rnn.", "fc."),
+              ::testing::HasSubstr("expected (out_features, 18)"));
 }
 
 TEST(CApi, LoadErrorsNameTheProblem) {

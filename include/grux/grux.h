@@ -1,11 +1,11 @@
-/* grux's C API: run a GRU model stream by stream from C, or from any language that calls C
+/* grux's C API: run a GRU or LSTM model stream by stream from C, or from any language that calls C
  * (Rust, Swift, C#, Python's ctypes, a plugin host). C99; no C++ types; no exception crosses
  * it. The names and signatures below are stable.
  *
- * The model: a unidirectional GRU stack whose weights are a PyTorch nn.GRU state_dict stored
- * in a safetensors file (f32), optionally followed by an nn.Linear head:
+ * The model: a unidirectional GRU or LSTM stack whose weights are a PyTorch nn.GRU or nn.LSTM
+ * state_dict stored in a safetensors file (f32), optionally followed by an nn.Linear head:
  *
- *   y_t = head(gru(x)_t)            or, with GRUX_RESIDUAL,   y_t = x_t + head(gru(x)_t)
+ *   y_t = head(rnn(x)_t)            or, with GRUX_RESIDUAL,   y_t = x_t + head(rnn(x)_t)
  *
  * (no head: head(h) = h). A model is immutable once loaded and may be shared by any number of
  * threads and streams. A stream holds the state of `batch` independent sequences; one thread
@@ -20,7 +20,8 @@
  *   if (grux_stream_process(s, in, out, frames) != 0) fprintf(stderr, "%s\n",
  * grux_stream_error(s)); grux_stream_free(s); grux_model_free(m);
  *
- * Results are bit-identical to the C++ API's GruStream (grux/gru.h) followed by
+ * Results are bit-identical to the C++ API's GruStream (grux/gru.h) or LstmStream (grux/lstm.h)
+ * followed by
  * grux::linear_forward (grux/nn.h), except for one sequence on the calling thread, whose head
  * runs inside the real-time kernel's step (equal to them within f32 rounding); they never
  * depend on how frames are split between calls.
@@ -41,7 +42,7 @@ typedef struct grux_model grux_model;   /* immutable once loaded; shareable betw
 typedef struct grux_stream grux_stream; /* state of one stream; one thread at a time */
 
 /* Flags of grux_model_load. */
-#define GRUX_RESET_BEFORE 1u /* n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) */
+#define GRUX_RESET_BEFORE 1u /* a GRU whose n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) */
 #define GRUX_RESIDUAL 2u     /* output = input + model(input); sizes must match */
 #define GRUX_BF16 4u         /* the GRU's products in bf16 (weights converted at load) */
 #define GRUX_INT8 8u         /* the GRU's products in int8 (weights quantized at load) */
@@ -52,8 +53,10 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
 #define GRUX_EFAIL 2  /* anything else (out of memory) */
 
 /* Loads a model from a safetensors file.
- *   gru_prefix: the prefix of the nn.GRU's keys ("rnn." for rnn.weight_ih_l0, ...); NULL or
- *     "" for none. Layers, sizes and bias are inferred from the keys and shapes.
+ *   gru_prefix: the prefix of the nn.GRU's or nn.LSTM's keys ("rnn." for rnn.weight_ih_l0,
+ *     ...); NULL or "" for none. The cell (an LSTM's weight_hh_l0 has 4 rows a column, a
+ *     GRU's 3; weight_hr_l0: an LSTM with proj_size), layers, sizes and bias are inferred
+ *     from the keys and shapes.
  *   head_prefix: the prefix of an nn.Linear head's "weight" (O, H) and optional "bias" (O);
  *     NULL or "" for no head.
  *   flags: GRUX_RESET_BEFORE, GRUX_RESIDUAL, at most one of GRUX_BF16 and GRUX_INT8 (the
@@ -61,8 +64,9 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
  *     (PyTorch's GRU in f32, no skip connection).
  * Returns NULL on error, with a one-line message in err (truncated to err_len bytes, always
  * NUL-terminated; err may be NULL when err_len is 0). Errors: a missing or malformed file, a
- * missing, extra or misshapen key, a dtype other than F32, a bidirectional GRU, a residual
- * whose input and output sizes differ, unknown flags, GRUX_BF16 with GRUX_INT8. */
+ * missing, extra or misshapen key, a dtype other than F32, a bidirectional model, a residual
+ * whose input and output sizes differ, unknown flags, GRUX_BF16 with GRUX_INT8, and for an
+ * LSTM GRUX_RESET_BEFORE, GRUX_BF16 or GRUX_INT8. */
 GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix,
                                      const char* head_prefix, unsigned flags, char* err,
                                      size_t err_len);
@@ -77,9 +81,9 @@ GRUX_API void grux_model_free(grux_model* m);
  * memory here. After creation grux_stream_process and grux_stream_reset allocate nothing,
  * take no lock, start no thread and make no system call (see docs/realtime.md).
  *   threads: 0 or 1 runs every call on the calling thread only (use this on an audio thread);
- *   k > 1 starts up to k - 1 worker threads here, which spin between calls for the stream's
- *   whole life (give them their own cores and the caller's priority); grux_stream_free joins
- *   them.
+ *   k > 1 starts up to k - 1 worker threads here (a GRU's; an LSTM's stream runs on the
+ *   calling thread whatever k), which spin between calls for the stream's whole life (give
+ *   them their own cores and the caller's priority); grux_stream_free joins them.
  * Returns NULL on error, with the message in err as for grux_model_load. */
 GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads, char* err,
                                          size_t err_len);

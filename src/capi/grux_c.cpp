@@ -1,5 +1,6 @@
-// The C API (include/grux/grux.h) over the C++ engine's public API: a GRU stack (grux::Gru, run
-// by grux::GruStream) and an optional Linear head and skip (grux::GruStreamHead). Every entry
+// The C API (include/grux/grux.h) over the C++ engine's public API: a GRU or LSTM stack
+// (grux::Gru run by grux::GruStream, grux::Lstm run by grux::LstmStream) and an optional Linear
+// head and skip (grux::GruStreamHead). Every entry
 // point catches everything: no exception crosses into C.
 #include <fmt/format.h>
 
@@ -15,6 +16,7 @@
 #include "grux/gru.h"
 #include "grux/grux.h"
 #include "grux/io.h"
+#include "grux/lstm.h"
 #include "grux/version.h"
 
 namespace {
@@ -65,13 +67,15 @@ std::string current_error(const char* fn) {
 }  // namespace
 
 struct grux_model {
-  grux::Gru gru;
+  std::optional<grux::Gru> gru;  // the model's stack: one of the two
+  std::optional<grux::Lstm> lstm;
   Head head;
   grux::Precision precision = grux::Precision::f32;
 };
 
 struct grux_stream {
-  grux::GruStream stream;  // with the model's head (GruStream::set_head)
+  std::optional<grux::GruStream> gru;  // with the model's head (set_head); one of the two
+  std::optional<grux::LstmStream> lstm;
   std::string error{};
 };
 
@@ -103,28 +107,47 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
     std::map<std::string, Tensor> state =
         under(file, gp, hp.size() > gp.size() && hp.compare(0, gp.size(), gp) == 0 ? hp : "");
     if (state.empty())
-      throw Error(fmt::format("{}no key starts with \"{}\" (expected nn.GRU's weight_ih_l0, ...)",
-                              what, gp));
+      throw Error(fmt::format(
+          "{}no key starts with \"{}\" (expected nn.GRU's or nn.LSTM's weight_ih_l0, ...)", what,
+          gp));
+    // The cell, told by the shapes: an LSTM's weight_hh_l0 has 4 rows a column (4H x H, or
+    // 4H x proj_size with weight_hr_l0), a GRU's 3.
+    const auto hh = state.find("weight_hh_l0");
+    const bool lstm = state.count("weight_hr_l0") || (hh != state.end() && hh->second.dim() == 2 &&
+                                                      hh->second.size(0) == 4 * hh->second.size(1));
+    const char* model = lstm ? "LSTM" : "GRU";
     for (const auto& [key, t] : state)
       if (key.size() > 8 && key.compare(key.size() - 8, 8, "_reverse") == 0)
         throw Error(
-            fmt::format("{}{}{} belongs to a bidirectional GRU, which cannot stream (the "
+            fmt::format("{}{}{} belongs to a bidirectional {}, which cannot stream (the "
                         "reverse direction needs the whole sequence)",
-                        what, gp, key));
-    grux::GruConfig options;
-    options.form = (flags & GRUX_RESET_BEFORE) ? grux::GruForm::reset_before
-                                               : grux::GruForm::linear_before_reset;
-    grux::Gru gru = [&] {
-      try {
-        return grux::Gru::from_state_dict(state, options);
-      } catch (const Error& e) {
-        throw Error(what + e.what());
-      }
-    }();
-
+                        what, gp, key, model));
+    if (lstm && (flags & GRUX_RESET_BEFORE))
+      throw Error(fmt::format(
+          "{}GRUX_RESET_BEFORE is a GRU's candidate form, but the weights are an LSTM's", what));
+    if (lstm && (flags & (GRUX_BF16 | GRUX_INT8)))
+      throw Error(fmt::format(
+          "{}GRUX_BF16 and GRUX_INT8 run a GRU's products; an LSTM runs in f32 (flags 0 or "
+          "GRUX_RESIDUAL)",
+          what));
+    auto m = std::make_unique<grux_model>();
     Head head;
-    head.input_size = gru.config().input_size;
-    head.H = gru.config().hidden_size;
+    try {
+      if (lstm) {
+        m->lstm.emplace(grux::Lstm::from_state_dict(state));
+        head.input_size = m->lstm->config().input_size;
+        head.H = m->lstm->config().output_size();
+      } else {
+        grux::GruConfig options;
+        options.form = (flags & GRUX_RESET_BEFORE) ? grux::GruForm::reset_before
+                                                   : grux::GruForm::linear_before_reset;
+        m->gru.emplace(grux::Gru::from_state_dict(state, options));
+        head.input_size = m->gru->config().input_size;
+        head.H = m->gru->config().hidden_size;
+      }
+    } catch (const Error& e) {
+      throw Error(what + e.what());
+    }
     head.O = head.H;
     if (!hp.empty()) {
       const auto w = file.tensors.find(hp + "weight");
@@ -164,7 +187,9 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
     const grux::Precision precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
                                       : (flags & GRUX_INT8) ? grux::Precision::int8
                                                             : grux::Precision::f32;
-    return new grux_model{std::move(gru), std::move(head), precision};
+    m->head = std::move(head);
+    m->precision = precision;
+    return m.release();
   } catch (...) {
     set_error(err, err_len, current_error("grux_model_load"));
   }
@@ -193,10 +218,18 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
           "grux_stream_create: threads is {}, expected 0 or 1 (the calling thread only) "
           "or more",
           threads));
-    std::unique_ptr<grux_stream> s(
-        new grux_stream{grux::GruStream(m->gru, batch, Tensor(), m->precision, threads)});
+    auto s = std::make_unique<grux_stream>();
     const Head& h = m->head;
-    if (h.layer.weight.defined() || h.layer.residual) s->stream.set_head(h.layer);
+    const bool head = h.layer.weight.defined() || h.layer.residual;
+    if (m->gru) {
+      s->gru.emplace(*m->gru, batch, Tensor(), m->precision, threads);
+      if (head) s->gru->set_head(h.layer);
+    } else {
+      // An LSTM stream runs on the calling thread: more threads are not an error here (the
+      // C API's threads is a cap), they are not used.
+      s->lstm.emplace(*m->lstm, batch, Tensor(), Tensor(), 1);
+      if (head) s->lstm->set_head(h.layer);
+    }
     return s.release();
   } catch (...) {
     set_error(err, err_len, current_error("grux_stream_create"));
@@ -217,7 +250,10 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
       s->error = fmt::format("grux_stream_process: {} is NULL", in ? "out" : "in");
       return GRUX_EINVAL;
     }
-    s->stream.process<float>(in, out, frames);
+    if (s->gru)
+      s->gru->process<float>(in, out, frames);
+    else
+      s->lstm->process<float>(in, out, frames);
     return GRUX_OK;
   } catch (...) {
     s->error = current_error("grux_stream_process");
@@ -232,7 +268,10 @@ const char* grux_stream_error(const grux_stream* s) {
 void grux_stream_reset(grux_stream* s) {
   if (!s) return;
   try {
-    s->stream.reset();
+    if (s->gru)
+      s->gru->reset();
+    else
+      s->lstm->reset();
     s->error.clear();
   } catch (...) {
     s->error = "grux_stream_reset: failed";

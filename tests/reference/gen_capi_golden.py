@@ -4,6 +4,9 @@
 # head under "fc.", and PyTorch's outputs for one input.
 #   model_residual: GRU(3, 6, num_layers=2) + Linear(6, 3), output = x + fc(rnn(x))
 #   model_plain:    GRU(4, 5), no head (prefix "rnn."), and an unrelated "other.w" key
+#   model_lstm_proteus: LSTM(1, 40) + Linear(40, 1), output = x + fc(rnn(x)) (GuitarML's shape)
+#   model_lstm_nam:     LSTM(1, 18, num_layers=3) + Linear(18, 1) (the Neural Amp Modeler's)
+#   model_lstm_proj:    LSTM(2, 8, proj_size=3) + Linear(3, 2)
 # Each file also holds "input" (T, N, I) and "expected" (T, N, O) at the top level (the C API
 # reads only the keys under its prefixes). Needs Debian's python3-torch; run with
 # /usr/bin/python3.
@@ -47,6 +50,21 @@ def main():
     t["other.w"] = torch.zeros(2)
     t["input"], t["expected"] = x, y
     write("model_plain", t, "GRU(4, 5), no head, seed 4")
+
+    for name, seed, (I, H, L, P), residual, note in (
+            ("model_lstm_proteus", 5, (1, 40, 1, 0), True, "LSTM(1, 40) + Linear(40, 1), x + fc(rnn(x))"),
+            ("model_lstm_nam", 6, (1, 18, 3, 0), False, "LSTM(1, 18, num_layers=3) + Linear(18, 1)"),
+            ("model_lstm_proj", 7, (2, 8, 1, 3), False, "LSTM(2, 8, proj_size=3) + Linear(3, 2)")):
+        torch.manual_seed(seed)
+        rnn = torch.nn.LSTM(I, H, num_layers=L, proj_size=P)
+        fc = torch.nn.Linear(P or H, I if residual or I == 2 else 1)
+        x = torch.randn(T, N, I)
+        with torch.no_grad():
+            y = fc(rnn(x)[0]) + (x if residual else 0)
+        t = {"rnn." + k: v.detach() for k, v in rnn.state_dict().items()}
+        t.update({"fc." + k: v.detach() for k, v in fc.state_dict().items()})
+        t["input"], t["expected"] = x, y
+        write(name, t, f"{note}, seed {seed}")
     print("wrote", OUT)
 
 
