@@ -100,6 +100,17 @@ INSTANTIATE_TEST_SUITE_P(Golden, LstmCliGolden,
                                            Case{"lstm_gradcn_bidir_lengths_f64", false}),
                          [](const auto& info) { return std::string(info.param.golden); });
 
+// The example LSTM of data/example (the README's command) gives PyTorch's output.
+TEST(LstmCli, ExampleModelMatchesPyTorch) {
+  test::TempDir tmp;
+  const std::string d = std::string(GRUX_DATA_DIR) + "/example/";
+  const test::CliRun r = grux_cli(tmp.path, "lstm --weights " + d + "lstm.safetensors --input " +
+                                                d + "input.npy --out " + tmp.path + "/out");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(test::all_close("example", "output", read_npy(tmp.path + "/out/output.npy"),
+                              read_npy(d + "expected_lstm_output.npy"), test::tol_for(DType::f32)));
+}
+
 TEST(LstmCli, ForwardOnlyWritesNoGradients) {
   test::TempDir tmp;
   const test::CliRun r =

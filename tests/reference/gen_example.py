@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-# Writes the example model of `grux demo` into data/example/: an nn.GRU's weights, an input
-# signal, and PyTorch's output for it. Needs Debian's python3-torch; run with /usr/bin/python3.
+# Writes the example models into data/example/: an nn.GRU's weights (`grux demo`'s model) and
+# an nn.LSTM's of the same sizes, an input signal, and PyTorch's outputs for it. Needs Debian's python3-torch; run with /usr/bin/python3.
 import math
 import os
 import sys
@@ -33,6 +33,14 @@ def main():
         f.write(safetensors_bytes(weights, {"note": "nn.GRU(16, 64, num_layers=2), torch.manual_seed(0)"}))
     np.save(os.path.join(OUT, "input.npy"), x)
     np.save(os.path.join(OUT, "expected_output.npy"), y.numpy())
+    torch.manual_seed(1)
+    lstm = torch.nn.LSTM(I, H, num_layers=L)
+    with torch.no_grad():
+        y, _ = lstm(torch.from_numpy(x))
+    weights = {k: v.detach() for k, v in lstm.state_dict().items()}
+    with open(os.path.join(OUT, "lstm.safetensors"), "wb") as f:
+        f.write(safetensors_bytes(weights, {"note": "nn.LSTM(16, 64, num_layers=2), torch.manual_seed(1)"}))
+    np.save(os.path.join(OUT, "expected_lstm_output.npy"), y.numpy())
     print("wrote", OUT)
 
 
