@@ -173,28 +173,32 @@ void walk_layer_forward(const GemmKernels<T>& k, const cpu::PackedB<T>& ih, cons
                         const WalkShape& w, const SeqLayout& lay, const T* xp, const T* h0s, T* g,
                         T* hs, ThreadTeam* team, int max_threads, const DenseIo<T>* io,
                         int64_t step0, Step step) {
-  const int64_t G = w.G, rows = lay.rows(), N = lay.N, ppb = w.panels_per_block;
-  GRUX_ASSERT(!io || rows == lay.S * N);
+  // The shape in locals: the lambdas below read them on every row and step.
+  const int64_t G = w.G, in = w.in, width = w.width, ppb = w.panels_per_block;
+  const int64_t rows = lay.rows(), N = lay.N, S = lay.S;
+  const int64_t* off = lay.off.data();
+  GRUX_ASSERT(!io || rows == S * N);
   // The input rows of packed row r (consecutive from r for `run` rows), and step s's states.
-  const int64_t ldx = io ? io->ldx : w.in, ldh = io ? io->ldh : w.width;
+  const int64_t ldx = io ? io->ldx : in, ldh = io ? io->ldh : width;
   const int64_t x_step = io && io->x_step ? io->x_step : N * ldx;
   const int64_t h_step = io && io->h_step ? io->h_step : N * ldh;
   const int64_t run = io && (io->reverse || x_step != N * ldx) ? N : rows;
   const auto x_row = [&](int64_t r) {
-    if (!io) return xp + r * w.in;
+    if (!io) return xp + r * in;
     const int64_t s = r / N;
-    return io->x + (io->reverse ? lay.S - 1 - s : s) * x_step + (r % N) * ldx;
+    return io->x + (io->reverse ? S - 1 - s : s) * x_step + (r % N) * ldx;
   };
   const auto states = [&](int64_t s) {
-    return io ? io->h + (io->reverse ? lay.S - 1 - s : s) * h_step : hs + lay.off[s] * w.width;
+    return io ? io->h + (io->reverse ? S - 1 - s : s) * h_step : hs + off[s] * width;
   };
   // Each thread owns a share of the hidden units: its columns of W_ih and W_hh stay hot in
   // its own cache, and its gates need no other thread's projection.
+  const int64_t panels = ih.panels();
   run_team(team, w.units, cpu::kUnit<T>, max_threads, [&](const TeamShare& me) {
-    const int64_t p0 = me.b0 * ppb, p1 = std::min(me.b1 * ppb, ih.panels());
+    const int64_t p0 = me.b0 * ppb, p1 = std::min(me.b1 * ppb, panels);
     // 1. Input projection (for my units): g = xp W_ih^T + b_ih, in row blocks that leave my
     //    panels in L2 from one block to the next, never across a run of consecutive rows.
-    const int64_t row_block = cpu::gemm_row_block(ih, p0, p1, w.in, sizeof(T));
+    const int64_t row_block = cpu::gemm_row_block(ih, p0, p1, in, sizeof(T));
     const auto project = [&](int64_t ra, int64_t rb) {
       for (int64_t m0 = ra; m0 < rb;) {
         const int64_t m1 = std::min({m0 + row_block, rb, (m0 / run + 1) * run});
@@ -211,13 +215,12 @@ void walk_layer_forward(const GemmKernels<T>& k, const cpu::PackedB<T>& ih, cons
     //    its step (GRU W4) runs 2-7% slower in chunks.
     const int64_t chunk_rows =
         w.keep_gates ? rows : cpu::l2_cache_bytes() / 4 / (G * int64_t(sizeof(T)));
-    for (int64_t s0 = 0; s0 < lay.S;) {
+    for (int64_t s0 = 0; s0 < S;) {
       int64_t s1 = s0 + 1;
-      while (s1 < lay.S && lay.off[s1 + 1] - lay.off[s0] <= chunk_rows) ++s1;
-      project(lay.off[s0], lay.off[s1]);
+      while (s1 < S && off[s1 + 1] - off[s0] <= chunk_rows) ++s1;
+      project(off[s0], off[s1]);
       for (int64_t s = s0; s < s1; ++s)
-        step(me, s, lay.off[s], s == 0 ? h0s : states(s - 1), ldh, states(s), s + 1 < lay.S,
-             step0 + s);
+        step(me, s, off[s], s == 0 ? h0s : states(s - 1), ldh, states(s), s + 1 < S, step0 + s);
       s0 = s1;
     }
   });
