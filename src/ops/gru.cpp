@@ -13,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <regex>
 #include <type_traits>
 
 #include "core/descriptor.h"
@@ -433,35 +432,13 @@ void Gru::set_weights(std::vector<GruLayerWeights> weights) {
 }
 
 Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruConfig& options) {
-  static const std::regex key_re(R"((weight|bias)_(ih|hh)_l(\d+)(_reverse)?)");
-  int64_t max_layer = -1;
-  bool reverse = false;
-  for (const auto& [key, t] : state) {
-    std::smatch m;
-    if (!std::regex_match(key, m, key_re))
-      throw Error(
-          fmt::format("gru weights: unexpected key '{}' (expected nn.GRU state_dict keys "
-                      "such as 'weight_ih_l0')",
-                      key));
-    if (m[3].length() > 6)
-      throw Error(fmt::format("gru weights: layer index in '{}' is too large", key));
-    max_layer = std::max<int64_t>(max_layer, std::stoll(m[3].str()));
-    reverse = reverse || m[4].matched;
-  }
-  auto w_ih0 = state.find("weight_ih_l0");
-  if (w_ih0 == state.end()) throw Error("gru weights: missing key 'weight_ih_l0'");
-  const Tensor& w0 = w_ih0->second;
-  if (w0.dim() != 2 || w0.size(0) % 3 != 0 || w0.size(0) == 0 || w0.size(1) == 0)
-    throw Error(
-        fmt::format("gru weights: 'weight_ih_l0' has shape {}, expected (3*hidden_size, "
-                    "input_size) with both sizes >= 1",
-                    shape_str(w0.shape())));
+  const ops::StackKeys k = ops::read_stack_keys("gru", "nn.GRU", state, 3, false);
   GruConfig c = options;
-  c.hidden_size = w0.size(0) / 3;
-  c.input_size = w0.size(1);
-  c.num_layers = max_layer + 1;
-  c.bidirectional = reverse;
-  c.bias = state.count("bias_ih_l0") || state.count("bias_hh_l0");
+  c.hidden_size = k.hidden;
+  c.input_size = k.input;
+  c.num_layers = k.layers;
+  c.bidirectional = k.reverse;
+  c.bias = k.bias;
   ops::StateDictReader reader("gru", state);
   std::vector<GruLayerWeights> weights;
   for (int64_t l = 0; l < c.num_layers; ++l)

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <regex>
 #include <type_traits>
 
 #include "core/descriptor.h"
@@ -394,36 +393,13 @@ void Lstm::set_weights(std::vector<LstmLayerWeights> weights) {
 }
 
 Lstm Lstm::from_state_dict(const std::map<std::string, Tensor>& state, const LstmConfig& options) {
-  static const std::regex key_re(
-      R"((weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(\d+)(_reverse)?)");
-  int64_t max_layer = -1;
-  bool reverse = false;
-  for (const auto& [key, t] : state) {
-    std::smatch m;
-    if (!std::regex_match(key, m, key_re))
-      throw Error(
-          fmt::format("lstm weights: unexpected key '{}' (expected nn.LSTM state_dict keys "
-                      "such as 'weight_ih_l0')",
-                      key));
-    if (m[2].length() > 6)
-      throw Error(fmt::format("lstm weights: layer index in '{}' is too large", key));
-    max_layer = std::max<int64_t>(max_layer, std::stoll(m[2].str()));
-    reverse = reverse || m[3].matched;
-  }
-  auto w_ih0 = state.find("weight_ih_l0");
-  if (w_ih0 == state.end()) throw Error("lstm weights: missing key 'weight_ih_l0'");
-  const Tensor& w0 = w_ih0->second;
-  if (w0.dim() != 2 || w0.size(0) % 4 != 0 || w0.size(0) == 0 || w0.size(1) == 0)
-    throw Error(
-        fmt::format("lstm weights: 'weight_ih_l0' has shape {}, expected (4*hidden_size, "
-                    "input_size) with both sizes >= 1",
-                    shape_str(w0.shape())));
+  const ops::StackKeys k = ops::read_stack_keys("lstm", "nn.LSTM", state, 4, true);
   LstmConfig c = options;
-  c.hidden_size = w0.size(0) / 4;
-  c.input_size = w0.size(1);
-  c.num_layers = max_layer + 1;
-  c.bidirectional = reverse;
-  c.bias = state.count("bias_ih_l0") || state.count("bias_hh_l0");
+  c.hidden_size = k.hidden;
+  c.input_size = k.input;
+  c.num_layers = k.layers;
+  c.bidirectional = k.reverse;
+  c.bias = k.bias;
   c.proj_size = 0;
   if (auto hr = state.find("weight_hr_l0"); hr != state.end()) {
     const Tensor& w = hr->second;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <regex>
 
 #include "core/descriptor.h"
 #include "grux/io.h"
@@ -221,6 +222,38 @@ SeqDescriptor parse_seq_descriptor(const std::string& text, const char* kind, co
   for (auto [name, v] : {std::pair{"l", d.L}, {"t", d.T}, {"n", d.N}, {"i", d.I}, {"h", d.H}})
     if (v < 1) throw Error(fmt::format("{} '{}': {}{} (expected >= 1)", kind, text, name, v));
   return d;
+}
+
+StackKeys read_stack_keys(const char* op, const char* module,
+                          const std::map<std::string, Tensor>& state, int64_t gates, bool with_hr) {
+  static const std::regex key_re(
+      R"((weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(\d+)(_reverse)?)");
+  StackKeys k;
+  int64_t max_layer = -1;
+  for (const auto& [key, t] : state) {
+    std::smatch m;
+    if (!std::regex_match(key, m, key_re) || (!with_hr && m[1] == "weight_hr"))
+      throw Error(fmt::format(
+          "{} weights: unexpected key '{}' (expected {} state_dict keys such as 'weight_ih_l0')",
+          op, key, module));
+    if (m[2].length() > 6)
+      throw Error(fmt::format("{} weights: layer index in '{}' is too large", op, key));
+    max_layer = std::max<int64_t>(max_layer, std::stoll(m[2].str()));
+    k.reverse = k.reverse || m[3].matched;
+  }
+  auto w_ih0 = state.find("weight_ih_l0");
+  if (w_ih0 == state.end()) throw Error(fmt::format("{} weights: missing key 'weight_ih_l0'", op));
+  const Tensor& w0 = w_ih0->second;
+  if (w0.dim() != 2 || w0.size(0) % gates != 0 || w0.size(0) == 0 || w0.size(1) == 0)
+    throw Error(
+        fmt::format("{} weights: 'weight_ih_l0' has shape {}, expected ({}*hidden_size, "
+                    "input_size) with both sizes >= 1",
+                    op, shape_str(w0.shape()), gates));
+  k.layers = max_layer + 1;
+  k.hidden = w0.size(0) / gates;
+  k.input = w0.size(1);
+  k.bias = state.count("bias_ih_l0") || state.count("bias_hh_l0");
+  return k;
 }
 
 const Tensor& StateDictReader::get(const std::string& key) {

@@ -63,6 +63,18 @@ SeqUpstream normalize_upstream(const SeqSpec& s, int64_t T, int64_t N, bool unba
                                int64_t out_width, const Shape& h_n_shape, const Tensor& doutput,
                                const Tensor& dh_n);
 
+// What a stack's state-dict keys say of it (nn.GRU's or nn.LSTM's): layers, directions and
+// bias from the keys, the sizes from weight_ih_l0 (gates * hidden_size, input_size). `op`
+// ("gru", "lstm") and `module` ("nn.GRU") name it in the messages; weight_hr keys (an LSTM's
+// projection) are accepted only `with_hr`. Errors: a key of another module, a layer index of
+// more than 6 digits, a missing or misshapen weight_ih_l0.
+struct StackKeys {
+  int64_t layers = 0, hidden = 0, input = 0;
+  bool reverse = false, bias = false;
+};
+StackKeys read_stack_keys(const char* op, const char* module,
+                          const std::map<std::string, Tensor>& state, int64_t gates, bool with_hr);
+
 // Reads a stack's weights out of a state dict: get() returns a key's tensor (an error names
 // a missing key) and remembers it; check_no_other() rejects keys that were not read.
 class StateDictReader {
