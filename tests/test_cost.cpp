@@ -374,6 +374,207 @@ TEST(CostGru, TooLargeToCountIsAnError) {
   }
 }
 
+// ---- LSTM -----------------------------------------------------------------------------------
+
+// One LSTM step of N rows, forward then backward, written from the equations in lstm.h with
+// the counted scalar: gates i, f, g, o; c' = f c + i g; m = o tanh(c'); h' = m, or W_hr m with
+// a projection of P > 0 rows. The backward starts from d(h') and d(c'), recomputes tanh(c')
+// (as PyTorch's fused cell backward does) and reads the saved gates and c.
+CellCounts count_lstm_cell(int64_t N, int64_t I, int64_t H, int64_t P, bool bias) {
+  const int64_t Ho = P > 0 ? P : H;
+  const auto wih = filled(4 * H * I, 1), whh = filled(4 * H * Ho, 2), bih = filled(4 * H, 3),
+             bhh = filled(4 * H, 4), whr = filled(P * H, 8), x = filled(N * I, 5),
+             h = filled(N * Ho, 6), c = filled(N * H, 9);
+  auto Wih = [&](int64_t g, int64_t i) { return wih[g * I + i]; };
+  auto Whh = [&](int64_t g, int64_t j) { return whh[g * Ho + j]; };
+  std::vector<Num> gi(N * H), gf(N * H), gg(N * H), go(N * H), cn(N * H), m(N * H), hn(N * Ho);
+  g_ops = 0;
+  auto pre = [&](int64_t b, int64_t g) {
+    Num si = dot(I, [&](int64_t i) { return Wih(g, i) * x[b * I + i]; });
+    Num sh = dot(Ho, [&](int64_t j) { return Whh(g, j) * h[b * Ho + j]; });
+    if (bias) si = si + bih[g], sh = sh + bhh[g];
+    return si + sh;
+  };
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t u = 0; u < H; ++u) {
+      const int64_t k = b * H + u;
+      gi[k] = sigmoid_(pre(b, u));
+      gf[k] = sigmoid_(pre(b, H + u));
+      gg[k] = tanh_(pre(b, 2 * H + u));
+      go[k] = sigmoid_(pre(b, 3 * H + u));
+      cn[k] = gf[k] * c[k] + gi[k] * gg[k];
+      m[k] = go[k] * tanh_(cn[k]);
+    }
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t p = 0; p < Ho; ++p)
+      hn[b * Ho + p] =
+          P > 0 ? dot(H, [&](int64_t u) { return whr[p * H + u] * m[b * H + u]; }) : m[b * H + p];
+  const int64_t forward = g_ops;
+
+  g_ops = 0;
+  const auto dh = filled(N * Ho, 7), dcn = filled(N * H, 10);
+  std::vector<Num> dm(N * H), da(N * 4 * H);
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t u = 0; u < H; ++u)
+      dm[b * H + u] = P > 0 ? dot(P, [&](int64_t p) { return whr[p * H + u] * dh[b * Ho + p]; })
+                            : dh[b * H + u];
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t u = 0; u < H; ++u) {
+      const int64_t k = b * H + u;
+      const Num tc = tanh_(cn[k]);
+      const Num d_o = dm[k] * tc;
+      const Num dc = dcn[k] + (dm[k] * go[k]) * (kOne - tc * tc);
+      const Num di = dc * gg[k], dg = dc * gi[k], df = dc * c[k];
+      (void)(dc * gf[k]);  // the previous cell state's gradient
+      da[b * 4 * H + u] = di * (gi[k] * (kOne - gi[k]));
+      da[b * 4 * H + H + u] = df * (gf[k] * (kOne - gf[k]));
+      da[b * 4 * H + 2 * H + u] = dg * (kOne - gg[k] * gg[k]);
+      da[b * 4 * H + 3 * H + u] = d_o * (go[k] * (kOne - go[k]));
+    }
+  for (int64_t b = 0; b < N; ++b)  // the previous state's gradient
+    for (int64_t j = 0; j < Ho; ++j)
+      dot(4 * H, [&](int64_t g) { return da[b * 4 * H + g] * Whh(g, j); });
+  for (int64_t b = 0; b < N; ++b)  // dx
+    for (int64_t i = 0; i < I; ++i)
+      dot(4 * H, [&](int64_t g) { return da[b * 4 * H + g] * Wih(g, i); });
+  for (int64_t g = 0; g < 4 * H; ++g) {  // dW_ih, dW_hh
+    for (int64_t i = 0; i < I; ++i)
+      dot(N, [&](int64_t b) { return da[b * 4 * H + g] * x[b * I + i]; });
+    for (int64_t j = 0; j < Ho; ++j)
+      dot(N, [&](int64_t b) { return da[b * 4 * H + g] * h[b * Ho + j]; });
+  }
+  for (int64_t p = 0; p < P; ++p)  // dW_hr
+    for (int64_t u = 0; u < H; ++u)
+      dot(N, [&](int64_t b) { return dh[b * Ho + p] * m[b * H + u]; });
+  if (bias)
+    for (int64_t g = 0; g < 4 * H; ++g)
+      for (int twice = 0; twice < 2; ++twice) dot(N, [&](int64_t b) { return da[b * 4 * H + g]; });
+  return {forward, g_ops};
+}
+
+LstmCellProblem lstm_cell(int64_t N, int64_t I, int64_t H, bool bias = true) {
+  LstmCellProblem p;
+  p.N = N, p.I = I, p.H = H, p.bias = bias;
+  return p;
+}
+
+LstmProblem lstm(const std::string& d, bool bias = true) {
+  LstmProblem p = LstmProblem::parse(d);
+  p.bias = bias;
+  return p;
+}
+
+TEST(CostLstmCell, SeedClosedForms) {
+  // NH(8I + 8H + 31) with bias, NH(8I + 8H + 23) without (docs/cost_model.md, the LSTMCell).
+  EXPECT_EQ(lstm_cell_cost(lstm_cell(1, 256, 256)).fwd(kSeed).total(), 1056512);
+  EXPECT_EQ(lstm_cell_cost(lstm_cell(1, 256, 256, false)).fwd(kSeed).total(), 1054464);
+  for (auto [N, I, H] : {std::tuple{1, 1, 1}, {3, 5, 7}, {2, 64, 17}, {7, 13, 128}}) {
+    EXPECT_EQ(lstm_cell_cost(lstm_cell(N, I, H)).fwd(kSeed).total(),
+              int64_t(N) * H * (8 * I + 8 * H + 31));
+    EXPECT_EQ(lstm_cell_cost(lstm_cell(N, I, H, false)).fwd(kSeed).total(),
+              int64_t(N) * H * (8 * I + 8 * H + 23));
+  }
+  const CostReport r = lstm_cell_cost(lstm_cell(1, 256, 256));
+  EXPECT_EQ(r.fwd(kGemm).total(), 2 * 4 * 256 * 512);
+  EXPECT_EQ(r.fwd(kMac).total(), 4 * 256 * 512);
+  EXPECT_EQ(r.bwd(kGemm).total(), 2 * r.fwd(kGemm).total());
+  EXPECT_EQ(r.training_total(kGemm), 3 * r.fwd(kGemm).total());
+}
+
+TEST(CostLstmCell, ForwardAndBackwardMatchTheCountedEquations) {
+  for (auto [N, I, H] : {std::tuple{1, 1, 1}, {2, 3, 4}, {3, 5, 2}, {4, 2, 6}})
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "N=" << N << " I=" << I << " H=" << H << " bias=" << bias);
+      const CellCounts counted = count_lstm_cell(N, I, H, 0, bias);
+      const CostReport r = lstm_cell_cost(lstm_cell(N, I, H, bias));
+      EXPECT_EQ(r.fwd(kSeed).total(), counted.forward);
+      EXPECT_EQ(r.bwd(kSeed).total(), counted.backward);
+    }
+}
+
+TEST(CostLstm, OneLayerIsTheCountedStepOverAllRowsWithOrWithoutProjection) {
+  // A layer over T steps of N rows counts like one step of N*T rows; the backward adds the
+  // output gradient to the carried one (one add per row and unit of h).
+  for (const char* d : {"t7n3i5h4", "t7n3i5h4p2", "t2n1i1h3p1"})
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(testing::Message() << d << " bias=" << bias);
+      const LstmProblem p = lstm(d, bias);
+      const int64_t R = p.T * p.N;
+      const CellCounts counted = count_lstm_cell(R, p.input_size, p.hidden_size, p.proj_size, bias);
+      const CostReport r = lstm_cost(p);
+      EXPECT_EQ(r.fwd(kSeed).total(), counted.forward);
+      EXPECT_EQ(r.bwd(kSeed).total(), counted.backward + R * p.output_size());
+      EXPECT_EQ(double(r.fwd(kGemm).total()), p.gemm_flops());
+      EXPECT_EQ(r.bwd(kGemm).total(), 2 * r.fwd(kGemm).total());
+    }
+}
+
+TEST(CostLstm, StackLengthsBytesAndTraffic) {
+  // l2d2t200n32i128h256 (L5 as an LSTM): layer 1's input is 2H.
+  const CostReport r = lstm_cost(lstm("l2d2t200n32i128h256"));
+  const int64_t R = 6400, H = 256, N = 32;
+  EXPECT_EQ(r.fwd(kGemm).total(), 2 * 2 * R * 4 * H * (128 + H) + 2 * 2 * R * 4 * H * (512 + H));
+  EXPECT_EQ(r.training_total(kGemm), 3 * r.fwd(kGemm).total());
+  // nn.LSTM(128, 256, 2, bidirectional=True): per direction 4H(in + H) + 8H.
+  const int64_t p0 = 4 * H * (128 + H) + 8 * H, p1 = 4 * H * (512 + H) + 8 * H;
+  EXPECT_EQ(r.memory.parameters, 2 * (p0 + p1));
+  EXPECT_EQ(r.memory.parameter_bytes, 4 * 2 * (p0 + p1));
+  // Inference peak: layer 1's input and output + the final h and c of every layer-direction.
+  EXPECT_EQ(r.memory.inference_bytes, 4 * (R * 512 + R * 512 + 4 * N * 2 * H));
+  // Training: input, both layers' outputs, the tape (4H gates per row, every h and every c,
+  // the initial ones included, per layer-direction), the final states.
+  const int64_t tape = R * 4 * H + 2 * (R + N) * H;
+  EXPECT_EQ(r.memory.training_bytes, 4 * (R * 128 + 2 * R * 512 + 4 * tape + 4 * N * 2 * H));
+  // Variable lengths count their sum.
+  LstmProblem p = lstm("l1d2t10n3i5h7p3");
+  p.lengths = {10, 4, 1};
+  const CostReport v = lstm_cost(p), f = lstm_cost(lstm("l1d2t5n3i5h7p3"));
+  for (CountMode m : {kSeed, kGemm, kMac}) {
+    EXPECT_EQ(v.fwd(m).total(), f.fwd(m).total());
+    EXPECT_EQ(v.bwd(m).total(), f.bwd(m).total());
+  }
+  // l1d1t100n64i256h512: the reread model fetches W_hh + b_hh at each of the 100 steps; the
+  // stream re-reads every weight every frame.
+  const CostReport c = lstm_cost(lstm("l1d1t100n64i256h512"));
+  const int64_t whh = (4 * 512 * 512 + 4 * 512) * 4;
+  EXPECT_EQ(c.inference_traffic.reread.read - c.inference_traffic.cached.read, 99 * whh);
+  const int64_t w = (4 * 512 * 256 + 4 * 512 * 512 + 8 * 512) * 4;
+  const int64_t states = 64 * (512 + 512);  // h and c
+  EXPECT_EQ(c.inference_traffic.cached.read, w + 4 * (6400 * 256 + states));
+  EXPECT_EQ(c.inference_traffic.cached.written, 4 * (6400 * 512 + states));
+  const CostReport s = lstm_stream_cost(lstm("l1d1t100n64i256h512"));
+  EXPECT_EQ(s.op, "lstm_stream");
+  EXPECT_EQ(s.fwd(kSeed).total(), c.fwd(kSeed).total());
+  EXPECT_EQ(s.inference_traffic.reread.read, 100 * w + 4 * (6400 * 256 + states));
+  // A projection's weights are read with W_hh at every step.
+  const CostReport pr = lstm_cost(lstm("l1d1t100n64i256h512p128"));
+  const int64_t whh_p = (4 * 512 * 128 + 4 * 512 + 128 * 512) * 4;
+  EXPECT_EQ(pr.inference_traffic.reread.read - pr.inference_traffic.cached.read, 99 * whh_p);
+}
+
+TEST(CostLstm, RegistryAndErrors) {
+  EXPECT_EQ(cost_of("lstm", "l1d1t10n2i3h4p2", {}).op, "lstm");
+  EXPECT_EQ(cost_of("lstm_cell", "n1i3h4", {}).fwd(kSeed).total(), 4 * (8 * 3 + 8 * 4 + 31));
+  CostOptions lengths;
+  lengths.lengths = "uniform:2:10:1";
+  EXPECT_EQ(cost_of("lstm", "t10n4i3h4", lengths).variant.find("lengths"), 6u);
+  EXPECT_TRUE(is_stream_op("lstm_stream") && is_stream_op("gru_stream") && !is_stream_op("lstm"));
+  for (auto [op, d, msg] : {std::tuple{"lstm_stream", "l1d2t10n1i3h4", "unidirectional"},
+                            {"lstm", "t10n1i3h4p4", "p4"},
+                            {"lstm_cell", "n1i3", "h"}}) {
+    try {
+      cost_of(op, d, {});
+      ADD_FAILURE() << op << " " << d << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(msg)) << op << " " << d;
+    }
+  }
+  CostOptions rb;
+  rb.form = GruForm::reset_before;
+  EXPECT_THROW(cost_of("lstm", "t10n1i3h4", rb), Error);
+  EXPECT_THROW(cost_of("lstm_stream", "t10n1i3h4", lengths), Error);
+}
+
 // ---- Linear -------------------------------------------------------------------------------
 
 LinearProblem lin(int64_t B, int64_t I, int64_t O, bool bias = true) {
@@ -728,11 +929,11 @@ TEST(CostRegistry, NamesModesAndErrors) {
     EXPECT_EQ(r.problem, op.example);
   }
   try {
-    cost_of("lstm", "n1", {});
+    cost_of("rnn", "n1", {});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("unknown operator 'lstm'"));
-    EXPECT_THAT(e.what(), HasSubstr("gru_cell"));
+    EXPECT_THAT(e.what(), HasSubstr("unknown operator 'rnn'"));
+    EXPECT_THAT(e.what(), HasSubstr("lstm_cell"));
   }
   EXPECT_THROW(cost_of("gru", "l1d3t1n1i1h1", {}), Error);
   EXPECT_THROW(cost_of("gru_cell", "n0i1h1", {}), Error);

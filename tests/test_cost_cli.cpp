@@ -120,8 +120,9 @@ TEST(CostCli, OptionsReachTheModel) {
 
 TEST(CostCli, BadArgumentsAreOneLineErrors) {
   test::TempDir tmp;
-  expect_user_error(grux_cli(tmp.path, "cost lstm n1i2h3"),
-                    {"unknown operator 'lstm'", "gru_cell"});
+  expect_user_error(grux_cli(tmp.path, "cost rnn n1i2h3"),
+                    {"unknown operator 'rnn'", "gru_cell", "lstm_cell"});
+  expect_user_error(grux_cli(tmp.path, "cost lstm n1i2h3"), {"malformed", "n1i2h3", "p{P}"});
   expect_user_error(grux_cli(tmp.path, "cost gru l1d1t100n64i256"),
                     {"malformed", "l1d1t100n64i256"});
   expect_user_error(grux_cli(tmp.path, "cost gru l1d1t0n64i256h512"), {"t0", "expected >= 1"});
@@ -161,6 +162,32 @@ TEST(CostCli, ScansAndMinGru) {
   const auto j = nlohmann::json::parse(m.out);
   EXPECT_THAT(m.out, HasSubstr("\"op\":\"mingru\""));
   EXPECT_THAT(m.out, HasSubstr(std::to_string(2LL * 4096 * 8 * 512 * 256)));
+}
+
+TEST(CostCli, LstmStackStreamAndCell) {
+  test::TempDir tmp;
+  const CliRun c = grux_cli(tmp.path, "cost lstm_cell n1i256h256 --mode all --format json");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("\"op\":\"lstm_cell\""));
+  EXPECT_THAT(c.out, HasSubstr("1056512"));  // NH(8I + 8H + 31), docs/cost_model.md
+  const CliRun l = grux_cli(tmp.path,
+                            "cost lstm l2d2t200n32i128h256p64 --lengths uniform:10:200:1 --train "
+                            "--mode gemm --format csv");
+  ASSERT_EQ(l.code, 0) << l.err;
+  EXPECT_THAT(l.out, HasSubstr("lstm,l2d2t200n32i128h256p64"));
+  EXPECT_THAT(l.out, HasSubstr("lengths (sum"));
+  const CliRun s = grux_cli(tmp.path, "cost lstm_stream l3t48000n1i1h18 --threads 1");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("lstm_stream l3d1t48000n1i1h18"));
+  EXPECT_THAT(s.out, HasSubstr("step overhead"));
+  expect_user_error(grux_cli(tmp.path, "cost lstm t10n1i2h3 --reset-before"), {"--reset-before"});
+  expect_user_error(grux_cli(tmp.path, "cost lstm_stream l1d2t10n1i2h3"), {"unidirectional"});
+  const CliRun w = grux_cli(tmp.path,
+                            "cost sweep lstm --vary h=8,16 --fixed t10n1i1h8 --format "
+                            "csv --out " +
+                                tmp.path + "/s.csv");
+  ASSERT_EQ(w.code, 0) << w.err;
+  EXPECT_THAT(test::slurp(tmp.path + "/s.csv"), HasSubstr("t10n1i1h16"));
 }
 
 TEST(CostCli, PredictionWithThePresetAndWithACalibratedProfile) {
@@ -351,7 +378,7 @@ TEST(CostCli, SweepErrors) {
                     {"one value per letter", "'x5'"});
   expect_user_error(sweep("gru --vary n=1..2 --format xml" + out), {"--format xml"});
   expect_user_error(sweep("gru --vary n=1..2 --mode all --format csv" + out), {"--mode all"});
-  expect_user_error(sweep("lstm --vary n=1..2 --format csv" + out), {"unknown operator 'lstm'"});
+  expect_user_error(sweep("rnn --vary n=1..2 --format csv" + out), {"unknown operator 'rnn'"});
   expect_user_error(
       sweep("gru --vary n=1..2 --format csv --out " + tmp.path + "/no/such/dir/x.csv"),
       {"no/such/dir"});

@@ -2,8 +2,9 @@
 // activations, bytes moved under two cache models), and a calibrated roofline prediction.
 //
 // Every function reads the problem description its operator uses (GruProblem, GruCellProblem,
-// LinearProblem, ConvProblem, Conv1dProblem). Counts are exact integers; a count that does not
-// fit in 63 bits is an error, never a silent wrap. docs/cost_model.md derives every formula.
+// LstmProblem, LstmCellProblem, LinearProblem, ConvProblem, Conv1dProblem). Counts are exact
+// integers; a count that does not fit in 63 bits is an error, never a silent wrap.
+// docs/cost_model.md derives every formula.
 //
 // Adding an operator: write one function `CostReport xxx_cost(const
 // XxxProblem&)` below and list it in cost_ops() (src/cost/registry.cpp, grux/cost_registry.h);
@@ -22,6 +23,7 @@
 #include "grux/conv.h"
 #include "grux/export.h"
 #include "grux/gru.h"
+#include "grux/lstm.h"
 #include "grux/mingru.h"
 #include "grux/nn.h"
 #include "grux/scan.h"
@@ -128,6 +130,13 @@ CostReport gru_cost(const GruProblem& p);
 CostReport gru_stream_cost(const GruProblem& p);
 // nn.GRUCell, one step: N rows, I inputs, H hidden.
 CostReport gru_cell_cost(const GruCellProblem& p);
+// The LSTM stack (nn.LSTM: L layers, D directions, T steps, N sequences, I inputs, H hidden,
+// proj_size P, bias or not), its stream (LstmStream; unidirectional, no lengths) and one
+// nn.LSTMCell step: the GRU's three models with the LSTM's counts (4 gates, the cell state c,
+// the projection W_hr).
+CostReport lstm_cost(const LstmProblem& p);
+CostReport lstm_stream_cost(const LstmProblem& p);
+CostReport lstm_cell_cost(const LstmCellProblem& p);
 // nn.Linear: B rows, I in, O out.
 CostReport linear_cost(const LinearProblem& p);
 // conv2d / conv1d with bias (the problems' convention), padding counted as zeros that are

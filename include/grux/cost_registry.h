@@ -16,7 +16,7 @@ struct CostOptions {
   GruForm form = GruForm::linear_before_reset;
   DType dtype = DType::f32;
   Precision precision = Precision::f32;  // gru, gru_stream: the products' precision
-  std::string lengths;  // GRU only: GruProblem::set_lengths specification, "" for all T
+  std::string lengths;  // gru, lstm, mingru: SequenceShape::set_lengths specification, "" for all T
 };
 
 struct CostOp {
@@ -30,6 +30,9 @@ struct CostOp {
   CostReport (*compute)(const std::string& descriptor, const CostOptions& options);
 };
 const std::vector<CostOp>& cost_ops();
+// Whether `op` is fed one frame per call (gru_stream, lstm_stream): its prediction takes the
+// streaming API's per-step cost (predict's `stream`).
+bool is_stream_op(const std::string& op);
 // Throws grux::Error naming `name` and the known operators.
 const CostOp& find_cost_op(const std::string& name);
 // Parses `descriptor` for `op`, applies `options` and computes the report. Options the

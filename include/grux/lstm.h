@@ -59,6 +59,18 @@ struct LstmProblem : LstmConfig, SequenceShape {
   double gemm_flops() const;
 };
 
+// One LSTMCell problem (one step of one layer, nn.LSTMCell), as the cost model reads it.
+// Descriptor string: n{N}i{I}h{H}, e.g. "n1i256h256"; all three required.
+struct LstmCellProblem {
+  int64_t N = 0, I = 0, H = 0;
+  bool bias = true;
+  DType dtype = DType::f32;
+
+  // Throws grux::Error naming the descriptor and what was expected.
+  static LstmCellProblem parse(const std::string& descriptor);
+  std::string descriptor() const;
+};
+
 // Weights of one layer and direction: w_ih (4H, in), w_hh (4H, H_out), b_ih (4H), b_hh (4H),
 // w_hr (P, H). The biases are undefined tensors when bias is false, w_hr without a projection.
 struct LstmLayerWeights {

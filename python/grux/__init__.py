@@ -1,4 +1,4 @@
-"""grux: fast, exact GRUs for Python, on NumPy arrays and CPU torch tensors.
+"""grux: fast, exact GRUs and LSTMs for Python, on NumPy arrays and CPU torch tensors.
 
 Arrays cross into the C++ engine without copies (a contiguous or simply strided float32 /
 float64 array is read where it lies; results are arrays over grux's own memory), results have
@@ -11,10 +11,11 @@ message names the argument, what was expected and what was given.
     gru.load_state_dict(torch_gru.state_dict())   # nn.GRU's keys, numpy or torch values
     out, h_n = gru(x)                             # x: (T, N, 8)
 
-Also here: GRUCell, GRUStream (a frame or a block at a time), MinGRU; prefix_scan,
-reduce_scan and linear_recurrence; conv1d, conv2d and rearrange; cost and profile (the cost
-model). grux.torch holds torch.nn.Module versions (grux.torch.GRU, GRUCell, MinGRU) whose
-forward and backward run on grux.
+Also here: GRUCell, GRUStream (a frame or a block at a time); LSTM, LSTMCell and LSTMStream
+(nn.LSTM's and nn.LSTMCell's keys, proj_size included); MinGRU; prefix_scan, reduce_scan and
+linear_recurrence; conv1d, conv2d and rearrange; cost and profile (the cost model). grux.torch
+holds torch.nn.Module versions (grux.torch.GRU, GRUCell, LSTM, LSTMCell, MinGRU) whose forward
+and backward run on grux.
 """
 
 import numpy as np
@@ -180,27 +181,20 @@ class GRUCell:
         return {k: wrap(v) for k, v in grads.items()}
 
 
-class GRUStream:
-    """A unidirectional GRU run a frame or a block at a time, keeping its state between calls.
+class _Stream:
+    """What GRUStream and LSTMStream share: the per-frame and per-block calls on the C++ stream
+    (self._core, a _grux.Stream, and its fast-path handle)."""
 
-    batch: N >= 1 (frames (N, I), blocks (t, N, I)), or 0 for unbatched frames (I,) and blocks
-    (t, I). The stream copies and packs the GRU's weights when made (later changes to `gru` are
-    not seen). One sequence in float32 runs grux's real-time kernel. precision "bf16" or "int8"
-    (a float32 GRU) converts the weights once, here; frames then give GRU(precision=...)'s
-    results bit for bit."""
-
-    def __init__(self, gru, batch=1, h0=None, threads=0, precision="f32"):
-        if not isinstance(gru, GRU):
-            raise Error(f"gru: expected a grux.GRU, got {type(gru).__name__}")
-        self.batch = int(batch)
-        self.input_size = gru.input_size
-        self._frame_ndim = 1 if self.batch == 0 else 2
-        self._core = _grux.GruStream(gru._core, self.batch, _optional(h0, "h0"), int(threads),
-                                     str(precision))
-        self._handle = self._core.handle()
+    def _start(self, core, batch, input_size):
+        self.batch = batch
+        self.input_size = input_size
+        self._frame_ndim = 1 if batch == 0 else 2
+        self._core = core
+        self._handle = core.handle()
 
     def step(self, frame, out=None):
-        """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,).
+        """One frame: (N, I), or (I,) unbatched; returns the top layer's output (N, H) / (H,)
+        (H: the LSTM's proj_size where it has one).
 
         out: an array or tensor of the output's shape and the stream's dtype, C-contiguous, to
         write the output into (and return) instead of making a new one each frame."""
@@ -227,8 +221,25 @@ class GRUStream:
         return wrap(self._core.step(x))
 
     def state(self):
-        """The current state (layers, N, H), or (layers, H) unbatched: a copy."""
+        """The current state h (layers, N, H), or (layers, H) unbatched: a copy."""
         return self._core.state()
+
+
+class GRUStream(_Stream):
+    """A unidirectional GRU run a frame or a block at a time, keeping its state between calls.
+
+    batch: N >= 1 (frames (N, I), blocks (t, N, I)), or 0 for unbatched frames (I,) and blocks
+    (t, I). The stream copies and packs the GRU's weights when made (later changes to `gru` are
+    not seen). One sequence in float32 runs grux's real-time kernel. precision "bf16" or "int8"
+    (a float32 GRU) converts the weights once, here; frames then give GRU(precision=...)'s
+    results bit for bit."""
+
+    def __init__(self, gru, batch=1, h0=None, threads=0, precision="f32"):
+        if not isinstance(gru, GRU):
+            raise Error(f"gru: expected a grux.GRU, got {type(gru).__name__}")
+        core = _grux.Stream(gru._core, int(batch), _optional(h0, "h0"), int(threads),
+                            str(precision))
+        self._start(core, int(batch), gru.input_size)
 
     def reset(self, h0=None):
         """Back to h0 (None: zeros)."""
@@ -240,9 +251,10 @@ from ._scan import *  # noqa: E402,F401,F403
 from ._mingru import *  # noqa: E402,F401,F403
 from ._conv import *  # noqa: E402,F401,F403
 from ._cost import *  # noqa: E402,F401,F403
-from . import _scan, _mingru, _conv, _cost  # noqa: E402
+from ._lstm import *  # noqa: E402,F401,F403
+from . import _scan, _mingru, _conv, _cost, _lstm  # noqa: E402
 
-__all__ += _scan.__all__ + _mingru.__all__ + _conv.__all__ + _cost.__all__
+__all__ += _scan.__all__ + _mingru.__all__ + _conv.__all__ + _cost.__all__ + _lstm.__all__
 
 
 def __getattr__(name):

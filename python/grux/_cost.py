@@ -48,15 +48,16 @@ def cost(op, descriptor, mode="all", train=False, *, dtype="float32", bias=True,
          reset_before=False, lengths=None, threads=None, profile_path=None):
     """The cost model's numbers for one problem, as `grux cost OP DESCRIPTOR` computes them.
 
-    op: an operator of cost_ops() ("gru", "gru_stream", "gru_cell", "linear", "conv1d",
-    "conv2d", "mingru", "scan_*", "sigmoid", "tanh", "relu"); descriptor: its problem
-    string, e.g. "l2d2t200n32i128h256" (gru), "n1i256h256" (gru_cell), "b32i256o512"
+    op: an operator of cost_ops() ("gru", "gru_stream", "gru_cell", "lstm", "lstm_stream",
+    "lstm_cell", "linear", "conv1d", "conv2d", "mingru", "scan_*", "sigmoid", "tanh",
+    "relu"); descriptor: its problem string, e.g. "l2d2t200n32i128h256" (gru, lstm; an LSTM's
+    may end in p{P}, its proj_size), "n1i256h256" (gru_cell, lstm_cell), "b32i256o512"
     (linear), "n8c16h64w64d32k3" (conv2d), "n8c16l128d32k3" (conv1d), "n65536"
     (activations). mode: "seed" (every scalar op, unit "ops"), "gemm" (GEMM FLOP, 2 per
     multiply-add, unit "FLOP"), "mac" (multiply-accumulates, unit "MAC") or "all" (the three).
     train: also the backward counts, training memory, traffic and prediction. dtype:
     "float32" or "float64" (bytes count at this size). bias, reset_before: the operator's
-    options (only where cost_ops() says it has them). lengths (gru, mingru): None, a
+    options (only where cost_ops() says it has them). lengths (gru, lstm, mingru): None, a
     specification "uniform:LO:HI:SEED", or a sequence of N ints in [1, T].
     threads: the thread count of the predicted run (None: the cores this process may use).
     profile_path: the machine profile `grux calibrate` wrote; None reads the default one
@@ -103,7 +104,7 @@ ProfileRow.__doc__ = """One layer of a Profile. name: the module's name in named
 costed as ("linear b32i256o512"; several, "; "-joined, when calls had different shapes);
 calls: forward calls seen (None on the row of a module's own parameters); operations (seed convention, ops), gemm_flop (FLOP), macs (MAC),
 parameters (scalars), parameter_bytes, activation_bytes (inference activations: input and
-output, and for the GRU its states), predicted_ms (roofline prediction on this machine),
+output, and for the GRU and the LSTM their states), predicted_ms (roofline prediction on this machine),
 summed over the calls; None where the cost model does not know the layer (then note says
 why, and parameters / parameter_bytes are counted from the module's own parameters)."""
 
@@ -167,7 +168,8 @@ def _layer_problem(mod, call, torch):
     if inp is None:
         raise _Unsupported("the first input is not a tensor")
     shape, in_dtype = inp["shape"], inp["dtype"]
-    if isinstance(mod, (nn.GRU, grux_torch.GRU)):
+    lstm = isinstance(mod, (nn.LSTM, grux_torch.LSTM))
+    if lstm or isinstance(mod, (nn.GRU, grux_torch.GRU)):
         dtype = _torch_dtype(next(mod.parameters()).dtype, torch)
         lengths = None
         if inp.get("batch_sizes") is not None:  # PackedSequence
@@ -180,14 +182,21 @@ def _layer_problem(mod, call, torch):
             t, n = (shape[1], shape[0]) if mod.batch_first else (shape[0], shape[1])
         d = 2 if mod.bidirectional else 1
         desc = f"l{mod.num_layers}d{d}t{t}n{n}i{mod.input_size}h{mod.hidden_size}"
+        if lstm:
+            if mod.proj_size > 0:
+                desc += f"p{mod.proj_size}"
+            return "lstm", desc, dict(dtype=dtype, bias=bool(mod.bias), lengths=lengths)
         return "gru", desc, dict(dtype=dtype, bias=bool(mod.bias), lengths=lengths,
                                  reset_before=bool(getattr(mod, "reset_before", False)))
-    if isinstance(mod, (nn.GRUCell, grux_torch.GRUCell)):
+    cell = "lstm_cell" if isinstance(mod, (nn.LSTMCell, grux_torch.LSTMCell)) else \
+        "gru_cell" if isinstance(mod, (nn.GRUCell, grux_torch.GRUCell)) else None
+    if cell is not None:
         dtype = _torch_dtype(mod.weight_ih.dtype, torch)
         n = 1 if len(shape) == 1 else shape[0]
-        return "gru_cell", f"n{n}i{mod.input_size}h{mod.hidden_size}", dict(
-            dtype=dtype, bias=bool(mod.bias),
-            reset_before=bool(getattr(mod, "reset_before", False)))
+        options = dict(dtype=dtype, bias=bool(mod.bias))
+        if cell == "gru_cell":
+            options["reset_before"] = bool(getattr(mod, "reset_before", False))
+        return cell, f"n{n}i{mod.input_size}h{mod.hidden_size}", options
     if isinstance(mod, nn.Linear):
         dtype = _torch_dtype(mod.weight.dtype, torch)
         rows = 1
@@ -260,8 +269,9 @@ def profile(module, *example_inputs, threads=None, profile_path=None):
     Runs module(*example_inputs) once under torch.no_grad() (in the module's current
     train/eval mode) with forward hooks on its leaf modules, turns each call's input shape
     into a grux problem and costs it with grux.cost (inference, threads and profile_path as
-    there). Known layers: nn.GRU and grux.torch.GRU (PackedSequence inputs count their
-    lengths), nn.GRUCell and grux.torch.GRUCell, nn.Linear, nn.Conv1d and nn.Conv2d (any
+    there). Known layers: nn.GRU, nn.LSTM, grux.torch.GRU and grux.torch.LSTM
+    (PackedSequence inputs count their lengths; an LSTM's proj_size too), nn.GRUCell,
+    nn.LSTMCell and their grux.torch versions, nn.Linear, nn.Conv1d and nn.Conv2d (any
     kernel, stride, padding, dilation, groups, with or without bias; padding 'same' where it
     is symmetric), nn.ReLU, nn.Sigmoid, nn.Tanh, nn.GELU (erf form), nn.SiLU, nn.LeakyReLU;
     float32 or float64. Layers that compute nothing (nn.Identity, nn.Flatten, nn.Unflatten,

@@ -1,11 +1,12 @@
-"""torch.nn.GRU and torch.nn.GRUCell whose forward and backward run on grux.
+"""torch.nn.GRU, GRUCell, LSTM and LSTMCell whose forward and backward run on grux (and
+MinGRU, grux's minGRU as a module).
 
-grux.torch.GRU and grux.torch.GRUCell take exactly nn.GRU's / nn.GRUCell's constructor
-arguments (plus reset_before=False), register the same parameters under the same names and
-shapes (load_state_dict works both ways) and initialise them the same way (the same values
-after the same torch.manual_seed), and their forward takes and returns what nn.GRU's /
-nn.GRUCell's does, PackedSequence included. Gradients come from grux's backward through a
-torch.autograd.Function. CPU tensors, float32 or float64.
+grux.torch.GRU, GRUCell, LSTM and LSTMCell take exactly their nn counterparts' constructor
+arguments (the GRUs also reset_before=False), register the same parameters under the same
+names and shapes (load_state_dict works both ways) and initialise them the same way (the same
+values after the same torch.manual_seed), and their forward takes and returns what the nn
+module's does, PackedSequence and the LSTM's proj_size included. Gradients come from grux's
+backward through a torch.autograd.Function. CPU tensors, float32 or float64.
 
 Dropout between layers (training mode, num_layers > 1) draws its masks from grux's generator,
 seeded from torch's: reproducible under torch.manual_seed, not the same masks as nn.GRU's.
@@ -58,8 +59,58 @@ def _module_dtype(device, dtype):
     return dtype
 
 
+def _check_stack_args(input_size, hidden_size, num_layers, dropout):
+    if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
+        raise Error(f"dropout: {dropout!r} is not a probability in [0, 1]")
+    if int(hidden_size) < 1 or int(input_size) < 1 or int(num_layers) < 1:
+        raise Error(f"sizes: input_size {input_size}, hidden_size {hidden_size} and "
+                    f"num_layers {num_layers} must all be >= 1")
+
+
+def _register_stack(module, gates, dtype, proj_size=0):
+    """nn.GRU's (gates 3) or nn.LSTM's (gates 4) parameters, in their order and with their
+    names and shapes (module._flat_weights_names lists them): for each layer and direction
+    weight_ih, weight_hh, bias_ih, bias_hh, and weight_hr (proj_size, H) with a projection."""
+    D, H = 2 if module.bidirectional else 1, module.hidden_size
+    H_out = proj_size if proj_size > 0 else H
+    module._flat_weights_names = []
+    for layer in range(module.num_layers):
+        for d in range(D):
+            suffix = f"_l{layer}" + ("_reverse" if d else "")
+            in_size = module.input_size if layer == 0 else D * H_out
+            shapes = [("weight_ih", (gates * H, in_size)), ("weight_hh", (gates * H, H_out))]
+            if module.bias:
+                shapes += [("bias_ih", (gates * H,)), ("bias_hh", (gates * H,))]
+            if proj_size > 0:
+                shapes += [("weight_hr", (proj_size, H))]
+            for what, shape in shapes:
+                name = what + suffix
+                setattr(module, name, nn.Parameter(torch.empty(shape, dtype=dtype)))
+                module._flat_weights_names.append(name)
+
+
 def _seed():
     return int(torch.randint(0, 2**62, (1,)).item())
+
+
+def _unpack(input, batch_first):
+    """(padded input, lengths as int64 NumPy or None, lengths tensor or None) of a forward's
+    input: a PackedSequence is padded (in the batch's original order), a tensor kept."""
+    if not isinstance(input, PackedSequence):
+        return input, None, None
+    x, lens = pad_packed_sequence(input, batch_first=batch_first)
+    return x, lens.to(torch.int64).numpy(), lens
+
+
+def _pack_like(out, input, lens, batch_first):
+    """The padded output packed with the input's batch sizes and orders."""
+    idx = input.sorted_indices
+    dim = 0 if batch_first else 1
+    if idx is not None:
+        out = out.index_select(dim, idx)
+        lens = lens.index_select(0, idx.cpu())
+    data = pack_padded_sequence(out, lens, batch_first=batch_first, enforce_sorted=True).data
+    return PackedSequence(data, input.batch_sizes, input.sorted_indices, input.unsorted_indices)
 
 
 class _GruFunction(torch.autograd.Function):
@@ -88,28 +139,12 @@ class GRU(nn.Module):
                  dropout=0.0, bidirectional=False, device=None, dtype=None, reset_before=False):
         super().__init__()
         dtype = _module_dtype(device, dtype)
-        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
-            raise Error(f"dropout: {dropout!r} is not a probability in [0, 1]")
-        if int(hidden_size) < 1 or int(input_size) < 1 or int(num_layers) < 1:
-            raise Error(f"sizes: input_size {input_size}, hidden_size {hidden_size} and "
-                        f"num_layers {num_layers} must all be >= 1")
+        _check_stack_args(input_size, hidden_size, num_layers, dropout)
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)
         self.num_layers, self.bias = int(num_layers), bool(bias)
         self.batch_first, self.dropout = bool(batch_first), float(dropout)
         self.bidirectional, self.reset_before = bool(bidirectional), bool(reset_before)
-        D, H = 2 if self.bidirectional else 1, self.hidden_size
-        self._flat_weights_names = []
-        for layer in range(self.num_layers):
-            for d in range(D):
-                suffix = f"_l{layer}" + ("_reverse" if d else "")
-                in_size = self.input_size if layer == 0 else D * H
-                shapes = [("weight_ih", (3 * H, in_size)), ("weight_hh", (3 * H, H))]
-                if self.bias:
-                    shapes += [("bias_ih", (3 * H,)), ("bias_hh", (3 * H,))]
-                for what, shape in shapes:
-                    name = what + suffix
-                    setattr(self, name, nn.Parameter(torch.empty(shape, dtype=dtype)))
-                    self._flat_weights_names.append(name)
+        _register_stack(self, 3, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -126,13 +161,7 @@ class GRU(nn.Module):
         return s
 
     def forward(self, input, hx=None):
-        packed = isinstance(input, PackedSequence)
-        lengths = None
-        if packed:
-            x, lens = pad_packed_sequence(input, batch_first=self.batch_first)
-            lengths = lens.to(torch.int64).numpy()
-        else:
-            x = input
+        x, lengths, lens = _unpack(input, self.batch_first)
         names = self._flat_weights_names
         weights = [getattr(self, n) for n in names]
         dropout = self.dropout if self.training else 0.0
@@ -153,19 +182,38 @@ class GRU(nn.Module):
             else:
                 o, h = core.forward(_np(x, "input"), _np(hx, "hx"), lengths)
             out, h_n = torch.from_numpy(o), torch.from_numpy(h)
-        if packed:
-            out = self._pack_like(out, input, lens)
+        if lens is not None:
+            out = _pack_like(out, input, lens, self.batch_first)
         return out, h_n
 
-    def _pack_like(self, out, input, lens):
-        """The padded output packed with the input's batch sizes and orders."""
-        idx = input.sorted_indices
-        dim = 0 if self.batch_first else 1
-        if idx is not None:
-            out = out.index_select(dim, idx)
-            lens = lens.index_select(0, idx.cpu())
-        data = pack_padded_sequence(out, lens, batch_first=self.batch_first, enforce_sorted=True).data
-        return PackedSequence(data, input.batch_sizes, input.sorted_indices, input.unsorted_indices)
+
+def _packed_cell(module, weights, make):
+    """(cell, stamp, fresh): the module's packed cell (module._packed) for these weights, made
+    anew by make() when they changed (fresh: True then).
+
+    Packed once and kept while every weight is the same tensor, with the same storage, at the
+    same version: optimizers, load_state_dict and in-place writes under torch.no_grad() bump
+    the version, so the next call repacks. Writes through .data do not (PyTorch gives .data its
+    own version counter): after those, call reset_packed_weights(). The cache holds the weights
+    themselves, so no address in it can be reused meanwhile; a new shape, strides or dtype
+    comes with a new storage or a version bump. With grux._torch_access the check is one call
+    into libtorch (_weights_stamp: the same three things as bytes), else it reads each
+    weight's attributes."""
+    packed = module._packed
+    stamp = _grux._weights_stamp(weights)
+    if packed is not None:
+        kept, ptrs, versions, kept_stamp, cell = packed
+        if stamp is not None and kept_stamp is not None:
+            if stamp == kept_stamp:
+                return cell, stamp, False
+        elif len(kept) == len(weights) and all(a is b for a, b in zip(kept, weights)) and \
+                [w._version for w in weights] == versions and \
+                [w.data_ptr() for w in weights] == ptrs:
+            return cell, stamp, False
+    cell = make()
+    module._packed = (list(weights), [w.data_ptr() for w in weights],
+                      [w._version for w in weights], stamp, cell)
+    return cell, stamp, True
 
 
 class _CellFunction(torch.autograd.Function):
@@ -228,33 +276,12 @@ class GRUCell(nn.Module):
         return [p[n] for n in names]
 
     def _cell(self, weights):
-        # Packed once and kept while every weight is the same tensor, with the same storage, at
-        # the same version: optimizers, load_state_dict and in-place writes under
-        # torch.no_grad() bump the version, so the next call repacks. Writes through .data do
-        # not (PyTorch gives .data its own version counter): after those, call
-        # reset_packed_weights(). The cache holds the weights themselves, so no address in it
-        # can be reused meanwhile; a new shape, strides or dtype comes with a new storage or a
-        # version bump.
-        # With grux._torch_access the check is one call into libtorch (_weights_stamp: the
-        # same three things as bytes), else it reads each weight's attributes.
-        packed = self._packed
-        stamp = _grux._weights_stamp(weights)
-        if packed is not None:
-            kept, ptrs, versions, kept_stamp, cell = packed
-            if stamp is not None and kept_stamp is not None:
-                if stamp == kept_stamp:
-                    return cell
-            elif len(kept) == len(weights) and all(a is b for a, b in zip(kept, weights)) and \
-                    [w._version for w in weights] == versions and \
-                    [w.data_ptr() for w in weights] == ptrs:
-                return cell
         names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-        cell = _grux.GruCell.from_state_dict(
-            {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before)
-        self._packed = (list(weights), [w.data_ptr() for w in weights],
-                        [w._version for w in weights], stamp, cell)
-        self._fast = _grux._cell_handle(cell, names[:len(weights)], weights) \
-            if stamp is not None else None
+        cell, stamp, fresh = _packed_cell(self, weights, lambda: _grux.GruCell.from_state_dict(
+            {n: _np(w, n) for n, w in zip(names, weights)}, self.reset_before))
+        if fresh:
+            self._fast = _grux._cell_handle(cell, names[:len(weights)], weights) \
+                if stamp is not None else None
         return cell
 
     def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
@@ -300,6 +327,186 @@ def _install_cell_call():
 
 
 _install_cell_call()
+
+
+# ---- LSTM ------------------------------------------------------------------------------
+
+__all__ += ["LSTM", "LSTMCell"]
+
+
+class _LstmFunction(torch.autograd.Function):
+    """(output, h_n, c_n) = LSTM(input, h0, c0; weights), gradients from grux's backward."""
+
+    @staticmethod
+    def forward(ctx, spec, x, h0, c0, *weights):
+        names, batch_first, dropout, lengths, seed = spec
+        core = _grux.Lstm.from_state_dict(
+            {n: _np(w, n) for n, w in zip(names, weights)}, batch_first, dropout)
+        out, h_n, c_n, tape = core.forward_train(_np(x, "input"), _np(h0, "h0"), _np(c0, "c0"),
+                                                 lengths, seed)
+        ctx.core, ctx.tape, ctx.names = core, tape, names
+        ctx.has_h0, ctx.has_c0 = h0 is not None, c0 is not None
+        # The tape reads x and the weights where they lie: saving them lets torch refuse a
+        # backward after they were modified in place.
+        ctx.save_for_backward(x, *weights)
+        return torch.from_numpy(out), torch.from_numpy(h_n), torch.from_numpy(c_n)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # grux has no second derivatives
+    def backward(ctx, grad_output, grad_h_n, grad_c_n):
+        ctx.saved_tensors  # noqa: B018 (raises if a saved tensor was modified in place)
+        g = ctx.core.backward(ctx.tape, _np(grad_output, "grad_output"), _np(grad_h_n, "grad_h_n"),
+                              _np(grad_c_n, "grad_c_n"))
+        return (None, _t(g["input"]), _t(g["h0"]) if ctx.has_h0 else None,
+                _t(g["c0"]) if ctx.has_c0 else None, *[_t(g[n]) for n in ctx.names])
+
+
+def _split_hx(hx, x):
+    """(h0, c0) of nn.LSTM's hx: None or a pair of tensors (grux also takes None for either:
+    zeros), each of the input's dtype."""
+    if hx is None:
+        return None, None
+    if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+        raise Error(f"hx: expected None or a pair (h_0, c_0) of tensors, got {type(hx).__name__}")
+    for name, t in zip(("h_0", "c_0"), hx):
+        if isinstance(t, torch.Tensor) and isinstance(x, torch.Tensor) and t.dtype != x.dtype:
+            raise Error(f"hx: {name}'s dtype {t.dtype} differs from the input's {x.dtype}")
+    return hx[0], hx[1]
+
+
+class LSTM(nn.Module):
+    """torch.nn.LSTM, run by grux: nn.LSTM's constructor arguments (proj_size included),
+    parameters, initialization and forward (input or PackedSequence, hx = (h_0, c_0)) ->
+    (output, (h_n, c_n)); gradients of the input, h_0, c_0 and every parameter from grux's
+    backward. Dropout masks come from grux's generator, seeded from torch's."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
+        super().__init__()
+        dtype = _module_dtype(device, dtype)
+        _check_stack_args(input_size, hidden_size, num_layers, dropout)
+        if not isinstance(proj_size, int) or isinstance(proj_size, bool) or \
+                not 0 <= proj_size < int(hidden_size):
+            raise Error(f"proj_size: {proj_size!r} must be an integer in [0, hidden_size "
+                        f"{hidden_size})")
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.num_layers, self.bias = int(num_layers), bool(bias)
+        self.batch_first, self.dropout = bool(batch_first), float(dropout)
+        self.bidirectional, self.proj_size = bool(bidirectional), int(proj_size)
+        _register_stack(self, 4, dtype, self.proj_size)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _reset_uniform(self)
+
+    def extra_repr(self):  # in nn.LSTM's order
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size != 0:
+            s += f", proj_size={self.proj_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        for k, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
+                           ("bidirectional", False)):
+            if getattr(self, k) != default:
+                s += f", {k}={getattr(self, k)}"
+        return s
+
+    def forward(self, input, hx=None):
+        x, lengths, lens = _unpack(input, self.batch_first)
+        h0, c0 = _split_hx(hx, x)
+        names = self._flat_weights_names
+        weights = [getattr(self, n) for n in names]
+        dropout = self.dropout if self.training else 0.0
+        seed = _seed() if dropout > 0 and self.num_layers > 1 else 0
+        if torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in [x, h0, c0, *weights]):
+            spec = (names, self.batch_first, dropout, lengths, seed)
+            out, h_n, c_n = _LstmFunction.apply(spec, x, h0, c0, *weights)
+        else:
+            core = _grux.Lstm.from_state_dict({n: _np(w, n) for n, w in zip(names, weights)},
+                                              self.batch_first, dropout)
+            args = (_np(x, "input"), _np(h0, "h_0"), _np(c0, "c_0"), lengths)
+            if dropout > 0 and self.num_layers > 1:
+                o, h, c, _ = core.forward_train(*args, seed)
+            else:
+                o, h, c = core.forward(*args)
+            out, h_n, c_n = torch.from_numpy(o), torch.from_numpy(h), torch.from_numpy(c)
+        if lens is not None:
+            out = _pack_like(out, input, lens, self.batch_first)
+        return out, (h_n, c_n)
+
+
+class _LstmCellFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cell, x, h, c, *weights):
+        h1, c1 = cell.forward(_np(x, "input"), _np(h, "h_0"), _np(c, "c_0"))
+        ctx.cell, ctx.has_h, ctx.has_c = cell, h is not None, c is not None
+        empty = torch.zeros(0)
+        ctx.save_for_backward(x, h if h is not None else empty, c if c is not None else empty)
+        return torch.from_numpy(h1), torch.from_numpy(c1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_h, grad_c):
+        x, h, c = ctx.saved_tensors
+        g = ctx.cell.backward(_np(x, "input"), _np(h, "h_0") if ctx.has_h else None,
+                              _np(c, "c_0") if ctx.has_c else None, _np(grad_h, "grad_h"),
+                              _np(grad_c, "grad_c"))
+        names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if "bias_ih" in g else [])
+        return (None, _t(g["input"]), _t(g["hx"]) if ctx.has_h else None,
+                _t(g["cx"]) if ctx.has_c else None, *[_t(g[n]) for n in names])
+
+
+class LSTMCell(nn.Module):
+    """torch.nn.LSTMCell, run by grux: forward(input, hx=None) -> (h_1, c_1), hx = (h_0, c_0).
+    The weights are packed once and kept while they do not change (as GRUCell's)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__()
+        dtype = _module_dtype(device, dtype)
+        if int(hidden_size) < 1 or int(input_size) < 1:
+            raise Error(f"sizes: input_size {input_size} and hidden_size {hidden_size} must be >= 1")
+        self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bool(bias)
+        H = self.hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(4 * H, self.input_size, dtype=dtype))
+        self.weight_hh = nn.Parameter(torch.empty(4 * H, H, dtype=dtype))
+        if self.bias:
+            self.bias_ih = nn.Parameter(torch.empty(4 * H, dtype=dtype))
+            self.bias_hh = nn.Parameter(torch.empty(4 * H, dtype=dtype))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self._packed = None  # see _packed_cell
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _reset_uniform(self)
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+    def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
+        state = self.__dict__.copy()
+        state["_packed"] = None
+        return state
+
+    def reset_packed_weights(self):
+        """Forget the packed copy of the weights: needed only after writing them through
+        .data (which PyTorch does not count as a change); any other change is seen."""
+        self._packed = None
+
+    def forward(self, input, hx=None):
+        h, c = _split_hx(hx, input)
+        p = self._parameters
+        names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
+        weights = [p[n] for n in names]
+        cell, _, _ = _packed_cell(self, weights, lambda: _grux.LstmCell.from_state_dict(
+            {n: _np(w, n) for n, w in zip(names, weights)}))
+        if torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in [input, h, c, *weights]):
+            return _LstmCellFunction.apply(cell, input, h, c, *weights)
+        h1, c1 = cell.forward(_np(input, "input"), _np(h, "h_0"), _np(c, "c_0"))
+        return torch.from_numpy(h1), torch.from_numpy(c1)
 
 
 # ---- minGRU ----------------------------------------------------------------------------

@@ -73,6 +73,8 @@ grux::DType parse_dtype(const std::string& s);
 std::string dtype_str(grux::DType dtype);
 
 void bind_gru(py::module_& m);     // module.cpp
+void bind_stream(py::module_& m);  // module.cpp: GRU and LSTM streams
+void bind_lstm(py::module_& m);    // lstm.cpp
 void bind_scan(py::module_& m);    // scan.cpp
 void bind_mingru(py::module_& m);  // mingru.cpp
 void bind_conv(py::module_& m);    // conv.cpp

@@ -72,7 +72,7 @@ std::string profile_label(const grux::MachineProfile& p) {
 }
 
 // The report of `op` on `descriptor`. `lengths`: None, a specification string (as --lengths
-// takes it) or a sequence of ints (the per-sequence lengths, gru and mingru only).
+// takes it) or a sequence of ints (the per-sequence lengths, gru, lstm and mingru only).
 CostReport compute(const std::string& op, const std::string& descriptor, const std::string& dtype,
                    bool bias, bool reset_before, const py::object& lengths) {
   grux::CostOptions o;
@@ -83,7 +83,7 @@ CostReport compute(const std::string& op, const std::string& descriptor, const s
     if (!lengths.is_none()) o.lengths = lengths.cast<std::string>();
     return grux::cost_of(op, descriptor, o);
   }
-  // Explicit lengths: the registry only takes a specification string, so the two operators
+  // Explicit lengths: the registry only takes a specification string, so the operators
   // that have lengths are set up here as the registry does, with the lengths put in place.
   std::vector<int64_t> given;
   try {
@@ -97,6 +97,13 @@ CostReport compute(const std::string& op, const std::string& descriptor, const s
     grux::GruProblem p = grux::GruProblem::parse(descriptor);
     p.bias = o.bias, p.form = o.form, p.dtype = o.dtype, p.lengths = given;
     return grux::gru_cost(p);
+  }
+  if (op == "lstm") {
+    if (o.form != grux::GruForm::linear_before_reset)
+      throw grux::Error("lstm takes no --reset-before");
+    grux::LstmProblem p = grux::LstmProblem::parse(descriptor);
+    p.bias = o.bias, p.dtype = o.dtype, p.lengths = given;
+    return grux::lstm_cost(p);
   }
   if (op == "mingru") {
     if (o.form != grux::GruForm::linear_before_reset)
@@ -134,7 +141,7 @@ void grux_py::bind_cost(py::module_& m) {
         const CostReport r = compute(op, descriptor, dtype, bias, reset_before, lengths);
         const grux::MachineProfile profile = grux::load_profile(profile_path);
         const Prediction inference =
-            grux::predict(r.inference_phases, r.dtype, profile, threads, r.op == "gru_stream");
+            grux::predict(r.inference_phases, r.dtype, profile, threads, grux::is_stream_op(r.op));
 
         py::dict d;
         d["op"] = r.op, d["problem"] = r.problem, d["variant"] = r.variant;

@@ -1,5 +1,6 @@
-// grux._grux: the C++ engine for Python (pybind11), and its GRU classes; the other areas are
-// in scan.cpp, mingru.cpp, conv.cpp, cost.cpp, the array conversions in convert.h. Arrays
+// grux._grux: the C++ engine for Python (pybind11), its GRU classes and the stream of either
+// cell; the other areas are in lstm.cpp, scan.cpp, mingru.cpp, conv.cpp, cost.cpp, the array
+// conversions in convert.h. Arrays
 // cross without copies (convert.h). The GIL is released while grux computes. grux::Error
 // surfaces as grux.Error (a ValueError) with the C++ message. The Python-facing classes
 // (python/grux/) wrap these; this file holds no policy.
@@ -19,6 +20,7 @@
 #include "convert.h"
 #include "grux/error.h"
 #include "grux/gru.h"
+#include "grux/lstm.h"
 #include "grux/runtime.h"
 #include "grux/tensor.h"
 #include "grux/version.h"
@@ -70,12 +72,25 @@ py::dict grads_dict(const grux::GruConfig& cfg, const grux::GruGrads& g) {
   return d;
 }
 
-// A GruStream and what the binding's fast path needs to know of it.
+// A GruStream or an LstmStream and what the binding's fast path needs to know of it.
 struct Stream {
-  std::unique_ptr<grux::GruStream> stream;
-  int64_t N = 0, I = 0, H = 0;  // N = 0: unbatched
+  std::unique_ptr<grux::GruStream> gru;
+  std::unique_ptr<grux::LstmStream> lstm;
+  int64_t N = 0, I = 0, H = 0;  // N = 0: unbatched; H: the output's width (H_out for an LSTM)
+  int64_t row_work = 0;         // multiply-adds of one frame of one sequence in the first layer
   bool batch_first = false;
   DType dtype = DType::f32;
+
+  template <typename T>
+  void process(const T* in, T* out, int64_t frames) {
+    if (lstm)
+      lstm->process(in, out, frames);
+    else
+      gru->process(in, out, frames);
+  }
+  grux::Tensor step(const grux::Tensor& frames) {
+    return lstm ? lstm->step(frames) : gru->step(frames);
+  }
 
   // Frames handed straight to GruStream::process when they are a C-contiguous NumPy array or
   // CPU torch tensor of the stream's dtype in time-major layout ((N, I), (t, N, I); unbatched
@@ -116,11 +131,11 @@ struct Stream {
     }
     auto run = [&] {
       if (dtype == DType::f32)
-        stream->process(static_cast<const float*>(in->data), static_cast<float*>(o), t);
+        process(static_cast<const float*>(in->data), static_cast<float*>(o), t);
       else
-        stream->process(static_cast<const double*>(in->data), static_cast<double*>(o), t);
+        process(static_cast<const double*>(in->data), static_cast<double*>(o), t);
     };
-    if (t * rows * 3 * H * (I + H) >= (int64_t(1) << 16)) {
+    if (t * rows * row_work >= (int64_t(1) << 16)) {
       py::gil_scoped_release nogil;
       run();
     } else {
@@ -471,6 +486,8 @@ PYBIND11_MODULE(_grux, m) {
       "What the per-frame fast path reads of an array or tensor: (dtype, shape, data address, "
       "is torch, requires grad), or None where it takes the general path (for tests).");
   bind_gru(m);
+  bind_lstm(m);
+  bind_stream(m);
   m.add_object("_step_frame", py::reinterpret_steal<py::object>(
                                   PyCFunction_NewEx(&kStepFrameDef, nullptr, m.ptr())));
   m.def("_cell_handle", &cell_handle, py::arg("cell"), py::arg("names"), py::arg("weights"),
@@ -486,7 +503,7 @@ PYBIND11_MODULE(_grux, m) {
   bind_cost(m);
 }
 
-// Gru, GruCell, GruStream.
+// Gru, GruCell.
 void grux_py::bind_gru(py::module_& m) {
   m.def(
       "is_torch_tensor", [](const py::handle& x) { return is_torch_tensor(x); },
@@ -632,19 +649,37 @@ void grux_py::bind_gru(py::module_& m) {
             return d;
           },
           py::arg("input"), py::arg("hx"), py::arg("grad_output"), py::arg("threads") = 0);
+}
 
-  py::class_<Stream>(m, "GruStream")
+// GruStream and LstmStream as one class (the fast path's Stream): made from a Gru or an Lstm.
+void grux_py::bind_stream(py::module_& m) {
+  py::class_<Stream>(m, "Stream")
       .def(py::init([](const grux::Gru& g, int64_t batch, const py::object& h0, int threads,
                        const std::string& precision) {
              auto st = std::make_unique<Stream>();
-             st->stream = std::make_unique<grux::GruStream>(
-                 g, batch, from_optional(h0, "h0"), grux::parse_precision(precision), threads);
-             st->N = batch, st->I = g.config().input_size, st->H = g.config().hidden_size;
-             st->batch_first = g.config().batch_first, st->dtype = g.dtype();
+             st->gru = std::make_unique<grux::GruStream>(g, batch, from_optional(h0, "h0"),
+                                                         grux::parse_precision(precision), threads);
+             const grux::GruConfig& c = g.config();
+             st->N = batch, st->I = c.input_size, st->H = c.hidden_size;
+             st->row_work = 3 * c.hidden_size * (c.input_size + c.hidden_size);
+             st->batch_first = c.batch_first, st->dtype = g.dtype();
              return st;
            }),
            py::arg("gru"), py::arg("batch"), py::arg("h0") = py::none(), py::arg("threads") = 0,
            py::arg("precision") = "f32")
+      .def(py::init([](const grux::Lstm& l, int64_t batch, const py::object& h0,
+                       const py::object& c0, int threads) {
+             auto st = std::make_unique<Stream>();
+             st->lstm = std::make_unique<grux::LstmStream>(l, batch, from_optional(h0, "h0"),
+                                                           from_optional(c0, "c0"), threads);
+             const grux::LstmConfig& c = l.config();
+             st->N = batch, st->I = c.input_size, st->H = c.output_size();
+             st->row_work = 4 * c.hidden_size * (c.input_size + c.output_size());
+             st->batch_first = c.batch_first, st->dtype = l.dtype();
+             return st;
+           }),
+           py::arg("lstm"), py::arg("batch"), py::arg("h0") = py::none(),
+           py::arg("c0") = py::none(), py::arg("threads") = 0)
       .def(
           "step",
           [](Stream& s, const py::object& frames, const py::object& out) -> py::object {
@@ -667,7 +702,7 @@ void grux_py::bind_gru(py::module_& m) {
             Tensor result;
             {
               py::gil_scoped_release nogil;
-              result = s.stream->step(tx);
+              result = s.step(tx);
             }
             if (o == nullptr) return to_like(result, frames);
             const Tensor c = result.contiguous();
@@ -692,9 +727,22 @@ void grux_py::bind_gru(py::module_& m) {
             return py::reinterpret_steal<py::object>(cap);
           },
           "A handle for _step_frame (holds this stream).")
-      .def("state", [](const Stream& s) { return to_array(s.stream->state()); })
+      .def("state",
+           [](const Stream& s) { return to_array(s.lstm ? s.lstm->state() : s.gru->state()); })
+      .def("cell_state",
+           [](const Stream& s) {
+             if (!s.lstm) throw grux::Error("cell_state: a GRU stream has no cell state");
+             return to_array(s.lstm->cell_state());
+           })
       .def(
           "reset",
-          [](Stream& s, const py::object& h0) { s.stream->reset(from_optional(h0, "h0")); },
-          py::arg("h0") = py::none());
+          [](Stream& s, const py::object& h0, const py::object& c0) {
+            if (s.lstm) {
+              s.lstm->reset(from_optional(h0, "h0"), from_optional(c0, "c0"));
+            } else {
+              if (!c0.is_none()) throw grux::Error("reset: c0 given, but a GRU has no cell state");
+              s.gru->reset(from_optional(h0, "h0"));
+            }
+          },
+          py::arg("h0") = py::none(), py::arg("c0") = py::none());
 }

@@ -73,6 +73,13 @@ CostReport gru_from(const std::string& d, const CostOptions& o, bool stream) {
   return stream ? gru_stream_cost(p) : gru_cost(p);
 }
 
+CostReport lstm_from(const std::string& d, const CostOptions& o, bool stream) {
+  LstmProblem p = LstmProblem::parse(d);
+  p.bias = o.bias, p.dtype = o.dtype;
+  p.set_lengths(o.lengths);
+  return stream ? lstm_stream_cost(p) : lstm_cost(p);
+}
+
 CostReport scan_from(ScanCostOp op, const std::string& d, const CostOptions& o) {
   ScanProblem p = ScanProblem::parse(d);
   p.dtype = o.dtype;
@@ -101,6 +108,19 @@ const std::vector<CostOp>& cost_ops() {
          GruCellProblem p = GruCellProblem::parse(d);
          p.bias = o.bias, p.form = o.form, p.dtype = o.dtype;
          return gru_cell_cost(p);
+       }},
+      {"lstm", "LSTM stack (nn.LSTM): layers x directions x time, optional projection p",
+       "l{L}d{D}t{T}n{N}i{I}h{H}[p{P}]", "l1d1t100n64i256h512", "ldtnihp", "ldp", true, false, true,
+       [](const std::string& d, const CostOptions& o) { return lstm_from(d, o, false); }},
+      {"lstm_stream", "LSTM stack fed one frame per call (LstmStream, grux bench lstm --cell)",
+       "l{L}d1t{T}n{N}i{I}h{H}[p{P}]", "l1d1t1000n1i64h256", "ldtnihp", "ldp", true, false, false,
+       [](const std::string& d, const CostOptions& o) { return lstm_from(d, o, true); }},
+      {"lstm_cell", "one LSTMCell step (nn.LSTMCell)", "n{N}i{I}h{H}", "n1i256h256", "nih", "",
+       true, false, false,
+       [](const std::string& d, const CostOptions& o) {
+         LstmCellProblem p = LstmCellProblem::parse(d);
+         p.bias = o.bias, p.dtype = o.dtype;
+         return lstm_cell_cost(p);
        }},
       {"linear", "nn.Linear, y = x W^T + b", "b{B}i{I}o{O}", "b32i256o512", "bio", "", true, false,
        false,
@@ -192,6 +212,10 @@ const std::vector<CostOp>& cost_ops() {
        }},
   };
   return ops;
+}
+
+bool is_stream_op(const std::string& op) {
+  return op == "gru_stream" || op == "lstm_stream";
 }
 
 const CostOp& find_cost_op(const std::string& name) {

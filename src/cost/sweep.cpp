@@ -159,7 +159,7 @@ SweepResult run_sweep(const SweepSpec& spec, const MachineProfile& profile, int 
     try {
       rep = cost_of(op.name, d, spec.options);
       inf = predict(rep.inference_phases, spec.options.dtype, profile, threads,
-                    op.name == "gru_stream");
+                    is_stream_op(op.name));
       trn = predict(rep.training_phases, spec.options.dtype, profile, threads);
     } catch (const Error& e) {
       throw Error(fmt::format("sweep point {}: {}", d, e.what()));
@@ -317,6 +317,13 @@ std::vector<MeasuredPoint> measured_points(const std::string& jsonl, const std::
         if (std::regex_search(problem, m, lengths_re))
           p.set_lengths(fmt::format("uniform:{}:{}:{}", m[1].str(), m[2].str(), m[3].str()));
         rep = mode == "cell" ? gru_stream_cost(p) : gru_cost(p);
+      } else if (op == "lstm") {
+        LstmProblem p = LstmProblem::parse(problem.substr(0, problem.find('_')));
+        p.dtype = dtype;
+        std::smatch m;
+        if (std::regex_search(problem, m, lengths_re))
+          p.set_lengths(fmt::format("uniform:{}:{}:{}", m[1].str(), m[2].str(), m[3].str()));
+        rep = mode == "cell" ? lstm_stream_cost(p) : lstm_cost(p);
       } else if (op == "conv2d") {
         ConvProblem p = ConvProblem::parse(problem);
         p.dtype = dtype;

@@ -69,6 +69,22 @@ std::string LstmProblem::descriptor() const {
                      hidden_size, proj_size > 0 ? fmt::format("p{}", proj_size) : std::string());
 }
 
+LstmCellProblem LstmCellProblem::parse(const std::string& text) {
+  const detail::Descriptor d = detail::Descriptor::parse(
+      text, {{'n'}, {'i'}, {'h'}}, "LSTMCell problem descriptor", "n{N}i{I}h{H}, e.g. n1i256h256");
+  LstmCellProblem p;
+  p.N = d.get('n'), p.I = d.get('i'), p.H = d.get('h');
+  for (auto [name, v] : {std::pair{"n", p.N}, {"i", p.I}, {"h", p.H}})
+    if (v < 1)
+      throw Error(
+          fmt::format("LSTMCell problem descriptor '{}': {}{} (expected >= 1)", text, name, v));
+  return p;
+}
+
+std::string LstmCellProblem::descriptor() const {
+  return fmt::format("n{}i{}h{}", N, I, H);
+}
+
 double LstmProblem::gemm_flops() const {
   const int64_t D = directions(), H = hidden_size, P = output_size();
   double f = 0;

@@ -304,6 +304,36 @@ def test_profile_gru_cell_seed_formula(cls, bias):
     assert r1.problem == f"gru_cell n1i{I}h{H}"
 
 
+@pytest.mark.parametrize("cls", [nn.LSTM, gt.LSTM])
+@pytest.mark.parametrize("L,bidirectional,proj", [(1, False, 0), (2, True, 0), (2, True, 3)])
+def test_profile_lstm(cls, L, bidirectional, proj):
+    T, N, I, H = 7, 3, 5, 6
+    lstm = cls(I, H, L, bidirectional=bidirectional, proj_size=proj)
+    r = grux.profile(lstm, torch.randn(T, N, I))[0]
+    D, Ho = 2 if bidirectional else 1, proj or H
+    desc = f"l{L}d{D}t{T}n{N}i{I}h{H}" + (f"p{proj}" if proj else "")
+    assert r.problem == "lstm " + desc
+    macs = sum(D * T * N * (4 * H * ((I if l == 0 else D * Ho) + Ho) + proj * H) for l in range(L))
+    assert r.macs == macs
+    assert r.parameters == numel(lstm)
+    assert r.operations == grux.cost("lstm", desc)["forward_total_ops"]
+    lengths = [7, 2, 5]
+    packed = pack_padded_sequence(torch.randn(T, N, I), torch.tensor(lengths),
+                                  enforce_sorted=False)
+    assert grux.profile(lstm, packed)[0].macs * T * N == macs * sum(lengths)
+
+
+@pytest.mark.parametrize("cls", [nn.LSTMCell, gt.LSTMCell])
+def test_profile_lstm_cell_seed_formula(cls):
+    N, I, H = 4, 10, 12
+    cell = cls(I, H)
+    r = grux.profile(cell, torch.randn(N, I))[0]
+    assert r.problem == f"lstm_cell n{N}i{I}h{H}"
+    assert r.operations == N * H * (8 * I + 8 * H + 31)  # docs/cost_model.md's LSTMCell count
+    assert r.macs == N * 4 * H * (I + H)
+    assert r.parameters == numel(cell)
+
+
 def test_profile_float64_and_unknown_layers():
     class Block(nn.Module):
         def __init__(self):

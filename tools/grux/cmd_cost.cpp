@@ -77,7 +77,7 @@ Prediction predict_for(const CostReport& r, const CostArgs& a, DType dtype, bool
   if (a.threads < 0) throw Error(fmt::format("--threads {} (expected >= 1)", a.threads));
   const int threads = a.threads == 0 ? omp_get_num_procs() : a.threads;
   return predict(train ? r.training_phases : r.inference_phases, dtype, profile_of(a, dtype),
-                 threads, r.op == "gru_stream" && !train);
+                 threads, is_stream_op(r.op) && !train);
 }
 
 // `--ranks K`: the problem on K ranks over the links that matter (the measured local one, a
@@ -320,7 +320,9 @@ Action add_cost_command(CLI::App& app) {
                 "and GEMM rates; bf16 and int8 take f32)")
       ->capture_default_str();
   c->add_option("--format", a->format, "table, csv, json or md")->capture_default_str();
-  c->add_flag("--no-bias", a->no_bias, "gru, gru_stream, gru_cell, linear, mingru: without bias");
+  c->add_flag(
+      "--no-bias", a->no_bias,
+      "gru, gru_stream, gru_cell, lstm, lstm_stream, lstm_cell, linear, mingru: without bias");
   c->add_flag("--reset-before", a->reset_before, "gru, gru_cell: the reset-before form");
   c->add_option("--ranks", a->ranks,
                 "gru, mingru, charlm, scans: the problem split over K processes (the batch, or "
@@ -330,8 +332,9 @@ Action add_cost_command(CLI::App& app) {
                 "one (mpirun -np 2 grux calibrate) and the 10 and 100 Gbit/s presets");
   c->add_option("--link-latency-us", a->link_latency_us, "with --link-gbit-s: per message (us)")
       ->capture_default_str();
-  c->add_option("--lengths", a->lengths,
-                "gru, mingru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
+  c->add_option(
+      "--lengths", a->lengths,
+      "gru, lstm, mingru: variable lengths, uniform:LO:HI:SEED or an int64 .npy of shape (N,)");
   add_profile_options(c, a->profile, a->threads, a->overrides);
 
   auto sw = std::make_shared<SweepArgs>();
@@ -350,10 +353,12 @@ Action add_cost_command(CLI::App& app) {
   w->add_option("--mode", sw->base.mode, "seed, gemm or mac")->capture_default_str();
   w->add_flag("--train", sw->base.train, "also backward and training metrics");
   w->add_option("--dtype", sw->base.dtype, "f32 or f64")->capture_default_str();
-  w->add_flag("--no-bias", sw->base.no_bias,
-              "without bias (gru, gru_stream, gru_cell, linear, mingru)");
+  w->add_flag(
+      "--no-bias", sw->base.no_bias,
+      "without bias (gru, gru_stream, gru_cell, lstm, lstm_stream, lstm_cell, linear, mingru)");
   w->add_flag("--reset-before", sw->base.reset_before, "the reset-before form (gru, gru_cell)");
-  w->add_option("--lengths", sw->base.lengths, "gru, mingru: variable lengths, uniform:LO:HI:SEED");
+  w->add_option("--lengths", sw->base.lengths,
+                "gru, lstm, mingru: variable lengths, uniform:LO:HI:SEED");
   add_profile_options(w, sw->base.profile, sw->base.threads, sw->base.overrides);
   w->add_option("--bench", sw->bench,
                 "html: JSON lines printed by grux bench gru|conv2d, drawn on the roofline chart");
