@@ -192,7 +192,8 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
   test::TempDir tmp;
   for (const char* args : {"bench lstm l2d2t6n3i5h7p3 --threads 1 --reps 2",
                            "bench lstm t6n3i5h17 --train --lengths uniform:1:6:2 --reps 1",
-                           "bench lstm t4n2i3h5 --dtype f64 --reps 1"}) {
+                           "bench lstm t4n2i3h5 --dtype f64 --reps 1",
+                           "bench lstm l2t40n1i1h6 --cell --block 7 --reps 1 --predict"}) {
     const test::CliRun r = grux_cli(tmp.path, args);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
@@ -201,6 +202,13 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
     EXPECT_TRUE(j["checked"].get<bool>());
     EXPECT_GT(j["median_ms"].get<double>(), 0);
     EXPECT_GT(j["gflops"].get<double>(), 0);
+    // The cost model's roofline at this process's rates (grux cost lstm's phases).
+    EXPECT_GT(j["bound_ms"].get<double>(), 0);
+    EXPECT_THAT(j["bound"].get<std::string>(), testing::AnyOf("compute", "traffic"));
+    if (j["mode"] == "cell") {
+      EXPECT_EQ(j["block"], 7);
+      EXPECT_GT(j["predicted_ms"].get<double>(), 0);
+    }
   }
   const test::CliRun r = grux_cli(tmp.path, "bench lstm l2d2t6n3i5h7p3 --reps 1");
   EXPECT_EQ(nlohmann::json::parse(r.out)["problem"], "l2d2t6n3i5h7p3");

@@ -359,8 +359,8 @@ void run_bench_gru(const BenchArgs& a) {
 // ---- LSTM ----------------------------------------------------------------------------------
 
 struct LstmBenchArgs {
-  std::string descriptor, lengths, dtype = "f32";
-  bool train = false, cell = false, inject_mismatch = false;
+  std::string descriptor, lengths, dtype = "f32", profile;
+  bool train = false, cell = false, inject_mismatch = false, predict = false;
   int threads = 0, reps = 10;
   int64_t block = 1;  // --cell: frames per call
 };
@@ -450,17 +450,25 @@ void run_bench_lstm(const LstmBenchArgs& a) {
                             a.block, ns, 1e9 / 48000.0 / ns);
   }
   const GemmRates peak = measure_gemm_rates(p.dtype, 3, 0);
+  // The cost model's roofline with this process's rates, and with --predict its prediction.
+  const CostReport cost = a.cell ? lstm_stream_cost(p) : lstm_cost(p);
+  const std::vector<Phase>& phases = a.train ? cost.training_phases : cost.inference_phases;
+  const Bound bound = live_bound(phases, p.dtype, threads, peak.best());
+  const std::string predicted =
+      a.predict ? prediction_fields(phases, p.dtype, threads, a.cell, a.profile, t.median_ms) : "";
   fmt::print(
       "{{\"op\":\"lstm\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
-      "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f}{},\"checked\":true}}\n",
+      "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.6g},\"bound\":\"{}\","
+      "\"pct_of_bound\":{:.1f},\"read_gbps\":{:.1f}{}{},\"checked\":true}}\n",
       name,
       a.train  ? "train"
       : a.cell ? "cell"
                : "inference",
       threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
-      100 * gflops / peak.best(), peak.best(), peak.n, peak.blas, peak.grux, per_frame);
+      100 * gflops / peak.best(), peak.best(), peak.n, peak.blas, peak.grux, bound.ms, bound.side,
+      100 * bound.ms / t.median_ms, bound.read_gbps, predicted, per_frame);
 }
 
 // ---- minGRU --------------------------------------------------------------------------------
@@ -753,7 +761,8 @@ Action add_bench_command(CLI::App& app) {
       "whole stack. gflops counts GEMM flops (2*N*T*4H*(in+H_out) per layer and direction, "
       "plus 2*N*T*H*P for a projection; x3 for --train); pct_of_gemm_peak divides by the best "
       "large square GEMM rate (the BLAS's or grux's) measured in the same process at the same "
-      "thread count.");
+      "thread count. bound_ms is the cost model's roofline (grux cost lstm) at the rates "
+      "measured in the process; pct_of_bound = bound_ms / median_ms.");
   lg->add_option("DESCRIPTOR", la->descriptor, "problem, e.g. l2d2t200n32i128h256")->required();
   lg->add_flag("--train", la->train, "time forward + backward");
   lg->add_flag("--cell", la->cell,
@@ -767,6 +776,10 @@ Action add_bench_command(CLI::App& app) {
   lg->add_option("--threads", la->threads, "threads (default: all cores)");
   lg->add_option("--reps", la->reps, "timed runs after one warm-up")->capture_default_str();
   lg->add_option("--dtype", la->dtype, "f32 or f64")->capture_default_str();
+  lg->add_flag("--predict", la->predict,
+               "also print the cost model's prediction (predicted_ms, predicted_over_measured, "
+               "predicted_bound) from the calibrated profile (grux calibrate)");
+  lg->add_option("--profile", la->profile, "profile for --predict (default: grux calibrate's)");
   lg->add_flag("--inject-mismatch", la->inject_mismatch)->group("");  // hidden: for tests
   auto ma = std::make_shared<MinGruBenchArgs>();
   CLI::App* mg = c->add_subcommand(
