@@ -66,11 +66,16 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-TEST(DistCli, TwoProcessesTrainAsOneAndRepeatExactly) {
+class DistCliCells : public ::testing::TestWithParam<const char*> {};
+
+// The same run on one process and on two (each half the streams, the gradients summed), a GRU
+// model and an LSTM one.
+TEST_P(DistCliCells, TwoProcessesTrainAsOneAndRepeatExactly) {
   TempDir tmp;
-  const CliRun one = test::grux_cli(tmp.path, kRun + " --out " + tmp.path + "/one");
+  const std::string run = kRun + " --cell " + GetParam();
+  const CliRun one = test::grux_cli(tmp.path, run + " --out " + tmp.path + "/one");
   ASSERT_EQ(one.code, 0) << one.err;
-  const CliRun two = grux_mpi(tmp.path, kRun + " --out " + tmp.path + "/two");
+  const CliRun two = grux_mpi(tmp.path, run + " --out " + tmp.path + "/two");
   ASSERT_EQ(two.code, 0) << two.err;
   // Rank 0 alone prints; the header says how the run is split.
   EXPECT_EQ(count(two.err, "grux train:"), 1u) << two.err;
@@ -85,13 +90,15 @@ TEST(DistCli, TwoProcessesTrainAsOneAndRepeatExactly) {
     EXPECT_NEAR(b.train[i], a.train[i], 1e-4 * a.train[i] + 1e-6) << "step " << i + 1;
   for (size_t i = 0; i < a.val.size(); ++i)
     EXPECT_NEAR(b.val[i], a.val[i], 1e-4 * a.val[i] + 1e-6) << "validation " << i;
-  const CliRun again = grux_mpi(tmp.path, kRun + " --out " + tmp.path + "/again");
+  const CliRun again = grux_mpi(tmp.path, run + " --out " + tmp.path + "/again");
   ASSERT_EQ(again.code, 0) << again.err;
   const std::string ck = test::slurp(tmp.path + "/two/checkpoint.safetensors");
   EXPECT_FALSE(ck.empty());
   EXPECT_TRUE(ck == test::slurp(tmp.path + "/again/checkpoint.safetensors"))
       << "two 2-process runs wrote different checkpoints";
 }
+
+INSTANTIATE_TEST_SUITE_P(Cells, DistCliCells, ::testing::Values("gru", "lstm"));
 
 // Starts `mpiexec -n 2 grux ARGS` in the background; returns when `file` exists (or 60 s).
 void start_mpi(const std::string& dir, const std::string& args, const std::string& file) {

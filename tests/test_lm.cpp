@@ -31,6 +31,7 @@ TrainOptions golden_options(const SafeTensors& g) {
   o.model.layers = std::stoll(m("layers"));
   o.model.embed = std::stoll(m("embed"));
   o.model.hidden = std::stoll(m("hidden"));
+  o.model.cell = g.metadata.count("cell") ? m("cell") : "gru";
   o.batch = std::stoll(m("batch"));
   o.window = std::stoll(m("window"));
   o.steps = std::stoll(m("steps"));
@@ -69,11 +70,13 @@ TEST_P(LmGolden, LossesMatchPyTorchStepForStep) {
 
 INSTANTIATE_TEST_SUITE_P(Traces, LmGolden,
                          ::testing::Values("adam_f64_l2", "adam_f32_l2", "adamw_f64_l1",
-                                           "sgd_f64_l1"));
+                                           "sgd_f64_l1", "lstm_adam_f64_l2", "lstm_adam_f32_l2",
+                                           "lstm_sgd_f64_l1"));
 
-TrainOptions small_options(DType dtype) {
+TrainOptions small_options(DType dtype, const char* cell = "gru") {
   TrainOptions o;
   o.model.dtype = dtype;
+  o.model.cell = cell;
   o.model.layers = 2;
   o.model.embed = 6;
   o.model.hidden = 10;
@@ -96,9 +99,10 @@ void run_to_end(Trainer& t, std::vector<double>& losses) {
 // optimizer state, carried hidden state, data cursor and dropout stream all restored.
 TEST(LmCheckpoint, ResumeGivesTheUninterruptedLosses) {
   for (DType dtype : {DType::f32, DType::f64}) {
-    for (const char* opt : {"adam", "sgd"}) {
-      TrainOptions o = small_options(dtype);
-      o.optimizer = opt;
+    for (const char* opt : {"adam", "sgd", "lstm adam"}) {
+      const bool lstm = std::string(opt) == "lstm adam";
+      TrainOptions o = small_options(dtype, lstm ? "lstm" : "gru");
+      o.optimizer = lstm ? "adam" : opt;
       const std::string text = corpus(2000);  // the pass over the data wraps mid-run
       Trainer a(o, text);
       std::vector<double> full;
@@ -177,9 +181,11 @@ TEST(LmCheckpoint, BadCheckpointsAreErrorsNamingTheProblem) {
 
 // d(loss)/d(parameter) of the whole model (embedding, 2 GRU layers, fc, cross-entropy) against
 // central differences in f64, on sampled coordinates of every parameter.
-TEST(LmGradient, MatchesFiniteDifferencesInF64) {
+class LmGradient : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LmGradient, MatchesFiniteDifferencesInF64) {
   CharLmConfig c;
-  c.vocab = 7, c.embed = 4, c.hidden = 5, c.layers = 2, c.dtype = DType::f64;
+  c.vocab = 7, c.embed = 4, c.hidden = 5, c.layers = 2, c.dtype = DType::f64, c.cell = GetParam();
   CharLm m(c, 3);
   std::mt19937_64 rng(5);
   std::uniform_int_distribution<int64_t> id(0, c.vocab - 1);
@@ -187,7 +193,7 @@ TEST(LmGradient, MatchesFiniteDifferencesInF64) {
   Tensor ids = Tensor::empty({T, N}, DType::i64), targets = Tensor::empty({T, N}, DType::i64);
   for (int64_t i = 0; i < T * N; ++i) ids.data<int64_t>()[i] = id(rng);
   for (int64_t i = 0; i < T * N; ++i) targets.data<int64_t>()[i] = id(rng);
-  Tensor h0 = test::random_tensor({c.layers, N, c.hidden}, DType::f64, rng, 0.5);
+  Tensor h0 = test::random_tensor({c.state_rows(), N, c.hidden}, DType::f64, rng, 0.5);
   auto loss = [&] {
     Tensor h = h0.clone();
     return m.forward_backward(ids, targets, h, false);
@@ -214,6 +220,8 @@ TEST(LmGradient, MatchesFiniteDifferencesInF64) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cells, LmGradient, ::testing::Values("gru", "lstm"));
 
 // One window of batch 1 from a sequence: ids seq[0, T), targets seq[1, T].
 void window_of(const std::vector<int64_t>& seq, Tensor& ids, Tensor& targets) {
@@ -242,18 +250,19 @@ double stream_loss(CharLm::Stream& s, const std::vector<int64_t>& seq) {
 // Streaming generation computes the same logits as the whole-window forward: the mean
 // cross-entropy of a sequence computed from the stream's logits equals forward_backward's.
 TEST(LmStream, StepByStepEqualsWholeWindow) {
-  for (DType dtype : {DType::f32, DType::f64}) {
-    CharLmConfig c;
-    c.vocab = 11, c.embed = 5, c.hidden = 19, c.layers = 2, c.dtype = dtype;
-    CharLm m(c, 9);
-    const std::vector<int64_t> seq{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
-    Tensor ids, targets, h;
-    window_of(seq, ids, targets);
-    const double whole = m.forward_backward(ids, targets, h, false);
-    CharLm::Stream s(m, 1);
-    EXPECT_NEAR(stream_loss(s, seq), whole, dtype == DType::f64 ? 1e-12 : 1e-5)
-        << dtype_name(dtype);
-  }
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const char* cell : {"gru", "lstm"}) {
+      CharLmConfig c;
+      c.vocab = 11, c.embed = 5, c.hidden = 19, c.layers = 2, c.dtype = dtype, c.cell = cell;
+      CharLm m(c, 9);
+      const std::vector<int64_t> seq{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+      Tensor ids, targets, h;
+      window_of(seq, ids, targets);
+      const double whole = m.forward_backward(ids, targets, h, false);
+      CharLm::Stream s(m, 1);
+      EXPECT_NEAR(stream_loss(s, seq), whole, dtype == DType::f64 ? 1e-12 : 1e-5)
+          << dtype_name(dtype) << " " << cell;
+    }
 }
 
 // The GRU's products in bf16 and int8: a stream fed one character at a time gives the loss
@@ -344,18 +353,38 @@ TEST(LmPrecision, Bf16TrainingResumesExactlyAndStaysNearF32) {
 
 // Beam reordering moves whole states: after reorder({1, 1}) both beams continue beam 1.
 TEST(LmStream, ReorderCopiesBeamStates) {
-  CharLmConfig c;
-  c.vocab = 5, c.embed = 3, c.hidden = 8, c.layers = 2;
-  CharLm m(c, 2);
-  // Against a stream of the same batch fed beam 1's history in both rows (a batch-1 stream
-  // runs another kernel, equal within rounding only).
-  CharLm::Stream two(m, 2), both(m, 2);
-  two.step({0, 3});
-  both.step({3, 3});
-  two.reorder({1, 1});
-  const std::vector<double> z2 = two.step({2, 2}), zb = both.step({2, 2});
-  for (int64_t v = 0; v < 2 * c.vocab; ++v) EXPECT_EQ(z2[v], zb[v]);
-  EXPECT_NE(z2[0], CharLm::Stream(m, 2).step({2, 2})[0]);  // the history mattered
+  for (const char* cell : {"gru", "lstm"}) {
+    SCOPED_TRACE(cell);
+    CharLmConfig c;
+    c.vocab = 5, c.embed = 3, c.hidden = 8, c.layers = 2, c.cell = cell;
+    CharLm m(c, 2);
+    // Against a stream of the same batch fed beam 1's history in both rows (a batch-1 stream
+    // runs another kernel, equal within rounding only).
+    CharLm::Stream two(m, 2), both(m, 2);
+    two.step({0, 3});
+    both.step({3, 3});
+    two.reorder({1, 1});
+    const std::vector<double> z2 = two.step({2, 2}), zb = both.step({2, 2});
+    for (int64_t v = 0; v < 2 * c.vocab; ++v) EXPECT_EQ(z2[v], zb[v]);
+    EXPECT_NE(z2[0], CharLm::Stream(m, 2).step({2, 2})[0]);  // the history mattered
+  }
+}
+
+// An LSTM model: bf16 and int8 are the GRU's; asking for them is an error naming why.
+TEST(LmLstm, LowPrecisionIsRefusedInOneLine) {
+  TrainOptions o = small_options(DType::f32, "lstm");
+  o.precision = Precision::bf16;
+  EXPECT_THAT([&] { Trainer(o, corpus(2000)); },
+              testing::ThrowsMessage<Error>(HasSubstr("an LSTM model trains in f32")));
+  o.precision = Precision::f32;
+  Trainer tr(o, corpus(2000));
+  EXPECT_THAT([&] { tr.validation_loss(Precision::int8); },
+              testing::ThrowsMessage<Error>(HasSubstr("the model is an LSTM")));
+  EXPECT_THAT([&] { CharLm::Stream(tr.model(), 1, Precision::bf16); },
+              testing::ThrowsMessage<Error>(HasSubstr("an LSTM model runs in f32")));
+  CharLmConfig bad = tr.model().config();
+  bad.cell = "rnn";
+  EXPECT_THAT([&] { bad.validate(); }, testing::ThrowsMessage<Error>(HasSubstr("gru or lstm")));
 }
 
 TEST(LmText, Utf8RoundTripAndErrors) {

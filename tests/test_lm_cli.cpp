@@ -128,6 +128,43 @@ TEST(LmCli, TrainThenShowThenGenerate) {
   EXPECT_THAT(r.out, HasSubstr("int8 "));
 }
 
+// An LSTM model from the command line: trained, shown, generated from, evaluated; resumed
+// with its cell from the checkpoint; bf16 and int8 refused in one line.
+TEST(LmCli, TrainAnLstmThenShowGenerateAndEvaluate) {
+  Fixture f;
+  const std::string out = f.dir.path + "/run", ck = out + "/checkpoint.safetensors";
+  CliRun r = grux_cli(f.dir.path, "train " + f.small + " --cell lstm --steps 12 --eval-every 6 " +
+                                      "--checkpoint-every 6 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("-> LSTM "));
+  r = grux_cli(f.dir.path, "model show " + ck + " --dot -");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("character-level LSTM language model"));
+  EXPECT_THAT(r.out, HasSubstr("lstm.weight_hh_l0"));
+  EXPECT_THAT(r.out, HasSubstr("(64, 16)"));  // 4H x H
+  EXPECT_THAT(r.out, HasSubstr("LSTM layer 0"));
+  r = grux_cli(f.dir.path, "generate --checkpoint " + ck + " --prompt ROMEO: --length 30 --beam 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.size(), 6u + 30u + 1u) << r.out;
+  r = grux_cli(f.dir.path, "model eval " + ck + " --data " + f.data);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("f32 "));
+  EXPECT_THAT(r.out, Not(HasSubstr("bf16 ")));
+  expect_user_error(grux_cli(f.dir.path, "generate --checkpoint " + ck + " --precision int8"),
+                    {"an LSTM model runs in f32"});
+  expect_user_error(grux_cli(f.dir.path, "train " + f.small +
+                                             " --cell lstm --steps 2 "
+                                             "--precision bf16 --out " +
+                                             f.dir.path + "/bf"),
+                    {"an LSTM model trains in f32"});
+  expect_user_error(grux_cli(f.dir.path, "train " + f.small + " --cell rnn --steps 2 --out " +
+                                             f.dir.path + "/rnn"),
+                    {"--cell"});
+  expect_user_error(grux_cli(f.dir.path, "train --data " + f.data + " --resume " + ck +
+                                             " --cell gru --out " + out),
+                    {"--cell cannot be combined with --resume"});
+}
+
 // Training in bf16 from the command line: the banner and `model show` say so, and the run
 // resumes in bf16.
 TEST(LmCli, TrainInBf16) {

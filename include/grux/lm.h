@@ -1,5 +1,5 @@
-// The character-level GRU language model: vocabulary (UTF-8 characters), the model
-// (embedding -> GRU stack -> Linear -> softmax cross-entropy), text batching for truncated
+// The character-level language model: vocabulary (UTF-8 characters), the model (embedding ->
+// GRU or LSTM stack -> Linear -> softmax cross-entropy), text batching for truncated
 // backpropagation through time, and training with checkpoints that resume exactly.
 #pragma once
 
@@ -12,13 +12,14 @@
 
 #include "grux/export.h"
 #include "grux/gru.h"
+#include "grux/lstm.h"
 #include "grux/optim.h"
 #include "grux/tensor.h"
 
 namespace grux GRUX_API {
 
-// Sizes: V vocabulary, E embedding width, H hidden size, L GRU layers, T window (time steps),
-// N batch (parallel streams of text).
+// Sizes: V vocabulary, E embedding width, H hidden size, L recurrent layers, T window (time
+// steps), N batch (parallel streams of text).
 
 // The characters of a text, sorted by code point; id = index. Decoding and encoding check
 // UTF-8 strictly (overlong forms, surrogates, truncated sequences are errors naming the byte
@@ -53,16 +54,23 @@ struct CharLmConfig {
   int64_t embed = 64;
   int64_t hidden = 512;
   int64_t layers = 1;
-  double dropout = 0.0;  // between GRU layers (training only)
+  double dropout = 0.0;  // between recurrent layers (training only)
   DType dtype = DType::f32;
-  void validate() const;  // throws grux::Error naming the field
+  std::string cell = "gru";  // the recurrent layers: "gru" or "lstm"
+  void validate() const;     // throws grux::Error naming the field
+  bool lstm() const { return cell == "lstm"; }
+  // Rows of the carried state: L for the GRU (h), 2L for the LSTM (h, then c).
+  int64_t state_rows() const { return lstm() ? 2 * layers : layers; }
   std::string to_json() const;
   static CharLmConfig from_json(const std::string& json);  // throws on malformed/missing fields
 };
 
-// The model. Parameters (names as a PyTorch module with attributes embedding, gru, fc):
+// The model. Parameters (names as a PyTorch module with attributes embedding, gru or lstm, fc):
 //   embedding.weight (V, E); gru.weight_ih_l{k} (3H, E or H), gru.weight_hh_l{k} (3H, H),
-//   gru.bias_ih_l{k}, gru.bias_hh_l{k} (3H); fc.weight (V, H), fc.bias (V).
+//   gru.bias_ih_l{k}, gru.bias_hh_l{k} (3H); for an LSTM lstm.weight_ih_l{k} (4H, E or H) and
+//   so on with 4H rows; fc.weight (V, H), fc.bias (V).
+// The state h carried between windows is (L, N, H) for the GRU; for the LSTM h and c stacked,
+// (2L, N, H): rows [0, L) are h, rows [L, 2L) are c.
 class CharLm {
  public:
   // Initialised like PyTorch's modules: embedding N(0, 1); GRU and fc uniform(-1/sqrt(H),
@@ -77,13 +85,17 @@ class CharLm {
   const std::vector<Parameter>& parameters() const { return params_; }
   std::map<std::string, Tensor> state_dict() const;  // the parameter values, by name
   int64_t num_parameters() const;
-  const Gru& gru() const { return *gru_; }
+  // The recurrent stack: gru() for a GRU model, lstm() for an LSTM one (the other throws
+  // grux::Error naming the model's cell).
+  const Gru& gru() const;
+  const Lstm& lstm() const;
 
   // Mean cross-entropy (nats per character) of predicting targets (T, N) from ids (T, N),
   // starting from state h (L, N, H) and leaving the final state in h. With `train`, also
   // computes every parameter's gradient (into parameters()[i].grad) with dropout drawn from
   // `dropout_seed`; the gradient does not flow into the incoming h (truncated BPTT).
-  // `precision`: the GRU's products when training (f32 or bf16; Gru::forward_train).
+  // `precision`: the GRU's products when training (f32 or bf16; Gru::forward_train; an LSTM
+  // trains in f32).
   // `share`: which streams of a larger batch these are (data parallelism; the dropout masks
   // are then that batch's, Gru::forward_train).
   double forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
@@ -99,13 +111,16 @@ class CharLm {
  private:
   CharLmConfig config_;
   std::vector<Parameter> params_;
-  std::unique_ptr<Gru> gru_;  // its weight tensors are the parameters' values (shared storage)
-  void bind();                // builds gru_ from params_
+  // The stack, its weight tensors the parameters' values (shared storage): one of the two.
+  std::unique_ptr<Gru> gru_;
+  std::unique_ptr<Lstm> lstm_;
+  void bind();  // builds gru_ or lstm_ from params_
 };
 
 // Step-by-step generation over B independent beams (or samples): feed one id per beam, get
-// log-probabilities of the next character. Uses the GRU's streaming API; `precision` is the
-// GRU's products' (bf16 and int8 take an f32 model; see grux/precision.h).
+// log-probabilities of the next character. Uses the stack's streaming API; `precision` is the
+// GRU's products' (bf16 and int8 take an f32 GRU model; see grux/precision.h); an LSTM model
+// runs in f32.
 class CharLm::Stream {
  public:
   Stream(const CharLm& model, int64_t beams, Precision precision = Precision::f32);

@@ -1,10 +1,11 @@
 // The character-level language model: UTF-8 vocabulary, the model's forward and backward
-// (embedding -> GRU -> Linear -> cross-entropy), generation streams, and TBPTT batching.
+// (embedding -> GRU or LSTM -> Linear -> cross-entropy), generation streams, and TBPTT batching.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -136,11 +137,14 @@ void CharLmConfig::validate() const {
     throw Error(fmt::format("model dropout is {}, expected 0 <= dropout < 1", dropout));
   if (dtype != DType::f32 && dtype != DType::f64)
     throw Error(fmt::format("model dtype is {}, expected f32 or f64", dtype_name(dtype)));
+  if (cell != "gru" && cell != "lstm")
+    throw Error(fmt::format("model cell is '{}', expected gru or lstm", cell));
 }
 
 std::string CharLmConfig::to_json() const {
   nlohmann::json j{{"vocab", vocab},   {"embed", embed},     {"hidden", hidden},
-                   {"layers", layers}, {"dropout", dropout}, {"dtype", dtype_name(dtype)}};
+                   {"layers", layers}, {"dropout", dropout}, {"dtype", dtype_name(dtype)},
+                   {"cell", cell}};
   return j.dump();
 }
 
@@ -153,6 +157,7 @@ CharLmConfig CharLmConfig::from_json(const std::string& text) {
     c.hidden = j.at("hidden").get<int64_t>();
     c.layers = j.at("layers").get<int64_t>();
     c.dropout = j.at("dropout").get<double>();
+    c.cell = j.value("cell", std::string("gru"));  // absent: a GRU model
     const std::string dt = j.at("dtype").get<std::string>();
     if (dt == "f32")
       c.dtype = DType::f32;
@@ -171,8 +176,9 @@ CharLmConfig CharLmConfig::from_json(const std::string& text) {
 
 namespace {
 
-GruConfig gru_config(const CharLmConfig& c) {
-  GruConfig g;
+template <typename Config>  // GruConfig or LstmConfig
+Config stack_config(const CharLmConfig& c) {
+  Config g;
   g.input_size = c.embed;
   g.hidden_size = c.hidden;
   g.num_layers = c.layers;
@@ -180,17 +186,18 @@ GruConfig gru_config(const CharLmConfig& c) {
   return g;
 }
 
-// Parameter names and shapes in order: embedding, GRU layers, fc.
+// Parameter names and shapes in order: embedding, the recurrent layers, fc.
 std::vector<std::pair<std::string, Shape>> parameter_shapes(const CharLmConfig& c) {
   std::vector<std::pair<std::string, Shape>> s;
-  const int64_t H = c.hidden;
+  const int64_t H = c.hidden, G = c.lstm() ? 4 : 3;
+  const std::string prefix = c.cell + ".";
   s.push_back({"embedding.weight", {c.vocab, c.embed}});
   for (int64_t l = 0; l < c.layers; ++l) {
     const int64_t in = l == 0 ? c.embed : H;
-    s.push_back({"gru." + gru_key("weight_ih", l, 0), {3 * H, in}});
-    s.push_back({"gru." + gru_key("weight_hh", l, 0), {3 * H, H}});
-    s.push_back({"gru." + gru_key("bias_ih", l, 0), {3 * H}});
-    s.push_back({"gru." + gru_key("bias_hh", l, 0), {3 * H}});
+    s.push_back({prefix + gru_key("weight_ih", l, 0), {G * H, in}});
+    s.push_back({prefix + gru_key("weight_hh", l, 0), {G * H, H}});
+    s.push_back({prefix + gru_key("bias_ih", l, 0), {G * H}});
+    s.push_back({prefix + gru_key("bias_hh", l, 0), {G * H}});
   }
   s.push_back({"fc.weight", {c.vocab, H}});
   s.push_back({"fc.bias", {c.vocab}});
@@ -245,13 +252,33 @@ CharLm::CharLm(const CharLmConfig& config, const std::map<std::string, Tensor>& 
 }
 
 void CharLm::bind() {
-  // The GRU holds the same tensors (shared storage): optimizer updates are seen by it.
-  std::vector<GruLayerWeights> w(config_.layers);
-  for (int64_t l = 0; l < config_.layers; ++l) {
+  // The stack holds the same tensors (shared storage): optimizer updates are seen by it.
+  auto layer = [&](int64_t l, auto& w) {
     const size_t k = 1 + 4 * l;
-    w[l] = {params_[k].value, params_[k + 1].value, params_[k + 2].value, params_[k + 3].value};
+    w.w_ih = params_[k].value, w.w_hh = params_[k + 1].value;
+    w.b_ih = params_[k + 2].value, w.b_hh = params_[k + 3].value;
+  };
+  if (config_.lstm()) {
+    std::vector<LstmLayerWeights> w(config_.layers);
+    for (int64_t l = 0; l < config_.layers; ++l) layer(l, w[l]);
+    lstm_ = std::make_unique<Lstm>(stack_config<LstmConfig>(config_), std::move(w));
+  } else {
+    std::vector<GruLayerWeights> w(config_.layers);
+    for (int64_t l = 0; l < config_.layers; ++l) layer(l, w[l]);
+    gru_ = std::make_unique<Gru>(stack_config<GruConfig>(config_), std::move(w));
   }
-  gru_ = std::make_unique<Gru>(gru_config(config_), std::move(w));
+}
+
+const Gru& CharLm::gru() const {
+  if (!gru_)
+    throw Error(fmt::format("the model is an {}, not a GRU (bf16 and int8 run GRU models only)",
+                            config_.cell == "lstm" ? "LSTM" : config_.cell));
+  return *gru_;
+}
+
+const Lstm& CharLm::lstm() const {
+  if (!lstm_) throw Error("the model is a GRU, not an LSTM");
+  return *lstm_;
 }
 
 std::map<std::string, Tensor> CharLm::state_dict() const {
@@ -278,7 +305,7 @@ void check_window(const CharLmConfig& c, const Tensor& ids, const Tensor& target
   if (ids.dim() != 2)
     throw Error(fmt::format("char_lm: ids have shape {}, expected (T, N)", shape_str(ids.shape())));
   check_shape(op, "targets", targets, ids.shape());
-  if (h.defined()) check_shape(op, "h", h, {c.layers, ids.size(1), c.hidden});
+  if (h.defined()) check_shape(op, "h", h, {c.state_rows(), ids.size(1), c.hidden});
 }
 
 }  // namespace
@@ -306,27 +333,52 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
 
   // 1. Embedding lookup: (T, N) -> (T, N, E).
   Tensor x = embedding_forward(ids, emb_w);
-  // 2. GRU over the window from the carried state.
-  GruTape tape;
-  GruOutput y = train ? gru_->forward_train(x, h, {}, tape, dropout_seed, precision, share)
-                      : gru_->forward(x, h);
-  h = y.h_n;
+  // 2. The stack over the window from the carried state.
+  GruTape gru_tape;
+  LstmTape lstm_tape;
+  Tensor out;
+  const int64_t L = config_.layers;
+  if (lstm_) {
+    const Tensor h0 = h.defined() ? h.slice(0, 0, L) : Tensor(),
+                 c0 = h.defined() ? h.slice(0, L, 2 * L) : Tensor();
+    LstmOutput y =
+        train ? lstm_->forward_train(x, h0, c0, {}, lstm_tape, dropout_seed, precision, share)
+              : lstm_->forward(x, h0, c0);
+    h = Tensor::empty({2 * L, N, H}, y.h_n.dtype());
+    h.slice(0, 0, L).copy_from(y.h_n);
+    h.slice(0, L, 2 * L).copy_from(y.c_n);
+    out = y.output;
+  } else {
+    GruOutput y = train ? gru_->forward_train(x, h, {}, gru_tape, dropout_seed, precision, share)
+                        : gru_->forward(x, h);
+    h = y.h_n;
+    out = y.output;
+  }
   // 3. Logits and loss over all T * N positions.
-  Tensor y2 = y.output.reshape({T * N, H});
+  Tensor y2 = out.reshape({T * N, H});
   Tensor logits = linear_forward(y2, fc_w, fc_b);
   CrossEntropy ce = cross_entropy(logits, targets.reshape({T * N}), train);
   if (!train) return ce.loss;
 
-  // Backward in mirror order: fc, GRU (no gradient into the carried state), embedding.
+  // Backward in mirror order: fc, the stack (no gradient into the carried state), embedding.
   LinearGrads fc = linear_backward(y2, fc_w, ce.dlogits, true);
-  GruGrads g = gru_->backward(tape, fc.dinput.reshape({T, N, H}), {});
-  params_.front().grad = embedding_backward(ids, g.dinput, V);
-  for (int64_t l = 0; l < config_.layers; ++l) {
-    const size_t k = 1 + 4 * l;
-    params_[k].grad = g.dweights[l].w_ih;
-    params_[k + 1].grad = g.dweights[l].w_hh;
-    params_[k + 2].grad = g.dweights[l].b_ih;
-    params_[k + 3].grad = g.dweights[l].b_hh;
+  const Tensor dy = fc.dinput.reshape({T, N, H});
+  auto take = [&](const Tensor& dinput, const auto& dweights) {
+    params_.front().grad = embedding_backward(ids, dinput, V);
+    for (int64_t l = 0; l < L; ++l) {
+      const size_t k = 1 + 4 * l;
+      params_[k].grad = dweights[l].w_ih;
+      params_[k + 1].grad = dweights[l].w_hh;
+      params_[k + 2].grad = dweights[l].b_ih;
+      params_[k + 3].grad = dweights[l].b_hh;
+    }
+  };
+  if (lstm_) {
+    LstmGrads g = lstm_->backward(lstm_tape, dy, {}, {});
+    take(g.dinput, g.dweights);
+  } else {
+    GruGrads g = gru_->backward(gru_tape, dy, {});
+    take(g.dinput, g.dweights);
   }
   params_[params_.size() - 2].grad = fc.dweight;
   params_.back().grad = fc.dbias;
@@ -338,9 +390,20 @@ double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor
 struct CharLm::Stream::Impl {
   const CharLm& model;
   int64_t B;
-  GruStream gru;
-  Impl(const CharLm& m, int64_t beams, Precision precision)
-      : model(m), B(beams), gru(m.gru(), beams, {}, precision) {}
+  std::optional<GruStream> gru;  // one of the two, as the model's cell
+  std::optional<LstmStream> lstm;
+  Impl(const CharLm& m, int64_t beams, Precision precision) : model(m), B(beams) {
+    if (m.config().lstm()) {
+      if (precision != Precision::f32)
+        throw Error(
+            fmt::format("precision {}: an LSTM model runs in f32 (bf16 and int8 run GRU "
+                        "models)",
+                        precision_name(precision)));
+      lstm.emplace(m.lstm(), beams);
+    } else {
+      gru.emplace(m.gru(), beams, Tensor(), precision);
+    }
+  }
 };
 
 CharLm::Stream::Stream(const CharLm& model, int64_t beams, Precision precision) {
@@ -355,8 +418,8 @@ std::vector<double> CharLm::Stream::step(const std::vector<int64_t>& ids) {
   const int64_t B = impl_->B, V = m.config_.vocab;
   GRUX_ASSERT(static_cast<int64_t>(ids.size()) == B);
   Tensor id = Tensor::from_vector<int64_t>({B}, ids);
-  Tensor x = embedding_forward(id, m.params_.front().value);  // (B, E)
-  Tensor y = impl_->gru.step(x);                              // (B, H)
+  Tensor x = embedding_forward(id, m.params_.front().value);            // (B, E)
+  Tensor y = impl_->lstm ? impl_->lstm->step(x) : impl_->gru->step(x);  // (B, H)
   Tensor logits = linear_forward(y, m.params_[m.params_.size() - 2].value, m.params_.back().value)
                       .to(DType::f64);
   const double* p = logits.data<double>();
@@ -366,10 +429,16 @@ std::vector<double> CharLm::Stream::step(const std::vector<int64_t>& ids) {
 void CharLm::Stream::reorder(const std::vector<int64_t>& from) {
   const int64_t B = impl_->B;
   GRUX_ASSERT(static_cast<int64_t>(from.size()) == B);
-  Tensor s = impl_->gru.state();  // (L, B, H)
-  Tensor r = Tensor::empty(s.shape(), s.dtype());
-  for (int64_t b = 0; b < B; ++b) r.select(1, b).copy_from(s.select(1, from[b]));
-  impl_->gru.reset(r);
+  // Each state (L, B, H) with its beams taken from `from`.
+  auto reordered = [&](const Tensor& s) {
+    Tensor r = Tensor::empty(s.shape(), s.dtype());
+    for (int64_t b = 0; b < B; ++b) r.select(1, b).copy_from(s.select(1, from[b]));
+    return r;
+  };
+  if (impl_->lstm)
+    impl_->lstm->reset(reordered(impl_->lstm->state()), reordered(impl_->lstm->cell_state()));
+  else
+    impl_->gru->reset(reordered(impl_->gru->state()));
 }
 
 // ---- Batches for truncated BPTT ------------------------------------------------------

@@ -136,6 +136,8 @@ void TrainOptions::validate() const {
   if (precision == Precision::bf16 && model.dtype != DType::f32)
     throw Error(
         fmt::format("--precision bf16 trains an f32 model, not {}", dtype_name(model.dtype)));
+  if (precision != Precision::f32 && model.lstm())
+    throw Error("--precision bf16 trains GRU models; an LSTM model trains in f32");
   model.validate();
 }
 
@@ -238,7 +240,8 @@ Trainer::Trainer(const TrainOptions& options, const std::string& text,
   agree_no_error(communicator(), error);
   check_same_run();
   optimizer_ = make_optimizer(options_);
-  h_ = Tensor::zeros({options_.model.layers, local_, options_.model.hidden}, options_.model.dtype);
+  h_ = Tensor::zeros({options_.model.state_rows(), local_, options_.model.hidden},
+                     options_.model.dtype);
 }
 
 void Trainer::check_same_run() const {
@@ -324,7 +327,7 @@ double Trainer::validation_loss(Precision precision) {
   Communicator& comm = communicator();
   const int64_t S = val_->batch(), K = comm.size(), r = comm.rank();
   const int64_t first = S * r / K, count = S * (r + 1) / K - first;
-  Tensor h = Tensor::zeros({c.layers, count, c.hidden}, c.dtype);
+  Tensor h = Tensor::zeros({c.state_rows(), count, c.hidden}, c.dtype);
   Tensor ids, targets;
   double sum = 0;
   for (int64_t w = 0; w < val_->windows() && count > 0; ++w) {
@@ -513,7 +516,7 @@ void Trainer::load_checkpoint(const std::string& path, const std::string& text) 
                                 shape_str(it->second.shape())));
       return it->second;
     };
-    const Shape h_shape{model.layers, tr.options_.batch, model.hidden};
+    const Shape h_shape{model.state_rows(), tr.options_.batch, model.hidden};
     tr.h_ = streams_of(get("state.h", model.dtype, &h_shape), tr.first_, tr.local_);
     const Shape loss_shape{tr.step_};
     const Tensor& tl = get("history.train_loss", DType::f64, &loss_shape);

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes golden training traces of the character-level GRU language model (tests/test_lm.cpp).
+"""Writes golden training traces of the character-level language model, GRU and LSTM
+(tests/test_lm.cpp).
 
 Each file tests/reference/golden/lm/<case>.safetensors holds the initial weights
 (model.<name>), the loss of every training step (loss.train, f64), the validation loss after the
@@ -22,11 +23,15 @@ CORPUS = os.path.join(HERE, "..", "..", "data", "tinyshakespeare.txt")
 OUT = os.path.join(HERE, "golden", "lm")
 
 CASES = [
-    # name, dtype, layers, embed, hidden, batch, window, steps, optimizer, lr, warmup, clip, wd
-    ("adam_f64_l2", torch.float64, 2, 12, 24, 4, 16, 30, "adam", 1e-2, 5, 1.0, 0.0),
-    ("adam_f32_l2", torch.float32, 2, 12, 24, 4, 16, 30, "adam", 1e-2, 5, 1.0, 0.0),
-    ("adamw_f64_l1", torch.float64, 1, 8, 20, 3, 11, 25, "adamw", 5e-3, 0, 0.5, 0.1),
-    ("sgd_f64_l1", torch.float64, 1, 8, 20, 5, 9, 25, "sgd", 0.5, 3, 0.0, 1e-3),
+    # name, dtype, layers, embed, hidden, batch, window, steps, optimizer, lr, warmup, clip, wd,
+    # cell
+    ("adam_f64_l2", torch.float64, 2, 12, 24, 4, 16, 30, "adam", 1e-2, 5, 1.0, 0.0, "gru"),
+    ("adam_f32_l2", torch.float32, 2, 12, 24, 4, 16, 30, "adam", 1e-2, 5, 1.0, 0.0, "gru"),
+    ("adamw_f64_l1", torch.float64, 1, 8, 20, 3, 11, 25, "adamw", 5e-3, 0, 0.5, 0.1, "gru"),
+    ("sgd_f64_l1", torch.float64, 1, 8, 20, 5, 9, 25, "sgd", 0.5, 3, 0.0, 1e-3, "gru"),
+    ("lstm_adam_f64_l2", torch.float64, 2, 12, 24, 4, 16, 30, "adam", 1e-2, 5, 1.0, 0.0, "lstm"),
+    ("lstm_adam_f32_l2", torch.float32, 2, 12, 24, 4, 16, 30, "adam", 1e-2, 5, 1.0, 0.0, "lstm"),
+    ("lstm_sgd_f64_l1", torch.float64, 1, 8, 20, 5, 9, 25, "sgd", 0.5, 3, 0.0, 1e-3, "lstm"),
 ]
 TEXT_CHARS = 6000
 VAL_FRACTION = 0.1
@@ -40,14 +45,14 @@ def main():
         text = f.read()[:TEXT_CHARS]
     vocab, ids = lm.encode(text)
     train_ids, val_ids = lm.split(ids, VAL_FRACTION)
-    for name, dtype, L, E, H, N, T, steps, opt_name, lr, warmup, clip, wd in CASES:
+    for name, dtype, L, E, H, N, T, steps, opt_name, lr, warmup, clip, wd, cell in CASES:
         torch.manual_seed(SEED)
-        model = lm.CharLm(len(vocab), E, H, L).to(dtype)
+        model = lm.CharLm(len(vocab), E, H, L, cell=cell).to(dtype)
         init = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
         opt = lm.make_optimizer(model, opt_name, weight_decay=wd, momentum=0.9)
         train = lm.Batches(train_ids, N, T)
         val = lm.Batches(val_ids, min(lm.VAL_STREAMS, len(val_ids) // (T + 1)), T)
-        h = torch.zeros(L, N, H, dtype=dtype)
+        h = torch.zeros(2 * L if cell == "lstm" else L, N, H, dtype=dtype)
         losses = []
         for s in range(steps):
             rate = lm.lr_at(s, lr, warmup, steps, lr * MIN_LR_FRACTION)
@@ -62,7 +67,7 @@ def main():
             "layers": L, "embed": E, "hidden": H, "batch": N, "window": T, "steps": steps,
             "optimizer": opt_name, "lr": repr(lr), "min_lr": repr(lr * MIN_LR_FRACTION),
             "warmup": warmup, "clip": repr(clip), "weight_decay": repr(wd), "momentum": "0.9",
-            "torch": torch.__version__,
+            "cell": cell, "torch": torch.__version__,
         }
         path = os.path.join(OUT, f"{name}.safetensors")
         with open(path, "wb") as f:

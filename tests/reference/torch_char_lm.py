@@ -1,4 +1,4 @@
-"""The character-level GRU language model of `grux train`, written in PyTorch.
+"""The character-level GRU or LSTM language model of `grux train`, written in PyTorch.
 
 Same model (embedding -> GRU -> Linear -> cross-entropy), same data layout (the text split into
 N contiguous streams; window w holds positions [w*T, w*T+T) of each stream, targets one later;
@@ -17,15 +17,24 @@ VAL_STREAMS = 64
 
 
 class CharLm(torch.nn.Module):
-    def __init__(self, vocab, embed, hidden, layers, dropout=0.0):
+    def __init__(self, vocab, embed, hidden, layers, dropout=0.0, cell="gru"):
         super().__init__()
         self.embedding = torch.nn.Embedding(vocab, embed)
-        self.gru = torch.nn.GRU(embed, hidden, layers, dropout=dropout)
+        self.cell, self.layers = cell, layers
+        rnn = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
+        setattr(self, cell, rnn(embed, hidden, layers, dropout=dropout))  # gru.* or lstm.* keys
         self.fc = torch.nn.Linear(hidden, vocab)
 
     def forward(self, ids, targets, h):
-        """ids, targets (T, N) int64; h (L, N, H). Returns (mean loss, new state)."""
-        y, h_n = self.gru(self.embedding(ids), h)
+        """ids, targets (T, N) int64; h (L, N, H), or for the LSTM h and c stacked (2L, N, H)
+        as grux carries them. Returns (mean loss, new state)."""
+        x = self.embedding(ids)
+        if self.cell == "lstm":
+            L = self.layers
+            y, (h_n, c_n) = self.lstm(x, (h[:L].contiguous(), h[L:].contiguous()))
+            h_n = torch.cat([h_n, c_n])
+        else:
+            y, h_n = self.gru(x, h)
         logits = self.fc(y.reshape(-1, y.shape[-1]))
         return F.cross_entropy(logits, targets.reshape(-1)), h_n
 
@@ -94,7 +103,8 @@ def train_step(model, opt, batches, step, h, lr, clip):
 
 @torch.no_grad()
 def evaluate(model, batches, layers, hidden, dtype):
-    h = torch.zeros(layers, batches.N, hidden, dtype=dtype)
+    rows = 2 * layers if model.cell == "lstm" else layers
+    h = torch.zeros(rows, batches.N, hidden, dtype=dtype)
     total = 0.0
     for w in range(batches.windows):
         ids, targets = batches.window(w)

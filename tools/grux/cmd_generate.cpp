@@ -1,5 +1,6 @@
 // `grux generate`: streams text from a trained character-level model, one character at a
-// time through the GRU's streaming step API: temperature / top-k sampling or beam search.
+// time through the recurrent stack's streaming step API: temperature / top-k sampling or beam
+// search.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -182,7 +183,7 @@ Action add_generate_command(CLI::App& app) {
   sub->add_option("--threads", a->threads, "threads (default: all cores)")->capture_default_str();
   sub->add_option("--precision", a->precision,
                   "f32, bf16 or int8: the precision of the GRU's products (bf16 and int8 take "
-                  "a float32 model; docs/precision.md)")
+                  "a float32 GRU model; docs/precision.md; an LSTM model runs in f32)")
       ->capture_default_str();
   sub->add_flag("--stats", a->stats, "print the generation speed on stderr");
   return [a] { run_generate(*a); };

@@ -39,17 +39,21 @@ std::string dot_graph(const TrainedModel& tm) {
   g += fmt::format("  embedding [label=\"Embedding\\n{} x {}\"];\n", c.vocab, c.embed);
   g += "  ids -> embedding;\n";
   std::string prev = "embedding";
+  const char* cell = c.lstm() ? "LSTM" : "GRU";
+  const char* state = c.lstm() ? "h, c" : "h";
   for (int64_t l = 0; l < c.layers; ++l) {
     const int64_t in = l == 0 ? c.embed : c.hidden;
-    g += fmt::format("  gru{} [label=\"GRU layer {}\\n{} -> {}\"];\n", l, l, in, c.hidden);
-    g += fmt::format("  {} -> gru{} [label=\"(T, N, {})\"];\n", prev, l, in);
-    g += fmt::format("  gru{0} -> gru{0} [label=\"h (N, {1})\", style=dashed];\n", l, c.hidden);
+    g += fmt::format("  {0}{1} [label=\"{2} layer {1}\\n{3} -> {4}\"];\n", c.cell, l, cell, in,
+                     c.hidden);
+    g += fmt::format("  {} -> {}{} [label=\"(T, N, {})\"];\n", prev, c.cell, l, in);
+    g += fmt::format("  {0}{1} -> {0}{1} [label=\"{2} (N, {3})\", style=dashed];\n", c.cell, l,
+                     state, c.hidden);
     if (l + 1 < c.layers && c.dropout > 0) {
       g += fmt::format("  drop{} [label=\"dropout {}\", shape=diamond];\n", l, c.dropout);
-      g += fmt::format("  gru{0} -> drop{0};\n", l);
+      g += fmt::format("  {}{} -> drop{};\n", c.cell, l, l);
       prev = fmt::format("drop{}", l);
     } else {
-      prev = fmt::format("gru{}", l);
+      prev = fmt::format("{}{}", c.cell, l);
     }
   }
   g += fmt::format("  fc [label=\"Linear\\n{} -> {}\"];\n", c.hidden, c.vocab);
@@ -68,8 +72,8 @@ void run_show(const ModelArgs& a) {
              tm.val_loss.empty()
                  ? ""
                  : fmt::format(", last validation loss {:.4f} nats/char", tm.val_loss.back()));
-  fmt::print("model: character-level GRU language model, {}, vocabulary {} characters{}\n",
-             dtype_name(c.dtype), c.vocab,
+  fmt::print("model: character-level {} language model, {}, vocabulary {} characters{}\n",
+             c.lstm() ? "LSTM" : "GRU", dtype_name(c.dtype), c.vocab,
              o.precision == Precision::f32 ? ""
                                            : fmt::format(" (trained with the GRU's products in {})",
                                                          precision_name(o.precision)));
@@ -80,20 +84,20 @@ void run_show(const ModelArgs& a) {
   const int64_t n = tm.model->num_parameters();
   fmt::print("  {:<24} {:<14} {:>12}  ({:.2f} MiB)\n", "total", "", with_commas(n),
              n * dtype_size(c.dtype) / 1048576.0);
-  if (c.layers > 1) fmt::print("  dropout between GRU layers: {}\n", c.dropout);
+  if (c.layers > 1)
+    fmt::print("  dropout between {} layers: {}\n", c.lstm() ? "LSTM" : "GRU", c.dropout);
 
   // One training step: forward, then backward at twice the forward's GEMM work.
-  GruProblem p;
-  p.num_layers = c.layers, p.T = o.window, p.N = o.batch, p.input_size = c.embed,
-  p.hidden_size = c.hidden;
   const double tokens = static_cast<double>(o.window * o.batch);
-  const double gru_f = p.gemm_flops(), fc_f = 2.0 * tokens * c.hidden * c.vocab;
+  const double gru_f = 2.0 * tokens * (c.lstm() ? 4 : 3) * c.hidden *
+                       static_cast<double>(c.embed + c.hidden + (c.layers - 1) * 2 * c.hidden);
+  const double fc_f = 2.0 * tokens * c.hidden * c.vocab;
   fmt::print(
       "one training step (batch {} x window {} = {} tokens), GEMM FLOPs (2 per multiply-add):\n"
       "  {:<24} {:>14} forward {:>14} forward + backward\n"
       "  {:<24} {:>14} forward {:>14} forward + backward\n"
       "  {:<24} {:>14} forward {:>14} forward + backward ({:.2f} MFLOP per token)\n",
-      o.batch, o.window, with_commas(static_cast<int64_t>(tokens)), "GRU",
+      o.batch, o.window, with_commas(static_cast<int64_t>(tokens)), c.lstm() ? "LSTM" : "GRU",
       with_commas(static_cast<int64_t>(gru_f)), with_commas(static_cast<int64_t>(3 * gru_f)),
       "Linear", with_commas(static_cast<int64_t>(fc_f)),
       with_commas(static_cast<int64_t>(3 * fc_f)), "total",
@@ -126,7 +130,8 @@ void run_eval(const ModelArgs& a) {
   if (tr.val_tokens() == 0)
     throw Error(fmt::format("{} was trained with --val-fraction 0: there is no held-out text",
                             a.checkpoint));
-  if (c.dtype != DType::f32 && precisions.size() > 1) precisions = {Precision::f32};
+  // bf16 and int8 take an f32 GRU model: "all" is f32 alone for the others.
+  if ((c.dtype != DType::f32 || c.lstm()) && precisions.size() > 1) precisions = {Precision::f32};
   fmt::print("checkpoint: {} (step {}), validation part of {}: {} characters\n", a.checkpoint,
              tr.steps_done(), path, tr.val_tokens());
   double f32_loss = 0;

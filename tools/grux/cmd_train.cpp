@@ -1,4 +1,4 @@
-// `grux train`: trains the character-level GRU language model with a progress line,
+// `grux train`: trains the character-level GRU or LSTM language model with a progress line,
 // periodic validation, atomic checkpoints and a loss curve; Ctrl-C saves and stops cleanly.
 #include <fmt/format.h>
 #include <omp.h>
@@ -107,7 +107,8 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
          {"--layers",       "--hidden",     "--embed",        "--batch",     "--window",
           "--steps",        "--lr",         "--min-lr",       "--warmup",    "--dropout",
           "--seed",         "--optimizer",  "--weight-decay", "--momentum",  "--clip",
-          "--val-fraction", "--eval-every", "--dtype",        "--precision", "--time"})
+          "--val-fraction", "--eval-every", "--dtype",        "--precision", "--time",
+          "--cell"})
       if (sub->count(opt) > 0)
         throw CollectiveError(
             fmt::format("{} cannot be combined with --resume (the run continues with "
@@ -145,11 +146,11 @@ void run_train(TrainArgs& a, CLI::App* sub, Communicator& comm) {
   if (root)
     fmt::print(stderr,
                "grux train: {} ({} characters, vocabulary {}; {} for training, {} for "
-               "validation)\nmodel: embedding {} -> GRU {} x {} -> linear {}; {} parameters ({})\n"
+               "validation)\nmodel: embedding {} -> {} {} x {} -> linear {}; {} parameters ({})\n"
                "{} steps of batch {} x window {}, {} lr {} (warm-up {}, cosine to {}), clip {}, "
                "{}{} threads{}\n",
                path, text.size(), tr->vocab().size(), tr->train_tokens(), tr->val_tokens(), m.embed,
-               m.layers, m.hidden, m.vocab, tr->model().num_parameters(),
+               m.lstm() ? "LSTM" : "GRU", m.layers, m.hidden, m.vocab, tr->model().num_parameters(),
                o.precision == Precision::f32
                    ? std::string(dtype_name(m.dtype))
                    : fmt::format("{}, the GRU's products in {}", dtype_name(m.dtype),
@@ -270,17 +271,21 @@ Action add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* sub = app.add_subcommand(
       "train",
-      "Train a character-level GRU language model (embedding -> GRU -> linear -> softmax) on a "
+      "Train a character-level GRU or LSTM language model (embedding -> GRU or LSTM -> linear -> "
+      "softmax) on a "
       "UTF-8 text; writes DIR/checkpoint.safetensors, DIR/loss.csv and DIR/loss.svg. Under "
       "mpirun -np K, one model on K processes: each takes batch/K streams, the gradients are "
       "summed every step, rank 0 prints and writes (docs/cli.md)");
   TrainOptions& o = a->o;
   sub->add_option("--data", a->data,
                   "UTF-8 text to train on (default: the embedded Shakespeare corpus)");
-  sub->add_option("--layers", o.model.layers, "GRU layers")->capture_default_str();
-  sub->add_option("--hidden", o.model.hidden, "GRU hidden size")->capture_default_str();
+  sub->add_option("--cell", o.model.cell, "the recurrent layers: gru or lstm")
+      ->check(CLI::IsMember({"gru", "lstm"}))
+      ->capture_default_str();
+  sub->add_option("--layers", o.model.layers, "recurrent layers")->capture_default_str();
+  sub->add_option("--hidden", o.model.hidden, "hidden size")->capture_default_str();
   sub->add_option("--embed", o.model.embed, "embedding width")->capture_default_str();
-  sub->add_option("--dropout", o.model.dropout, "dropout between GRU layers")
+  sub->add_option("--dropout", o.model.dropout, "dropout between recurrent layers")
       ->capture_default_str();
   sub->add_option("--batch", o.batch, "parallel text streams per step")->capture_default_str();
   sub->add_option("--window", o.window, "time steps per window (truncated BPTT length)")
@@ -312,8 +317,9 @@ Action add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
   sub->add_option("--precision", a->precision,
-                  "f32 or bf16: the GRU's products in training (bf16: an f32 model, its "
-                  "weights and optimizer state kept in f32; docs/precision.md)")
+                  "f32 or bf16: the GRU's products in training (bf16: an f32 GRU model, its "
+                  "weights and optimizer state kept in f32; docs/precision.md; an LSTM trains "
+                  "in f32)")
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)");
   sub->add_option("--seed", o.seed, "seed of the initial weights and dropout")
