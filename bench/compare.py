@@ -1,13 +1,17 @@
 # Runs the standard workloads (../shared/WORKLOADS.md) through grux, PyTorch and oneDNN in one
-# run, one process at a time, and prints a Markdown table of times, ratios and the performance
-# targets.
+# run, one process at a time, and prints Markdown tables of times, ratios and the performance
+# targets: the GRU's W1-W6 (`grux bench gru`, bench/pytorch_gru.py, onednn_gru) and the same
+# shapes as LSTMs, L1-L6 (`grux bench lstm`, the peers with --lstm), each cell in its own table.
 #
 # Usage (from the repository root, after building):  /usr/bin/python3 bench/compare.py
-#   [--reps R] [--only W3[,W4...]] [--threads 1,2] [--grux build/grux]
+#   [--reps R] [--only W3[,L3...]] [--cells gru,lstm] [--threads 1,2] [--grux build/grux]
 #   [--onednn build/bench/onednn_gru] [--python /usr/bin/python3] [--json OUT.jsonl]
+#   [--rounds R] [--timeout S] [--wait-quiet S]
 # Ratios are speed-ups, peer time / grux time, best thread setting against best thread setting
-# (the lower of the medians over --threads). A peer that fails gets its error in its cell and
-# the run goes on; the environment (OPENBLAS_CORETYPE etc.) is passed unchanged to every run.
+# (the lower of the medians over --threads); the LSTM table adds grux's LSTM time over its GRU
+# time on the same shape (L3 over W3) at each thread count where both ran. A peer that fails
+# gets its error in its cell and the run goes on; the environment (OPENBLAS_CORETYPE etc.) is
+# passed unchanged to every run. The LSTM rows have no performance targets.
 import argparse
 import json
 import os
@@ -19,21 +23,28 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# id, descriptor, extra flags, mode label, tools measured. Extras (ids with a dash) are grux-only
-# rows that some performance targets need: f64, and the reset-before form.
-WORKLOADS = [
-    ("W1", "t1000n1i64h256", ["--cell"], "cell", ("grux", "pytorch", "onednn")),
-    ("W2", "l1d1t1000n1i128h256", [], "inference", ("grux", "pytorch", "onednn")),
-    ("W3", "l1d1t100n64i256h512", [], "inference", ("grux", "pytorch", "onednn")),
-    ("W4", "l1d1t100n64i256h512", ["--train"], "train", ("grux", "pytorch", "onednn")),
-    ("W5", "l2d2t200n32i128h256", [], "inference", ("grux", "pytorch", "onednn")),
-    ("W6", "l1d1t100n64i128h256", ["--lengths", "uniform:10:100:1"], "inference, lengths",
-     ("grux", "pytorch", "onednn")),
-    ("W3-f64", "l1d1t100n64i256h512", ["--dtype", "f64"], "inference f64", ("grux",)),
-    ("W3-rb", "l1d1t100n64i256h512", ["--reset-before"], "inference reset-before", ("grux",)),
-    ("W4-rb", "l1d1t100n64i256h512", ["--train", "--reset-before"], "train reset-before",
-     ("grux",)),
+# id, cell, descriptor, extra flags, mode label, tools measured. Extras (ids with a dash) are
+# grux-only GRU rows that some performance targets need: f64, and the reset-before form.
+ALL = ("grux", "pytorch", "onednn")
+GRU_WORKLOADS = [
+    ("W1", "gru", "t1000n1i64h256", ["--cell"], "cell", ALL),
+    ("W2", "gru", "l1d1t1000n1i128h256", [], "inference", ALL),
+    ("W3", "gru", "l1d1t100n64i256h512", [], "inference", ALL),
+    ("W4", "gru", "l1d1t100n64i256h512", ["--train"], "train", ALL),
+    ("W5", "gru", "l2d2t200n32i128h256", [], "inference", ALL),
+    ("W6", "gru", "l1d1t100n64i128h256", ["--lengths", "uniform:10:100:1"], "inference, lengths",
+     ALL),
 ]
+# L1-L6: W1-W6 as LSTMs (grux bench lstm; nn.LSTM / nn.LSTMCell; oneDNN's vanilla_lstm).
+LSTM_WORKLOADS = [("L" + w[0][1:], "lstm", *w[2:]) for w in GRU_WORKLOADS]
+WORKLOADS = GRU_WORKLOADS + [
+    ("W3-f64", "gru", "l1d1t100n64i256h512", ["--dtype", "f64"], "inference f64", ("grux",)),
+    ("W3-rb", "gru", "l1d1t100n64i256h512", ["--reset-before"], "inference reset-before",
+     ("grux",)),
+    ("W4-rb", "gru", "l1d1t100n64i256h512", ["--train", "--reset-before"], "train reset-before",
+     ("grux",)),
+] + LSTM_WORKLOADS
+CELLS = {"gru": "GRU", "lstm": "LSTM"}
 TOOLS = {"grux": "grux", "pytorch": "PyTorch", "onednn": "oneDNN"}
 DISTURBED, DISTURBED_CORES = "†", 0.1  # mark timings during which others used > 0.1 core
 ENV_SHOWN = ["OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "OMP_PROC_BIND",
@@ -152,7 +163,11 @@ def fmt_ratio(x):
 def main():
     ap = argparse.ArgumentParser(description="grux vs PyTorch vs oneDNN on the standard workloads.")
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
-    ap.add_argument("--only", help="comma-separated workload ids (W3 also selects W3-f64, W3-rb)")
+    ap.add_argument("--only", help="comma-separated workload ids, W1-W6 (W3 also selects W3-f64, "
+                    "W3-rb) and L1-L6")
+    ap.add_argument("--cells", default="gru,lstm",
+                    help="comma-separated cells: gru (W rows), lstm (L rows); with --only, both "
+                         "must select a row")
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("--grux", default=os.path.join(ROOT, "build", "grux"))
     ap.add_argument("--onednn", default=os.path.join(ROOT, "build", "bench", "onednn_gru"))
@@ -167,18 +182,23 @@ def main():
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     only = a.only.split(",") if a.only else None
-    selected = [w for w in WORKLOADS
-                if only is None or any(w[0] == o or w[0].startswith(o + "-") for o in only)]
+    cell_ids = a.cells.split(",")
+    if not set(cell_ids) <= set(CELLS):
+        ap.error(f"--cells expects a comma-separated subset of {','.join(CELLS)}, got {a.cells}")
+    selected = [w for w in WORKLOADS if w[1] in cell_ids and
+                (only is None or any(w[0] == o or w[0].startswith(o + "-") for o in only))]
     if not selected:
-        ap.error(f"--only {a.only} selects no workload; ids: {', '.join(w[0] for w in WORKLOADS)}")
+        ap.error((f"--only {a.only} " if only else "") + f"--cells {a.cells} selects no "
+                 f"workload; ids: {', '.join(w[0] for w in WORKLOADS)}")
 
-    def command(tool, desc, flags, k):
+    def command(tool, cell, desc, flags, k):
         common = [desc, *flags, "--threads", str(k), "--reps", str(a.reps)]
+        lstm = ["--lstm"] if cell == "lstm" else []
         if tool == "grux":
-            return [a.grux, "bench", "gru", *common]
+            return [a.grux, "bench", cell, *common]
         if tool == "pytorch":
-            return [a.python, os.path.join(HERE, "pytorch_gru.py"), *common]
-        return [a.onednn, *common]
+            return [a.python, os.path.join(HERE, "pytorch_gru.py"), *common, *lstm]
+        return [a.onednn, *common, *lstm]
 
     raw = []
 
@@ -207,7 +227,7 @@ def main():
         return r
 
     # The GEMM peak first (f64 only if an f64 row is selected), then every workload.
-    dtypes = ["f32"] + (["f64"] if any("--dtype" in w[2] for w in selected) else [])
+    dtypes = ["f32"] + (["f64"] if any("--dtype" in w[3] for w in selected) else [])
     # With --rounds R every measurement runs R times, interleaved (round after round), and each
     # cell keeps its best run: the lowest median, the highest GEMM rate.
     def better(old, new, key):
@@ -226,12 +246,12 @@ def main():
                 cmd = [a.grux, "bench", "gemm", "--threads", str(k), "--dtype", d]
                 r = run("gemm", "grux", cmd, "gemm", k)
                 gemm[(d, k)] = better(gemm.get((d, k)), r, lambda x: -x.line.get("gflops", 0))
-        for wid, desc, flags, _, tools in selected:
+        for wid, cell, desc, flags, _, tools in selected:
             for k in threads:
                 for tool in tools:
-                    r = run(wid, tool, command(tool, desc, flags, k), "gru", k)
-                    cell = res.setdefault((wid, tool), {})
-                    cell[k] = better(cell.get(k), r, lambda x: x.ms)
+                    r = run(wid, tool, command(tool, cell, desc, flags, k), cell, k)
+                    kept = res.setdefault((wid, tool), {})
+                    kept[k] = better(kept.get(k), r, lambda x: x.ms)
 
     if a.json:
         with open(a.json, "w") as f:
@@ -253,6 +273,13 @@ def main():
     def speedup(wid, peer):
         g, p = best(res.get((wid, "grux"), {})), best(res.get((wid, peer), {}))
         return p / g if g and p else None
+
+    def lstm_over_gru(wid, k):
+        """grux's LSTM time over its GRU time on the same shape (L3 over W3) at k threads."""
+        g = res.get(("W" + wid[1:], "grux"), {}).get(k)
+        l = res.get((wid, "grux"), {}).get(k)
+        ok = g and l and g.ms and l.ms and not g.error and not l.error
+        return l.ms / g.ms if ok else None
 
     def scaling(wid):
         r = res.get((wid, "grux"), {})
@@ -281,27 +308,38 @@ def main():
                 cells.append(md(g.cell()) if g.error or v is None else
                              f"{v:.1f}" + (DISTURBED if g.disturbed else ""))
             out.append(f"| {'s' if d == 'f32' else 'd'}gemm, {name} | " + " | ".join(cells) + " |")
-    out.append("")
-    out.append(f"| workload | mode | grux ms ({ts}) | PyTorch ms ({ts}) | oneDNN ms ({ts}) | "
-               f"grux vs PyTorch (best) | grux vs oneDNN (best) | grux % GEMM peak ({ts}) | "
-               "grux 2t/1t |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
-    for wid, desc, flags, mode, tools in selected:
-        dtype = "f64" if "f64" in flags else "f32"
-        cells = []
-        for tool in TOOLS:
-            if tool not in tools:
-                cells.append("–")
-            else:
-                texts = [md(res[(wid, tool)][k].cell()) for k in threads]
-                same_error = len(set(texts)) == 1 and texts[0].startswith("error")
-                cells.append(texts[0] + " (all)" if same_error and len(texts) > 1
-                             else " / ".join(texts))
-        pct = " / ".join(f"{p:.0f}%" if p is not None else "–"
-                         for p in (pct_peak(wid, k, dtype) for k in threads))
-        out.append(f"| {wid} `{desc}` | {mode} | " + " | ".join(cells) +
-                   f" | {fmt_ratio(speedup(wid, 'pytorch'))} | {fmt_ratio(speedup(wid, 'onednn'))}"
-                   f" | {pct} | {fmt_ratio(scaling(wid))} |")
+    # One table per cell, the same columns; the LSTM's adds grux's LSTM time over its GRU time
+    # on the same shape at each thread count (L3 over W3; about 4/3, the GEMM work's ratio),
+    # where both ran.
+    for cell_name, cell_label in CELLS.items():
+        rows = [w for w in selected if w[1] == cell_name]
+        if not rows:
+            continue
+        lstm = cell_name == "lstm"
+        out.append("")
+        out.append(f"| {cell_label} workload | mode | grux ms ({ts}) | PyTorch ms ({ts}) | "
+                   f"oneDNN ms ({ts}) | grux vs PyTorch (best) | grux vs oneDNN (best) | "
+                   f"grux % GEMM peak ({ts}) | grux 2t/1t |" +
+                   (f" grux LSTM / GRU time ({ts}) |" if lstm else ""))
+        out.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if lstm else ""))
+        for wid, _, desc, flags, mode, tools in rows:
+            dtype = "f64" if "f64" in flags else "f32"
+            cells = []
+            for tool in TOOLS:
+                if tool not in tools:
+                    cells.append("–")
+                else:
+                    texts = [md(res[(wid, tool)][k].cell()) for k in threads]
+                    same_error = len(set(texts)) == 1 and texts[0].startswith("error")
+                    cells.append(texts[0] + " (all)" if same_error and len(texts) > 1
+                                 else " / ".join(texts))
+            pct = " / ".join(f"{p:.0f}%" if p is not None else "–"
+                             for p in (pct_peak(wid, k, dtype) for k in threads))
+            out.append(f"| {wid} `{desc}` | {mode} | " + " | ".join(cells) +
+                       f" | {fmt_ratio(speedup(wid, 'pytorch'))} | "
+                       f"{fmt_ratio(speedup(wid, 'onednn'))} | {pct} | {fmt_ratio(scaling(wid))} |"
+                       + (" " + " / ".join(fmt_ratio(lstm_over_gru(wid, k)) for k in threads)
+                          + " |" if lstm else ""))
 
     # Performance targets: (workload, what, measured value or None, threshold, formatter).
     targets = []
@@ -335,16 +373,19 @@ def main():
             target(rb, f"speed >= 85% of {base} default form", g / r if g and r else None, 0.85,
                    lambda v: f"{100 * v:.0f}%")
     out.append("")
-    out.append("| target | measured | met |")
-    out.append("|---|---|---|")
-    met_all = True
-    for wid, what, value, need, fmt in targets:
-        ok = value is not None and value >= need
-        met_all &= ok
-        out.append(f"| {wid}: {what} | {fmt(value) if value is not None else 'no result'} | "
-                   f"{'yes' if ok else 'NO'} |")
-    out.append("")
-    out.append(f"All targets met: {'yes' if met_all and targets else 'no'}")
+    if targets:
+        out.append("| target | measured | met |")
+        out.append("|---|---|---|")
+        met_all = True
+        for wid, what, value, need, fmt in targets:
+            ok = value is not None and value >= need
+            met_all &= ok
+            out.append(f"| {wid}: {what} | {fmt(value) if value is not None else 'no result'} | "
+                       f"{'yes' if ok else 'NO'} |")
+        out.append("")
+        out.append(f"All targets met: {'yes' if met_all else 'no'}")
+    else:  # the LSTM rows have no targets (../shared/WORKLOADS.md sets none)
+        out.append("No performance targets for the selected workloads.")
     # Where the host put grux's threads: the round trip of a cache line between them, which
     # a time step shared by threads pays about twice (it moves the batch-1 rows most).
     hand = [f"{wid} {r.line['handoff_ns']:.0f}" for wid, *_ in selected

@@ -1,12 +1,16 @@
 // Peer benchmark: a GRU stack through oneDNN 2.6's linear-before-reset GRU primitive, timed the way
-// `grux bench gru` times grux; prints one JSON line per problem (see bench/README.md).
+// `grux bench gru` times grux; prints one JSON line per problem (see bench/README.md). With
+// --lstm the same for an LSTM through oneDNN's vanilla_lstm primitive, as `grux bench lstm`
+// times grux's: gates i, f, g, o as in PyTorch (oneDNN's ldigo order i, f, c, o), one bias of
+// 4 gates (PyTorch's b_ih + b_hh), no peephole or projection, h0 = c0 = 0.
 //
 // Usage: onednn_gru DESCRIPTOR [--train] [--cell] [--lengths SPEC] [--threads K] [--reps R]
-//                   [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8]
+//                   [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8] [--lstm]
 // DESCRIPTOR is l{L}d{D}t{T}n{N}i{I}h{H} (missing l/d default to 1). Sizes, used throughout:
 //   T time steps, N batch, I input size of layer 0, H hidden size, L layers, D directions,
-//   C_l input size of layer l (I for l = 0, D*H above), G = 3 gates (4 biases for lbr).
-// Modes:
+//   C_l input size of layer l (I for l = 0, D*H above), G gates: 3 for the GRU, 4 for the
+//   LSTM (both have 4 biases: lbr's extra one is b_hn).
+// Modes (the same for both cells; the LSTM's state is (h, c), everything said of h holds for c):
 //   inference  one forward_inference primitive per layer, whole sequence, h0 = 0.
 //   train      forward_training + backward per layer (upstream gradient random, fixed),
 //              gradients w.r.t. input and weights; diff weights zeroed each step (oneDNN
@@ -16,8 +20,8 @@
 // --precision (inference): bf16 runs the primitive with bf16 input, weights, states and
 // output (bias f32); int8 with u8 input and output (data scale 63.5, shift 64: [-1, 1] onto
 // [0, 127]), s8 weights quantized per output channel (weights_qparams mask 24, scale 127 /
-// max |w| of each gate row), bias f32: oneDNN's int8 RNN recipe. Where the library has no
-// such primitive for this CPU, the reason is reported as unsupported.
+// max |w| of each gate row), bias f32: oneDNN's int8 RNN recipe (the LSTM's c stays f32).
+// Where the library has no such primitive for this CPU, the reason is reported as unsupported.
 // Unsupported by oneDNN 2.6, reported as {"unsupported":true} instead of faked: variable
 // lengths, f64 RNN.
 // One primitive per layer because a oneDNN multi-layer primitive needs every layer's input
@@ -52,6 +56,9 @@ struct Options {
   int64_t L = 1, D = 1, T = 0, N = 0, I = 0, H = 0;
   std::string problem, mode = "inference", dtype = "f32", lengths, precision = "f32";
   int threads = 1, reps = 10, warmup = 2;
+  bool lstm = false;  // --lstm: oneDNN's vanilla_lstm in place of lbr_gru
+  const char* cell() const { return lstm ? "lstm" : "gru"; }
+  int64_t gates() const { return lstm ? 4 : 3; }
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -102,6 +109,8 @@ Options parse_args(int argc, char** argv) {
       o.mode = "train";
     else if (arg == "--cell")
       o.mode = "cell";
+    else if (arg == "--lstm")
+      o.lstm = true;
     else if (arg == "--lengths")
       o.lengths = value();
     else if (arg == "--threads")
@@ -121,7 +130,7 @@ Options parse_args(int argc, char** argv) {
     } else if (arg == "-h" || arg == "--help") {
       std::printf(
           "usage: onednn_gru DESCRIPTOR [--train] [--cell] [--lengths SPEC] [--threads K] "
-          "[--reps R] [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8]\n");
+          "[--reps R] [--warmup W] [--dtype f32|f64] [--precision f32|bf16|int8] [--lstm]\n");
       std::exit(0);
     } else if (!arg.empty() && arg[0] != '-' && desc.empty())
       desc = arg;
@@ -144,12 +153,12 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-// GEMM flops as in WORKLOADS.md: 2*N*T*3H*(C_l + H) per layer and direction, x3 for training.
+// GEMM flops as in WORKLOADS.md: 2*N*T*G*H*(C_l + H) per layer and direction, x3 for training.
 double gemm_flops(const Options& o) {
   double f = 0;
   for (int64_t l = 0; l < o.L; ++l) {
     const int64_t C = l == 0 ? o.I : o.D * o.H;
-    f += o.D * 2.0 * o.N * o.T * 3.0 * o.H * double(C + o.H);
+    f += o.D * 2.0 * o.N * o.T * double(o.gates()) * o.H * double(C + o.H);
   }
   return o.mode == "train" ? 3 * f : f;
 }
@@ -158,9 +167,9 @@ std::string json_head(const Options& o) {
   char buf[512];
   std::snprintf(
       buf, sizeof buf,
-      R"({"op":"gru","peer":"onednn","problem":"%s","mode":"%s","threads":%d,"dtype":"%s",)"
+      R"({"op":"%s","peer":"onednn","problem":"%s","mode":"%s","threads":%d,"dtype":"%s",)"
       R"("precision":"%s")",
-      o.problem.c_str(), o.mode.c_str(), o.threads, o.dtype.c_str(), o.precision.c_str());
+      o.cell(), o.problem.c_str(), o.mode.c_str(), o.threads, o.dtype.c_str(), o.precision.c_str());
   return buf;
 }
 
@@ -193,8 +202,57 @@ bool all_finite(const memory& m) {
 // User weights of one layer (ldigo / ldgo, PyTorch-style init scale 1/sqrt(H)), and their
 // reorder into whatever format a primitive descriptor asks for.
 struct LayerWeights {
-  memory w_layer, w_iter, bias;  // {1,D,C,3,H}, {1,D,H,3,H}, {1,D,4,H}
+  memory w_layer, w_iter, bias;  // {1,D,C,G,H}, {1,D,H,G,H}, {1,D,4,H}
 };
+
+LayerWeights random_weights(const Options& o, memory::dim C, memory::dim D, const dnnl::engine& eng,
+                            std::mt19937& rng) {
+  const memory::dim G = o.gates(), H = o.H;
+  const float scale = 1.0f / std::sqrt(float(o.H));
+  return {random_memory({{1, D, C, G, H}, dt::f32, tag::ldigo}, eng, rng, scale),
+          random_memory({{1, D, H, G, H}, dt::f32, tag::ldigo}, eng, rng, scale),
+          random_memory({{1, D, 4, H}, dt::f32, tag::ldgo}, eng, rng, scale)};
+}
+
+// The cell's primitive descriptors, behind the base both derive from: oneDNN's lbr_gru and
+// vanilla_lstm descriptors differ only in the LSTM's cell state c (src_iter_c, dst_iter_c,
+// ignored for the GRU). Weight descs are {1,D,C,G,H} / {1,D,H,G,H} with format any.
+dnnl::rnn_primitive_desc_base forward_pd(
+    const Options& o, dnnl::prop_kind prop, dnnl::rnn_direction dir, const memory::desc& src,
+    const memory::desc& src_iter, const memory::desc& src_iter_c, const memory::desc& wl,
+    const memory::desc& wi, const memory::desc& bias, const memory::desc& dst,
+    const memory::desc& dst_iter, const memory::desc& dst_iter_c, const dnnl::primitive_attr& attr,
+    const dnnl::engine& eng) {
+  if (o.lstm)
+    return dnnl::lstm_forward::primitive_desc(
+        dnnl::lstm_forward::desc(prop, dir, src, src_iter, src_iter_c, wl, wi, bias, dst, dst_iter,
+                                 dst_iter_c),
+        attr, eng);
+  return dnnl::lbr_gru_forward::primitive_desc(
+      dnnl::lbr_gru_forward::desc(prop, dir, src, src_iter, wl, wi, bias, dst, dst_iter), attr,
+      eng);
+}
+
+// Backward of a whole-sequence forward (h0 = 0, no final state, no gradient w.r.t. h0), the
+// diff descs the same as the forward's (format any for the diff weights).
+dnnl::rnn_primitive_desc_base backward_pd(const Options& o, dnnl::rnn_direction dir,
+                                          const memory::desc& src, const memory::desc& wl,
+                                          const memory::desc& wi, const memory::desc& bias,
+                                          const memory::desc& dst,
+                                          const dnnl::rnn_primitive_desc_base& fwd,
+                                          const dnnl::engine& eng) {
+  const memory::desc none;
+  const auto back = dnnl::prop_kind::backward;
+  if (o.lstm)
+    return dnnl::lstm_backward::primitive_desc(
+        dnnl::lstm_backward::desc(back, dir, src, none, none, wl, wi, bias, dst, none, none, src,
+                                  none, none, wl, wi, bias, dst, none, none),
+        eng, dnnl::lstm_forward::primitive_desc(fwd.get()));
+  return dnnl::lbr_gru_backward::primitive_desc(
+      dnnl::lbr_gru_backward::desc(back, dir, src, none, wl, wi, bias, dst, none, src, none, wl, wi,
+                                   bias, dst, none),
+      eng, dnnl::lbr_gru_forward::primitive_desc(fwd.get()));
+}
 
 memory reordered(const memory& src, const memory::desc& want, const dnnl::engine& eng,
                  dnnl::stream& s, const dnnl::primitive_attr& attr = {}) {
@@ -219,8 +277,7 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
   const auto dir = o.D == 2 ? dnnl::rnn_direction::bidirectional_concat
                             : dnnl::rnn_direction::unidirectional_left2right;
   const auto prop = train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const float wscale = 1.0f / std::sqrt(float(o.H));
-  const memory::dim T = o.T, N = o.N, D = o.D, H = o.H;
+  const memory::dim T = o.T, N = o.N, D = o.D, H = o.H, G = o.gates();
   const memory::desc none;  // zero md: h0 = 0, no h_n / no grad w.r.t. h0
 
   // Data and weight types of the precision, and int8's quantization (see the top).
@@ -233,20 +290,20 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
     data_attr.set_rnn_data_qparams(63.5f, 64.0f);
   }
   // int8 weights: a reorder attribute with per-output-channel scales 127 / max |w| (ldigo:
-  // mask over g and o, dims 3 and 4).
+  // mask over g and o, dims 3 and 4, G*H channels).
   // The primitive takes one set for both weights: each row's max over W_ih and W_hh (and,
   // bidirectional, both directions).
   auto weight_attr = [&](const LayerWeights& w, bool with_data) {
     dnnl::primitive_attr a;
     if (!int8) return a;
     if (with_data) a.set_rnn_data_qparams(63.5f, 64.0f);
-    const int64_t G = 3 * H;
-    std::vector<float> scales(G, 0.0f);
+    const int64_t GH = G * H;
+    std::vector<float> scales(GH, 0.0f);
     for (const memory* m : {&w.w_layer, &w.w_iter}) {
-      const memory::dims d = m->get_desc().dims();  // {1, D, C, 3, H}
+      const memory::dims d = m->get_desc().dims();  // {1, D, C, G, H}
       const float* p = static_cast<const float*>(m->get_data_handle());
       for (int64_t i = 0; i < d[1] * d[2]; ++i)
-        for (int64_t g = 0; g < G; ++g) scales[g] = std::max(scales[g], std::fabs(p[i * G + g]));
+        for (int64_t g = 0; g < GH; ++g) scales[g] = std::max(scales[g], std::fabs(p[i * GH + g]));
     }
     for (float& v : scales) v = v > 0 ? 127.0f / v : 1.0f;
     a.set_rnn_weights_qparams(24, scales);
@@ -257,21 +314,19 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
   memory src = random_memory({{T, N, o.I}, dt::f32, tag::tnc}, eng, rng, 1.0f);
   if (xdt != dt::f32) src = reordered(src, {{T, N, o.I}, xdt, tag::tnc}, eng, s, data_attr);
   struct Saved {
-    dnnl::lbr_gru_forward::primitive_desc pd;
+    dnnl::rnn_primitive_desc_base pd;
     memory src, dst, workspace;
     LayerWeights w;
   };
   std::vector<Saved> saved;
   for (int64_t l = 0; l < o.L; ++l) {
     const memory::dim C = l == 0 ? o.I : D * H;
-    LayerWeights w{random_memory({{1, D, C, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
-                   random_memory({{1, D, H, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
-                   random_memory({{1, D, 4, H}, dt::f32, tag::ldgo}, eng, rng, wscale)};
+    LayerWeights w = random_weights(o, C, D, eng, rng);
     const memory::desc dst_md({T, N, D * H}, xdt, tag::tnc);
-    dnnl::lbr_gru_forward::desc d(prop, dir, src.get_desc(), none, {{1, D, C, 3, H}, wdt, tag::any},
-                                  {{1, D, H, 3, H}, wdt, tag::any}, w.bias.get_desc(), dst_md,
-                                  none);
-    dnnl::lbr_gru_forward::primitive_desc pd(d, int8 ? weight_attr(w, true) : attr, eng);
+    const auto pd =
+        forward_pd(o, prop, dir, src.get_desc(), none, none, {{1, D, C, G, H}, wdt, tag::any},
+                   {{1, D, H, G, H}, wdt, tag::any}, w.bias.get_desc(), dst_md, none, none,
+                   int8 ? weight_attr(w, true) : attr, eng);
     memory dst(pd.dst_layer_desc(), eng);
     Args args{{DNNL_ARG_SRC_LAYER, src},
               {DNNL_ARG_WEIGHTS_LAYER,
@@ -285,7 +340,7 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
       ws = memory(pd.workspace_desc(), eng);
       args[DNNL_ARG_WORKSPACE] = ws;
     }
-    plan.steps.emplace_back(dnnl::lbr_gru_forward(pd), args);
+    plan.steps.emplace_back(dnnl::primitive(pd), args);
     saved.push_back({pd, src, dst, ws, w});
     src = dst;
   }
@@ -297,13 +352,10 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
   for (int64_t l = o.L - 1; l >= 0; --l) {
     const Saved& f = saved[l];
     const memory::dim C = l == 0 ? o.I : D * H;
-    const memory::desc any_wl({1, D, C, 3, H}, dt::f32, tag::any);
-    const memory::desc any_wi({1, D, H, 3, H}, dt::f32, tag::any);
-    dnnl::lbr_gru_backward::desc d(dnnl::prop_kind::backward, dir, f.src.get_desc(), none, any_wl,
-                                   any_wi, f.w.bias.get_desc(), f.dst.get_desc(), none,
-                                   f.src.get_desc(), none, any_wl, any_wi, f.w.bias.get_desc(),
-                                   f.dst.get_desc(), none);
-    dnnl::lbr_gru_backward::primitive_desc pd(d, eng, f.pd);
+    const memory::desc any_wl({1, D, C, G, H}, dt::f32, tag::any);
+    const memory::desc any_wi({1, D, H, G, H}, dt::f32, tag::any);
+    const auto pd = backward_pd(o, dir, f.src.get_desc(), any_wl, any_wi, f.w.bias.get_desc(),
+                                f.dst.get_desc(), f.pd, eng);
     memory diff_src(pd.diff_src_layer_desc(), eng), dwl(pd.diff_weights_layer_desc(), eng),
         dwi(pd.diff_weights_iter_desc(), eng), db(pd.diff_bias_desc(), eng);
     Args args{{DNNL_ARG_SRC_LAYER, f.src},
@@ -317,7 +369,7 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
               {DNNL_ARG_DIFF_WEIGHTS_LAYER, dwl},
               {DNNL_ARG_DIFF_WEIGHTS_ITER, dwi},
               {DNNL_ARG_DIFF_BIAS, db}};
-    plan.steps.emplace_back(dnnl::lbr_gru_backward(pd), args);
+    plan.steps.emplace_back(dnnl::primitive(pd), args);
     plan.to_zero.insert(plan.to_zero.end(), {dwl, dwi, db});
     plan.outputs.insert(plan.outputs.end(), {diff_src, dwl, dwi, db});
     diff_dst = diff_src;
@@ -327,10 +379,10 @@ Plan plan_sequence(const Options& o, const dnnl::engine& eng, dnnl::stream& s, s
 
 // Streaming: per step t and layer l, one execution of a T = 1 primitive. Layer l's state at
 // step t is its own output frame t-1 (ldnc {1,1,N,H} and tnc {1,N,H} are the same bytes), so
-// nothing is copied; every step's argument list is built here, outside the timed loop.
+// nothing is copied; every step's argument list is built here, outside the timed loop. The
+// LSTM's c likewise: step t reads frame t-1 of a per-layer {T,N,H} buffer and writes frame t.
 Plan plan_cell(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::mt19937& rng) {
-  const memory::dim T = o.T, N = o.N, H = o.H;
-  const float wscale = 1.0f / std::sqrt(float(o.H));
+  const memory::dim T = o.T, N = o.N, H = o.H, G = o.gates();
   const memory::desc none;
   Plan plan;
   memory inputs = random_memory({{T, N, o.I}, dt::f32, tag::tnc}, eng, rng, 1.0f);
@@ -339,22 +391,28 @@ Plan plan_cell(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::
     const memory::dim C = l == 0 ? o.I : H;
     const memory::desc x_md({1, N, C}, dt::f32, tag::tnc), h_md({1, 1, N, H}, dt::f32, tag::ldnc),
         y_md({1, N, H}, dt::f32, tag::tnc);
-    LayerWeights w{random_memory({{1, 1, C, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
-                   random_memory({{1, 1, H, 3, H}, dt::f32, tag::ldigo}, eng, rng, wscale),
-                   random_memory({{1, 1, 4, H}, dt::f32, tag::ldgo}, eng, rng, wscale)};
-    dnnl::lbr_gru_forward::desc d(
-        dnnl::prop_kind::forward_inference, dnnl::rnn_direction::unidirectional_left2right, x_md,
-        h_md, {{1, 1, C, 3, H}, dt::f32, tag::any}, {{1, 1, H, 3, H}, dt::f32, tag::any},
-        w.bias.get_desc(), y_md, none);
-    dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
-    dnnl::lbr_gru_forward prim(pd);
+    LayerWeights w = random_weights(o, C, 1, eng, rng);
+    const memory::desc c_md = o.lstm ? h_md : none;
+    const auto pd = forward_pd(
+        o, dnnl::prop_kind::forward_inference, dnnl::rnn_direction::unidirectional_left2right, x_md,
+        h_md, c_md, {{1, 1, C, G, H}, dt::f32, tag::any}, {{1, 1, H, G, H}, dt::f32, tag::any},
+        w.bias.get_desc(), y_md, c_md, c_md, {}, eng);
+    dnnl::primitive prim(pd);
     memory wl = reordered(w.w_layer, pd.weights_layer_desc(), eng, s);
     memory wi = reordered(w.w_iter, pd.weights_iter_desc(), eng, s);
     memory outputs({{T, N, H}, dt::f32, tag::tnc}, eng);
-    memory h0(h_md, eng);
+    memory h0(h_md, eng);  // h0 = 0, and c0 = 0 for the LSTM
     zero(h0);
+    // The LSTM's c of every step, frame t written by step t; and its final h, which oneDNN
+    // needs written when c is (dst_iter_c needs dst_iter), into a scratch frame nobody reads.
+    memory cs, h_scratch;
+    if (o.lstm) {
+      cs = memory({{T, N, H}, dt::f32, tag::tnc}, eng);
+      h_scratch = memory(h_md, eng);
+    }
     float* in_base = static_cast<float*>(inputs.get_data_handle());
     float* out_base = static_cast<float*>(outputs.get_data_handle());
+    float* c_base = o.lstm ? static_cast<float*>(cs.get_data_handle()) : nullptr;
     for (memory::dim t = 0; t < T; ++t) {
       Args args{{DNNL_ARG_SRC_LAYER, memory(x_md, eng, in_base + t * N * C)},
                 {DNNL_ARG_SRC_ITER, t == 0 ? h0 : memory(h_md, eng, out_base + (t - 1) * N * H)},
@@ -362,10 +420,16 @@ Plan plan_cell(const Options& o, const dnnl::engine& eng, dnnl::stream& s, std::
                 {DNNL_ARG_WEIGHTS_ITER, wi},
                 {DNNL_ARG_BIAS, w.bias},
                 {DNNL_ARG_DST_LAYER, memory(y_md, eng, out_base + t * N * H)}};
+      if (o.lstm) {
+        args[DNNL_ARG_SRC_ITER_C] = t == 0 ? h0 : memory(h_md, eng, c_base + (t - 1) * N * H);
+        args[DNNL_ARG_DST_ITER] = h_scratch;
+        args[DNNL_ARG_DST_ITER_C] = memory(h_md, eng, c_base + t * N * H);
+      }
       plan.steps.emplace_back(prim, std::move(args));
     }
     plan.buffers.push_back(h0);
     plan.buffers.push_back(outputs);
+    if (o.lstm) plan.buffers.insert(plan.buffers.end(), {cs, h_scratch});
     plan.outputs.push_back(outputs);
     inputs = outputs;
   }
@@ -431,8 +495,9 @@ int main(int argc, char** argv) {
                 json_head(o).c_str(), o.reps, median, ms[0], gemm_flops(o) / (median * 1e6));
   } catch (const dnnl::error& e) {
     if (o.precision != "f32" && e.status == dnnl_unimplemented) {
-      print_unsupported(o, "oneDNN 2.6 has no " + o.precision +
-                               " linear-before-reset GRU primitive for this CPU");
+      print_unsupported(o, "oneDNN 2.6 has no " + o.precision + " " +
+                               (o.lstm ? "LSTM" : "linear-before-reset GRU") +
+                               " primitive for this CPU");
       return 0;
     }
     std::fprintf(stderr, "onednn_gru: oneDNN error on %s: %s (status %d)\n", o.problem.c_str(),

@@ -333,10 +333,26 @@ TEST(CApi, LstmModelsMatchPyTorch) {
   const std::string nam = kGolden + "model_lstm_nam.safetensors";
   EXPECT_THAT(load_error(nam, "rnn.", "fc.", GRUX_RESET_BEFORE),
               ::testing::HasSubstr("GRUX_RESET_BEFORE is a GRU's"));
-  EXPECT_THAT(load_error(nam, "rnn.", "fc.", GRUX_INT8),
-              ::testing::HasSubstr("an LSTM runs in f32"));
-  EXPECT_THAT(load_error(nam, "rnn.", "fc.", GRUX_BF16),
-              ::testing::HasSubstr("an LSTM runs in f32"));
+  // bf16 and int8: LstmStream's bits of that precision (on any split and thread count), near
+  // PyTorch's f32 within the precision's bound.
+  for (unsigned flag : {GRUX_BF16, GRUX_INT8}) {
+    const Precision prec = flag == GRUX_BF16 ? Precision::bf16 : Precision::int8;
+    const SafeTensors g = read_safetensors(nam);
+    ModelPtr m = load(nam, "rnn.", "fc.", flag);
+    ASSERT_TRUE(m);
+    const Tensor x = g.tensors.at("input"), want = g.tensors.at("expected");
+    const Tensor got = run(m.get(), x, 5);
+    Lstm lstm = Lstm::from_state_dict(under(g, "rnn."));
+    LstmStream cpp(lstm, x.size(1), {}, {}, prec);
+    GruStreamHead head;
+    head.weight = g.tensors.at("fc.weight");
+    head.bias = g.tensors.at("fc.bias");
+    cpp.set_head(head);
+    EXPECT_TRUE(bit_equal(got, cpp.step(x))) << precision_name(prec);
+    EXPECT_TRUE(bit_equal(got, run(m.get(), x, 13, 2))) << precision_name(prec);
+    EXPECT_LE(max_abs_diff(got, want), prec == Precision::bf16 ? 2e-2 : 5e-2);
+    EXPECT_GT(max_abs_diff(got, want), 1e-6);
+  }
   TempDir dir;
   std::map<std::string, Tensor> t = read_safetensors(nam).tensors;
   t["fc.weight"] = Tensor::zeros({1, 17}, DType::f32);

@@ -578,7 +578,7 @@ TEST(LstmStream, Errors) {
   expect_error([&] { LstmStream s(Lstm(c), 1); }, {"bidirectional", "cannot stream"});
   c.bidirectional = false;
   const Lstm lstm(c);
-  expect_error([&] { LstmStream s(lstm, 1, {}, {}, 2); }, {"threads is 2"});
+  expect_error([&] { LstmStream s(lstm, 1, {}, {}, -1); }, {"threads is -1", "expected >= 0"});
   expect_error(
       [&] {
         LstmStream s(lstm, 1, {}, Tensor::zeros({1, 1, 5}, DType::f32));

@@ -193,7 +193,9 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
   for (const char* args : {"bench lstm l2d2t6n3i5h7p3 --threads 1 --reps 2",
                            "bench lstm t6n3i5h17 --train --lengths uniform:1:6:2 --reps 1",
                            "bench lstm t4n2i3h5 --dtype f64 --reps 1",
-                           "bench lstm l2t40n1i1h6 --cell --block 7 --reps 1 --predict"}) {
+                           "bench lstm l2t40n1i1h6 --cell --block 7 --reps 1 --predict",
+                           "bench lstm l2t9n3i4h20 --precision bf16 --reps 1",
+                           "bench lstm t30n1i1h12 --cell --precision int8 --reps 1"}) {
     const test::CliRun r = grux_cli(tmp.path, args);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
@@ -205,7 +207,8 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
     // The cost model's roofline at this process's rates (grux cost lstm's phases).
     EXPECT_GT(j["bound_ms"].get<double>(), 0);
     EXPECT_THAT(j["bound"].get<std::string>(), testing::AnyOf("compute", "traffic"));
-    if (j["mode"] == "cell") {
+    if (j["precision"] != "f32") EXPECT_GT(j["max_abs_diff_vs_f32"].get<double>(), 0) << args;
+    if (j["mode"] == "cell" && j["precision"] == "f32") {
       EXPECT_EQ(j["block"], 7);
       EXPECT_GT(j["predicted_ms"].get<double>(), 0);
     }
@@ -223,6 +226,10 @@ TEST(LstmCliBench, RefusesToTimeAWrongResultAndBadArguments) {
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4p4"), {"p4", "1 <= p < h = 4"});
   expect_user_error(grux_cli(tmp.path, "bench lstm l1d3t5n2i3h4"), {"d3"});
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3"), {"malformed"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --train --precision bf16"),
+                    {"LSTM training runs in f32"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --dtype f64 --precision int8"),
+                    {"takes an f32 LSTM"});
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --lengths uniform:1:9:1"), {"T = 5"});
   expect_user_error(grux_cli(tmp.path, "bench lstm t100000n100000i1000h1000"), {"GiB", "memory"});
 }

@@ -304,27 +304,33 @@ TEST(Realtime, StreamWithAHeadAllocatesNothing) {
 }
 
 // LstmStream (lstm.h) on each of its paths: the real-time kernel (one f32 sequence without a
-// projection, small and tiled hidden sizes), and the engine's (a batch, f64, a projection);
-// with a head on both. After construction nothing allocates, locks, waits, starts a thread,
-// sleeps or calls the system, in process, step_into or reset.
+// projection, small and tiled hidden sizes), and the engine's (a batch, f64, a projection,
+// bf16 and int8, a team of two threads); with a head on both. After construction nothing
+// allocates, locks, waits, starts a thread, sleeps or calls the system, in process, step_into
+// or reset.
 TEST(Realtime, LstmStreamsNeitherAllocateNorBlock) {
   if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns these functions here";
   struct Case {
     int64_t batch, H, proj;
     DType dtype;
     bool head;
+    Precision prec = Precision::f32;
+    int threads = 0;
   };
-  for (const Case& k : {Case{1, 18, 0, DType::f32, false}, Case{1, 40, 0, DType::f32, true},
-                        Case{1, 96, 0, DType::f32, false}, Case{3, 24, 0, DType::f32, true},
-                        Case{1, 24, 0, DType::f64, false}, Case{1, 24, 8, DType::f32, true},
-                        Case{1, 300, 0, DType::f32, false}}) {
+  for (const Case& k :
+       {Case{1, 18, 0, DType::f32, false}, Case{1, 40, 0, DType::f32, true},
+        Case{1, 96, 0, DType::f32, false}, Case{3, 24, 0, DType::f32, true},
+        Case{1, 24, 0, DType::f64, false}, Case{1, 24, 8, DType::f32, true},
+        Case{1, 300, 0, DType::f32, false}, Case{1, 40, 0, DType::f32, true, Precision::bf16},
+        Case{2, 40, 0, DType::f32, false, Precision::int8},
+        Case{1, 64, 0, DType::f32, true, Precision::f32, 2}}) {
     LstmConfig c;
     c.input_size = 2;
     c.hidden_size = k.H;
     c.num_layers = 2;
     c.proj_size = k.proj;
     const Lstm lstm(c, k.dtype, 1);
-    LstmStream stream(lstm, k.batch);
+    LstmStream stream(lstm, k.batch, {}, {}, k.prec, k.threads);
     std::mt19937_64 rng(2);
     if (k.head) {
       GruStreamHead head;
@@ -354,7 +360,8 @@ TEST(Realtime, LstmStreamsNeitherAllocateNorBlock) {
     run();
     const std::string what = "batch " + std::to_string(k.batch) + " H " + std::to_string(k.H) +
                              " proj " + std::to_string(k.proj) + " " + dtype_name(k.dtype) +
-                             (k.head ? " with a head" : "");
+                             (k.head ? " with a head" : "") + " " + precision_name(k.prec) +
+                             " threads " + std::to_string(k.threads);
     EXPECT_EQ(allocations_in(run), 0) << what;
     EXPECT_EQ(blocking_calls_in(run), 0) << what;
   }

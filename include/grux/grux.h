@@ -44,8 +44,8 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
 /* Flags of grux_model_load. */
 #define GRUX_RESET_BEFORE 1u /* a GRU whose n = tanh(W_in x + b_in + W_hn (r*h) + b_hn) */
 #define GRUX_RESIDUAL 2u     /* output = input + model(input); sizes must match */
-#define GRUX_BF16 4u         /* the GRU's products in bf16 (weights converted at load) */
-#define GRUX_INT8 8u         /* the GRU's products in int8 (weights quantized at load) */
+#define GRUX_BF16 4u         /* the products in bf16 (weights converted at load) */
+#define GRUX_INT8 8u         /* the products in int8 (weights quantized at load) */
 
 /* Return codes of grux_stream_process. */
 #define GRUX_OK 0
@@ -59,14 +59,14 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
  *     from the keys and shapes.
  *   head_prefix: the prefix of an nn.Linear head's "weight" (O, H) and optional "bias" (O);
  *     NULL or "" for no head.
- *   flags: GRUX_RESET_BEFORE, GRUX_RESIDUAL, at most one of GRUX_BF16 and GRUX_INT8 (the
- *     precision of the GRU's products: docs/precision.md; the head stays f32), or 0
- *     (PyTorch's GRU in f32, no skip connection).
+ *   flags: GRUX_RESET_BEFORE (a GRU's), GRUX_RESIDUAL, at most one of GRUX_BF16 and
+ *     GRUX_INT8 (the precision of the model's products: docs/precision.md; the head stays
+ *     f32), or 0 (PyTorch's model in f32, no skip connection).
  * Returns NULL on error, with a one-line message in err (truncated to err_len bytes, always
  * NUL-terminated; err may be NULL when err_len is 0). Errors: a missing or malformed file, a
  * missing, extra or misshapen key, a dtype other than F32, a bidirectional model, a residual
  * whose input and output sizes differ, unknown flags, GRUX_BF16 with GRUX_INT8, and for an
- * LSTM GRUX_RESET_BEFORE, GRUX_BF16 or GRUX_INT8. */
+ * LSTM GRUX_RESET_BEFORE. */
 GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix,
                                      const char* head_prefix, unsigned flags, char* err,
                                      size_t err_len);
@@ -81,9 +81,9 @@ GRUX_API void grux_model_free(grux_model* m);
  * memory here. After creation grux_stream_process and grux_stream_reset allocate nothing,
  * take no lock, start no thread and make no system call (see docs/realtime.md).
  *   threads: 0 or 1 runs every call on the calling thread only (use this on an audio thread);
- *   k > 1 starts up to k - 1 worker threads here (a GRU's; an LSTM's stream runs on the
- *   calling thread whatever k), which spin between calls for the stream's whole life (give
- *   them their own cores and the caller's priority); grux_stream_free joins them.
+ *   k > 1 starts up to k - 1 worker threads here, which spin between calls for the stream's
+ *   whole life (give them their own cores and the caller's priority); grux_stream_free joins
+ *   them.
  * Returns NULL on error, with the message in err as for grux_model_load. */
 GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads, char* err,
                                          size_t err_len);

@@ -179,6 +179,27 @@ struct LstmCellGrads {
   LstmLayerWeights dweights;
 };
 
+// An LSTM's inference with the weights packed once (for many calls), the products in f32,
+// bf16 or int8 (grux/precision.h; bf16 and int8 take an f32 LSTM, the weight matrices W_ih,
+// W_hh and W_hr converted here, the biases, gates and states kept in f32). Results as
+// Lstm::forward's; in bf16 and int8 within the GRU's bounds of f32's (docs/precision.md),
+// the same bits on any thread count and whether a sequence runs alone or in a batch.
+class LstmInference {
+ public:
+  explicit LstmInference(const Lstm& lstm, Precision precision = Precision::f32);
+  ~LstmInference();
+  LstmInference(LstmInference&&) noexcept;
+  LstmInference& operator=(LstmInference&&) noexcept;
+
+  LstmOutput forward(const Tensor& input, const Tensor& h0 = {}, const Tensor& c0 = {},
+                     const Tensor& lengths = {}, int threads = 0) const;
+  Precision precision() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // nn.LSTMCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh. It runs the
 // stack's engine for one step of one layer: the same results as an Lstm of one layer.
 class LstmCell {
@@ -214,19 +235,25 @@ class LstmCell {
 // (`lstm` may go away afterwards). After construction, step_into() and process() allocate
 // nothing, take no lock, start no thread and make no system call, whatever the number of
 // frames; reset() without arguments likewise. step(), state() and cell_state() allocate their
-// results. Every step runs on the calling thread.
+// results. With threads > 1 the stream's own team (started here, spinning between frames, as
+// GruStream's) shares each step's units; 0 or 1: every step runs on the calling thread.
 //
 // Kernels and results. One sequence (batch 1 or unbatched) in f32 without a projection (hidden
 // sizes up to 256) runs the real-time kernel (cpu/lstm_stream.h): equal to Lstm::forward within
 // f32 rounding and exactly reproducible: the same bits on any split of the frames into calls.
-// Every other stream (a batch, f64, proj_size > 0) runs the engine's layer kernels and is
-// bit-identical to Lstm::forward on the whole sequence.
+// Every other stream (a batch, f64, proj_size > 0, threads > 1, bf16 or int8) runs the engine's
+// layer kernels and is bit-identical to Lstm::forward (LstmInference for bf16 and int8) on the
+// whole sequence.
 class LstmStream {
  public:
   // batch N >= 1, or 0 for unbatched frames. h0 (L, N, H_out) and c0 (L, N, H) as in
-  // Lstm::forward (either undefined: zeros). threads: 0 or 1 (the calling thread).
+  // Lstm::forward (either undefined: zeros). threads: 0 or 1 (the calling thread), or k > 1
+  // (a team of up to k). precision bf16 or int8 (an f32 LSTM): the weights converted once,
+  // here; frames then give LstmInference(lstm, precision)'s results bit for bit.
   LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0 = {}, const Tensor& c0 = {},
              int threads = 0);
+  LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0, const Tensor& c0,
+             Precision precision, int threads = 0);
   ~LstmStream();
   LstmStream(LstmStream&&) noexcept;
   LstmStream& operator=(LstmStream&&) noexcept;

@@ -59,16 +59,19 @@ class LSTM:
         """The weights as NumPy arrays keyed like nn.LSTM's (views of this LSTM's weights)."""
         return self._core.state_dict()
 
-    def __call__(self, input, hx=None, lengths=None, threads=0):
+    def __call__(self, input, hx=None, lengths=None, threads=0, precision="f32"):
         """(output, (h_n, c_n)), as nn.LSTM: input (T, N, I), (N, T, I) with batch_first, or
         (T, I) unbatched; hx None or (h0, c0), h0 (layers * directions, N, H_out) and c0
         (layers * directions, N, H), either None for zeros; lengths (N,) integers in [1, T]
         (any order): output rows past a sequence's length are zero and h_n, c_n hold its state
-        at its last step. threads: 0 lets grux choose."""
+        at its last step. threads: 0 lets grux choose. precision: "f32", or "bf16" / "int8"
+        (a float32 LSTM: the products with the weights in that precision, the weights
+        converted for the call; docs/precision.md)."""
         x, wrap = _to_numpy(input, "input")
         h0, c0 = _split_hx(hx)
         out, h_n, c_n = self._core.forward(x, _optional(h0, "h0"), _optional(c0, "c0"),
-                                           _optional(lengths, "lengths", True), int(threads))
+                                           _optional(lengths, "lengths", True), int(threads),
+                                           str(precision))
         return wrap(out), (wrap(h_n), wrap(c_n))
 
     forward = __call__
@@ -168,16 +171,18 @@ class LSTMStream(_Stream):
 
     batch: N >= 1 (frames (N, I), blocks (t, N, I)), or 0 for unbatched frames (I,) and blocks
     (t, I). The stream copies and packs the LSTM's weights when made. One sequence in float32
-    without a projection runs grux's real-time kernel; every other stream runs the engine's
-    layer kernels (the same bits as LSTM on the whole sequence). threads: 0 or 1 (every step
-    runs on the calling thread)."""
+    without a projection on the calling thread runs grux's real-time kernel; every other stream
+    runs the engine's layer kernels (the same bits as LSTM on the whole sequence). threads: 0
+    or 1 (every step on the calling thread), or k > 1 (the stream's own team of up to k
+    threads, spinning between frames). precision "bf16" or "int8" (a float32 LSTM) converts
+    the weights once, here; frames then give LSTM(precision=...)'s results bit for bit."""
 
-    def __init__(self, lstm, batch=1, hx=None, threads=0):
+    def __init__(self, lstm, batch=1, hx=None, threads=0, precision="f32"):
         if not isinstance(lstm, LSTM):
             raise Error(f"lstm: expected a grux.LSTM, got {type(lstm).__name__}")
         h0, c0 = _split_hx(hx)
         core = _grux.Stream(lstm._core, int(batch), _optional(h0, "h0"), _optional(c0, "c0"),
-                            int(threads))
+                            int(threads), str(precision))
         self._start(core, int(batch), lstm.input_size)
 
     def cell_state(self):

@@ -10,6 +10,7 @@
 
 #include "convert.h"
 #include "grux/error.h"
+#include "grux/precision.h"
 
 namespace py = pybind11;
 using grux::Tensor;
@@ -86,18 +87,22 @@ void grux_py::bind_lstm(py::module_& m) {
       .def(
           "forward",
           [](const grux::Lstm& l, const py::object& x, const py::object& h0, const py::object& c0,
-             const py::object& lengths, int threads) {
+             const py::object& lengths, int threads, const std::string& precision) {
+            const grux::Precision p = grux::parse_precision(precision);
             const Tensor tx = from_array(x, "input"), th = from_optional(h0, "h0"),
                          tc = from_optional(c0, "c0"), tl = from_optional(lengths, "lengths", true);
             grux::LstmOutput out;
             {
               py::gil_scoped_release nogil;
-              out = l.forward(tx, th, tc, tl, threads);
+              // bf16 / int8: the weights converted for this call (LstmInference).
+              out = p == grux::Precision::f32
+                        ? l.forward(tx, th, tc, tl, threads)
+                        : grux::LstmInference(l, p).forward(tx, th, tc, tl, threads);
             }
             return py::make_tuple(to_array(out.output), to_array(out.h_n), to_array(out.c_n));
           },
           py::arg("input"), py::arg("h0") = py::none(), py::arg("c0") = py::none(),
-          py::arg("lengths") = py::none(), py::arg("threads") = 0)
+          py::arg("lengths") = py::none(), py::arg("threads") = 0, py::arg("precision") = "f32")
       .def(
           "forward_train",
           [](const grux::Lstm& l, const py::object& x, const py::object& h0, const py::object& c0,

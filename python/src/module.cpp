@@ -668,10 +668,11 @@ void grux_py::bind_stream(py::module_& m) {
            py::arg("gru"), py::arg("batch"), py::arg("h0") = py::none(), py::arg("threads") = 0,
            py::arg("precision") = "f32")
       .def(py::init([](const grux::Lstm& l, int64_t batch, const py::object& h0,
-                       const py::object& c0, int threads) {
+                       const py::object& c0, int threads, const std::string& precision) {
              auto st = std::make_unique<Stream>();
-             st->lstm = std::make_unique<grux::LstmStream>(l, batch, from_optional(h0, "h0"),
-                                                           from_optional(c0, "c0"), threads);
+             st->lstm = std::make_unique<grux::LstmStream>(
+                 l, batch, from_optional(h0, "h0"), from_optional(c0, "c0"),
+                 grux::parse_precision(precision), threads);
              const grux::LstmConfig& c = l.config();
              st->N = batch, st->I = c.input_size, st->H = c.output_size();
              st->row_work = 4 * c.hidden_size * (c.input_size + c.output_size());
@@ -679,7 +680,7 @@ void grux_py::bind_stream(py::module_& m) {
              return st;
            }),
            py::arg("lstm"), py::arg("batch"), py::arg("h0") = py::none(),
-           py::arg("c0") = py::none(), py::arg("threads") = 0)
+           py::arg("c0") = py::none(), py::arg("threads") = 0, py::arg("precision") = "f32")
       .def(
           "step",
           [](Stream& s, const py::object& frames, const py::object& out) -> py::object {

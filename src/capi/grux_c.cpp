@@ -125,11 +125,6 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
     if (lstm && (flags & GRUX_RESET_BEFORE))
       throw Error(fmt::format(
           "{}GRUX_RESET_BEFORE is a GRU's candidate form, but the weights are an LSTM's", what));
-    if (lstm && (flags & (GRUX_BF16 | GRUX_INT8)))
-      throw Error(fmt::format(
-          "{}GRUX_BF16 and GRUX_INT8 run a GRU's products; an LSTM runs in f32 (flags 0 or "
-          "GRUX_RESIDUAL)",
-          what));
     auto m = std::make_unique<grux_model>();
     Head head;
     try {
@@ -225,9 +220,7 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
       s->gru.emplace(*m->gru, batch, Tensor(), m->precision, threads);
       if (head) s->gru->set_head(h.layer);
     } else {
-      // An LSTM stream runs on the calling thread: more threads are not an error here (the
-      // C API's threads is a cap), they are not used.
-      s->lstm.emplace(*m->lstm, batch, Tensor(), Tensor(), 1);
+      s->lstm.emplace(*m->lstm, batch, Tensor(), Tensor(), m->precision, threads);
       if (head) s->lstm->set_head(h.layer);
     }
     return s.release();

@@ -51,10 +51,6 @@ GruKernels<T> gru_kernels() {
           &cpu::gru_gates_rb_backward_r<T>};
 }
 
-// Throws grux::Error "<who>: precision <p> takes an f32 GRU; this one is <dtype>" unless a
-// GRU of `dtype` can run in precision p (src/ops/precision.cpp).
-void check_precision(const char* who, DType dtype, Precision p);
-
 // One layer-direction's weights packed for the kernels (create once, run many steps).
 template <typename T>
 struct PackedLayer {

@@ -183,9 +183,11 @@ Problem normalize(const LstmConfig& c, DType dtype, const Tensor& input, const T
 // ---- Forward -------------------------------------------------------------------------
 
 template <typename T>
+// `packed` (inference): the layers packed beforehand (LstmInference), else packed here.
 LstmOutput forward_impl(const LstmConfig& c, const std::vector<LstmLayerWeights>& weights,
                         const Problem& p, bool training, uint64_t seed, LstmTapeData* tape,
-                        BatchShare share = {}) {
+                        BatchShare share = {},
+                        const std::vector<ops::LstmPackedLayer<T>>* packed = nullptr) {
   const auto k = ops::lstm_kernels<T>();
   const SeqLayout& lay = p.lay;
   const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, P = c.output_size();
@@ -228,10 +230,12 @@ LstmOutput forward_impl(const LstmConfig& c, const std::vector<LstmLayerWeights>
       if (p.c0.defined()) ops::add_sorted_rows<T>(lay, p.c0.select(0, ld), cs.data<T>());
       Tensor a = Tensor::empty({rows, 4 * H}, dt);
       Tensor m = c.proj_size > 0 ? Tensor::empty({tape ? rows : N, H}, dt) : Tensor();
-      ops::LstmPackedLayer<T> P_ = ops::pack_lstm_layer<T>(weights[ld], tape != nullptr);
+      ops::LstmPackedLayer<T> own;
+      if (!packed) own = ops::pack_lstm_layer<T>(weights[ld], tape != nullptr);
+      const ops::LstmPackedLayer<T>& P_ = packed ? (*packed)[ld] : own;
       ops::lstm_layer_forward<T>(k, P_, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
                                  a.data<T>(), hs, cs.data<T>(), m.defined() ? m.data<T>() : nullptr,
-                                 tape != nullptr, 0, io_used);
+                                 tape != nullptr, nullptr, 0, io_used);
       if (!dense) ops::scatter_packed<T>(lay, d, hs, P, out.data<T>(), D * P, d * P, false);
       for (int64_t j = 0; j < N; ++j) {
         // Dense: sequence j's last state is at time T - 1 (forward) or 0 (reverse).
@@ -247,7 +251,7 @@ LstmOutput forward_impl(const LstmConfig& c, const std::vector<LstmLayerWeights>
         tape->a[ld] = a;
         tape->cs[ld] = cs;
         tape->m[ld] = m;
-        tape->packed<T>()[ld] = std::move(P_);
+        tape->packed<T>()[ld] = std::move(own);
       }
     }
     if (tape) tape->layer_inputs[l] = layer_in;
@@ -475,6 +479,55 @@ LstmOutput Lstm::forward(const Tensor& input, const Tensor& h0, const Tensor& c0
     return forward_impl<decltype(t)>(config_, weights_, p, false, 0, nullptr);
   });
   squeeze_unbatched(r, config_, p.unbatched);
+  return r;
+}
+
+struct LstmInference::Impl {
+  LstmConfig config;
+  DType dtype;
+  Precision precision;
+  std::vector<LstmLayerWeights> weights;  // for the shapes' checks (shared storage)
+  // Per layer * D + direction, packed once (one of the two, by dtype).
+  std::vector<ops::LstmPackedLayer<float>> packed_f32;
+  std::vector<ops::LstmPackedLayer<double>> packed_f64;
+};
+
+LstmInference::LstmInference(const Lstm& lstm, Precision precision)
+    : impl_(std::make_unique<Impl>()) {
+  ops::check_precision("lstm inference", lstm.dtype(), precision, "LSTM");
+  Impl& m = *impl_;
+  m.config = lstm.config(), m.dtype = lstm.dtype(), m.precision = precision;
+  m.weights = lstm.weights();
+  for (const LstmLayerWeights& w : lstm.weights()) {
+    if (lstm.dtype() == DType::f32)
+      m.packed_f32.push_back(ops::pack_lstm_layer<float>(w, false, precision));
+    else
+      m.packed_f64.push_back(ops::pack_lstm_layer<double>(w, false));
+  }
+}
+LstmInference::~LstmInference() = default;
+LstmInference::LstmInference(LstmInference&&) noexcept = default;
+LstmInference& LstmInference::operator=(LstmInference&&) noexcept = default;
+Precision LstmInference::precision() const {
+  return impl_->precision;
+}
+
+LstmOutput LstmInference::forward(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                                  const Tensor& lengths, int threads) const {
+  ops::ThreadsScope scope("lstm", threads);
+  const Impl& m = *impl_;
+  Problem p = normalize(m.config, m.dtype, input, h0, c0, lengths);
+  LstmOutput r = ops::dispatch_float(m.dtype, [&](auto t) {
+    using T = decltype(t);
+    const auto* packed = [&] {
+      if constexpr (std::is_same_v<T, float>)
+        return &m.packed_f32;
+      else
+        return &m.packed_f64;
+    }();
+    return forward_impl<T>(m.config, m.weights, p, false, 0, nullptr, {}, packed);
+  });
+  squeeze_unbatched(r, m.config, p.unbatched);
   return r;
 }
 

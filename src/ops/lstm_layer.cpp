@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 namespace grux::ops {
 
 template <typename T>
-LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward) {
+LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward, Precision precision) {
+  GRUX_ASSERT(precision == Precision::f32 || (std::is_same_v<T, float> && !backward));
   constexpr int64_t U = cpu::kUnit<T>;
   LstmPackedLayer<T> P;
   const int64_t H = w.w_ih.size(0) / 4, in = w.w_ih.size(1), Pw = w.w_hh.size(1);
@@ -39,10 +41,25 @@ LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward) {
     specs.push_back({&P.hh_t, 4 * H, Pw, U, whh, Pw, 1, P.map4.data(), nullptr});
     if (P.proj) specs.push_back({&P.hr_t, Pw, H, U, whr, H, 1, nullptr, nullptr});
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (precision != Precision::f32) {
+      // Bytes, each operand 64-byte aligned (packed_lowp_bytes is a multiple of 64).
+      int64_t bytes = 0;
+      for (const Spec& s : specs) bytes += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
+      P.storage = Tensor::empty({bytes / 4}, DType::f32);
+      char* dst = static_cast<char*>(P.storage.raw_data());
+      for (const Spec& s : specs) {
+        *s.out = cpu::pack_b_lowp(precision, s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n,
+                                  s.k_map, s.n_map, dst);
+        dst += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
+      }
+      specs.clear();
+    }
+  }
   int64_t total = 0;
   for (const Spec& s : specs) total += cpu::packed_size<T>(s.K, s.N, s.panel);
-  P.storage = Tensor::empty({total}, dtype_of<T>());
-  T* dst = P.storage.template data<T>();
+  if (!specs.empty()) P.storage = Tensor::empty({total}, dtype_of<T>());
+  T* dst = specs.empty() ? nullptr : P.storage.template data<T>();
   for (const Spec& s : specs) {
     *s.out = cpu::pack_b_for_target<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map,
                                        s.n_map, dst);
@@ -62,13 +79,13 @@ LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward) {
 template <typename T>
 void lstm_layer_forward(const LstmKernels<T>& k, const LstmPackedLayer<T>& P, const SeqLayout& lay,
                         const T* xp, const T* h0s, T* a, T* hs, T* cs, T* m, bool training,
-                        int max_threads, const DenseIo<T>* io) {
+                        ThreadTeam* team, int max_threads, const DenseIo<T>* io, int64_t step0) {
   const int64_t H = P.H, G = 4 * H, N = lay.N;
   const T* b_ih = P.b_ih.empty() ? nullptr : P.b_ih.data();
   const T* b_hh = P.b_hh.empty() ? nullptr : P.b_hh.data();
   const WalkShape w{H, P.P, P.in, G, 2, training};
   walk_layer_forward<T>(
-      k, P.ih, b_ih, w, lay, xp, h0s, a, hs, nullptr, max_threads, io, 0,
+      k, P.ih, b_ih, w, lay, xp, h0s, a, hs, team, max_threads, io, step0,
       [&](const TeamShare& me, int64_t s, int64_t o, const T* h_prev, int64_t ldh, T* h,
           bool sync_end, int64_t index) {
         const int64_t B = lay.bs[s];
@@ -164,10 +181,10 @@ void lstm_layer_backward(const LstmKernels<T>& k, const LstmPackedLayer<T>& P, c
 }
 
 #define GRUX_INSTANTIATE(T)                                                                       \
-  template LstmPackedLayer<T> pack_lstm_layer<T>(const LstmLayerWeights&, bool);                  \
+  template LstmPackedLayer<T> pack_lstm_layer<T>(const LstmLayerWeights&, bool, Precision);       \
   template void lstm_layer_forward<T>(const LstmKernels<T>&, const LstmPackedLayer<T>&,           \
                                       const SeqLayout&, const T*, const T*, T*, T*, T*, T*, bool, \
-                                      int, const DenseIo<T>*);                                    \
+                                      ThreadTeam*, int, const DenseIo<T>*, int64_t);              \
   template void lstm_layer_backward<T>(const LstmKernels<T>&, const LstmPackedLayer<T>&,          \
                                        const SeqLayout&, const T*, const T*, const T*, const T*,  \
                                        const T*, T*, T*, T*, LstmLayerWeights&, T*);

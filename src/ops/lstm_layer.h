@@ -47,8 +47,11 @@ struct LstmPackedLayer {
   Tensor storage;             // owns the packed data
 };
 
+// `precision` bf16 or int8 (T = float, inference only): the products' weights in that
+// precision (cpu/gemm_lowp.h), as the GRU's pack_layer does.
 template <typename T>
-LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward);
+LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward,
+                                   Precision precision = Precision::f32);
 
 // Forward over all steps of one layer-direction.
 //   xp (rows x in): packed layer input. h0s (N x P) and c0s (N x H): initial states in
@@ -58,11 +61,13 @@ LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward);
 //   holds c0s on entry, each sequence's c after its last step on return (c0s may be cs).
 //   m (projection only; else null): o tanh(c) of every row (training, rows x H) or of a
 //   step's (inference, N x H).
-// With `io` (a layout of one length only), xp and hs are not used (ops::DenseIo).
+// With `io` (a layout of one length only), xp and hs are not used (ops::DenseIo). step0: the
+// index of the first step (a stream's steps so far): bf16's sums follow it, as the GRU's.
 template <typename T>
 void lstm_layer_forward(const LstmKernels<T>& k, const LstmPackedLayer<T>& P, const SeqLayout& lay,
                         const T* xp, const T* h0s, T* a, T* hs, T* cs, T* m, bool training,
-                        int max_threads = 0, const DenseIo<T>* io = nullptr);
+                        ThreadTeam* team = nullptr, int max_threads = 0,
+                        const DenseIo<T>* io = nullptr, int64_t step0 = 0);
 
 // Backward over all steps, given the forward's activations a, its states h0s followed by hs
 // (states, (N + rows) x P), cs ((N + rows) x H) and m (rows x H, projection only).

@@ -11,6 +11,7 @@
 #include "grux/error.h"
 #include "grux/runtime.h"
 #include "grux/tensor.h"
+#include "ops/recurrent.h"
 
 namespace grux {
 
@@ -52,10 +53,10 @@ bool portable_precision() {
 }
 
 namespace ops {
-void check_precision(const char* who, DType dtype, Precision p) {
+void check_precision(const char* who, DType dtype, Precision p, const char* model) {
   if (p != Precision::f32 && dtype != DType::f32)
-    throw Error(fmt::format("{}: precision {} takes an f32 GRU; this one is {}", who,
-                            precision_name(p), dtype_name(dtype)));
+    throw Error(fmt::format("{}: precision {} takes an f32 {}; this one is {}", who,
+                            precision_name(p), model, dtype_name(dtype)));
   if (p != Precision::f32 && !portable_precision() && precision_kernel(p) == "portable")
     throw Error(fmt::format(
         "{}: precision {} needs {} and an AVX-512 SIMD target (this one: {}); the portable "

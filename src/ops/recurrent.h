@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "grux/precision.h"
 #include "grux/tensor.h"
 
 namespace grux::ops {
@@ -24,6 +25,10 @@ DType weights_dtype(const char* op, const std::string& key, const Tensor& first)
 // Kernels take raw row-major pointers: a non-contiguous weight is replaced by a contiguous
 // copy (same values), so no layout a caller gives is misread.
 void make_contiguous(Tensor& t);
+
+// Throws grux::Error "<who>: precision <p> takes an f32 <model>; this one is <dtype>" unless a
+// model (a "GRU", an "LSTM") of `dtype` can run in precision p (src/ops/precision.cpp).
+void check_precision(const char* who, DType dtype, Precision p, const char* model = "GRU");
 
 // What the drivers' input checks need to know of the stack.
 struct SeqSpec {

@@ -180,13 +180,22 @@ struct GRUX_INTERNAL StreamCore {
   void run_fast(const float* in, float* out, int64_t frames, const cpu::StreamHead* head = nullptr,
                 bool residual = false);
   void run_layers_fast(const float* x, int64_t sx, int64_t t, const cpu::StreamOut& top);
-  // The threads that run the GRU's frames when threads > 1 was asked for: a team the stream
-  // owns, started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
+  // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
+  // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
   // Without it (inside an OpenMP region, or in a child process forked after the stream was
   // made, where the workers do not exist) the caller runs the frames alone: the same bits.
   std::unique_ptr<ThreadTeam> team;
   ThreadTeam* frame_team() const {
     return team && team->usable() && !omp_in_parallel() ? team.get() : nullptr;
+  }
+  // The team for `threads` (after H and dtype are set): no more members than units of work
+  // per step, nor than cores; none for 0 or 1.
+  void make_team(int threads) {
+    if (threads <= 1) return;
+    const int64_t unit = dtype == DType::f32 ? cpu::kUnit<float> : cpu::kUnit<double>;
+    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int size = std::min({threads, hw, ops::layer_team_size(H, unit)});
+    if (size > 1) team = std::make_unique<ThreadTeam>(size, ThreadTeam::Idle::spin);
   }
 
   // Runs the frames in blocks of at most `capacity`; out (f.t, N, P) time-major, contiguous.
@@ -226,7 +235,8 @@ struct GRUX_INTERNAL StreamCore {
         // c is updated in place, one row a sequence (every sequence has the block's length).
         ops::lstm_layer_forward<T>(ops::lstm_kernels<T>(), lstm_packed<T>()[l], lay, layer_in, st,
                                    g.data<T>(), h, cstate.data<T>() + l * N * H,
-                                   aux.defined() ? aux.data<T>() : nullptr, false, 1);
+                                   aux.defined() ? aux.data<T>() : nullptr, false, frames_team,
+                                   frames_team ? frames_team->size() : 1, nullptr, steps);
       }
       std::memcpy(st, h + (rows - N) * P, N * P * sizeof(T));
       layer_in = h;
@@ -584,13 +594,7 @@ GruStream::GruStream(const Gru& gru, int64_t batch, const Tensor& h0, Precision 
   m.N = batch == 0 ? 1 : batch;
   m.fast = gru.dtype() == DType::f32 && precision == Precision::f32 && m.N == 1 && threads <= 1 &&
            c.hidden_size <= ops::StreamCore::kFastMaxHidden;
-  if (threads > 1) {
-    // No more members than units of work per step, nor than cores.
-    const int64_t unit = gru.dtype() == DType::f32 ? cpu::kUnit<float> : cpu::kUnit<double>;
-    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    const int size = std::min({threads, hw, ops::layer_team_size(c.hidden_size, unit)});
-    if (size > 1) m.team = std::make_unique<ThreadTeam>(size, ThreadTeam::Idle::spin);
-  }
+  m.make_team(threads);
   const bool rb = c.form == GruForm::reset_before;
   for (const GruLayerWeights& w : gru.weights()) {
     if (m.fast)
@@ -642,13 +646,14 @@ struct GRUX_INTERNAL LstmStream::Impl : ops::StreamCore {};
 
 LstmStream::LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0, const Tensor& c0,
                        int threads)
+    : LstmStream(lstm, batch, h0, c0, Precision::f32, threads) {}
+
+LstmStream::LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0, const Tensor& c0,
+                       Precision precision, int threads)
     : impl_(new Impl) {
   const LstmConfig& c = lstm.config();
+  ops::check_precision("lstm stream", lstm.dtype(), precision, "LSTM");
   ops::check_stream_args("lstm stream", "LSTM", c.bidirectional, batch, threads);
-  if (threads > 1)
-    throw Error(fmt::format(
-        "lstm stream: threads is {}; an LSTM stream runs on the calling thread (expected 0 or 1)",
-        threads));
   Impl& m = *impl_;
   m.cell = ops::StreamCore::Cell::lstm;
   m.op = "lstm stream";
@@ -657,8 +662,9 @@ LstmStream::LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0, const 
   m.dtype = lstm.dtype();
   m.unbatched = batch == 0;
   m.N = batch == 0 ? 1 : batch;
-  m.fast = lstm.dtype() == DType::f32 && m.N == 1 && c.proj_size == 0 &&
-           c.hidden_size <= ops::StreamCore::kFastMaxHidden;
+  m.fast = lstm.dtype() == DType::f32 && precision == Precision::f32 && m.N == 1 && threads <= 1 &&
+           c.proj_size == 0 && c.hidden_size <= ops::StreamCore::kFastMaxHidden;
+  m.make_team(threads);
   for (const LstmLayerWeights& w : lstm.weights()) {
     if (m.fast)
       m.fast_layers.push_back(
@@ -667,7 +673,7 @@ LstmStream::LstmStream(const Lstm& lstm, int64_t batch, const Tensor& h0, const 
                                 w.b_ih.defined() ? w.b_ih.contiguous().data<float>() : nullptr,
                                 w.b_hh.defined() ? w.b_hh.contiguous().data<float>() : nullptr));
     else if (lstm.dtype() == DType::f32)
-      m.lstm_f32.push_back(ops::pack_lstm_layer<float>(w, false));
+      m.lstm_f32.push_back(ops::pack_lstm_layer<float>(w, false, precision));
     else
       m.lstm_f64.push_back(ops::pack_lstm_layer<double>(w, false));
   }

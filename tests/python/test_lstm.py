@@ -160,6 +160,21 @@ def test_lstm_stream_any_split_equals_the_whole_sequence(batch, dtype, proj):
     assert stream.process(x[:1], out=out) is out and np.array_equal(out, got[:1])
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_lstm_precision_and_a_stream_of_two_threads(precision):
+    lstm = grux.LSTM(3, 40, num_layers=2, seed=8)
+    x = np.random.default_rng(9).uniform(-1, 1, (25, 2, 3)).astype(np.float32)
+    f32, _ = lstm(x)
+    low, (h_n, c_n) = lstm(x, precision=precision)
+    err = np.abs(low - f32).max()
+    assert 1e-6 < err < (2e-2 if precision == "bf16" else 5e-2), err
+    stream = grux.LSTMStream(lstm, 2, precision=precision, threads=2)
+    got = np.concatenate([stream.process(x[:4]), stream.process(x[4:])])
+    assert np.array_equal(got, low)
+    two = grux.LSTMStream(lstm, 2, threads=2)  # f32 on a team: LSTM's bits
+    assert np.array_equal(np.concatenate([two.step(x[t])[None] for t in range(25)]), f32)
+
+
 def test_lstm_stream_from_a_state_and_torch_frames():
     lstm = grux.LSTM(1, 8, seed=5)
     h0 = np.full((1, 1, 8), 0.5, np.float32)
@@ -194,7 +209,9 @@ def test_numpy_lstm_errors():
     with pytest.raises(grux.Error, match="lstm"):
         grux.LSTMStream(grux.GRU(2, 4))
     with pytest.raises(grux.Error, match="threads"):
-        grux.LSTMStream(lstm, 1, threads=2)
+        grux.LSTMStream(lstm, 1, threads=-1)
+    with pytest.raises(grux.Error, match="takes an f32 LSTM"):
+        grux.LSTM(2, 4, dtype="float64")(np.zeros((3, 1, 2)), precision="bf16")
     stream = grux.LSTMStream(lstm, 1)
     with pytest.raises(grux.Error, match="frame"):
         stream.step(np.zeros((1, 3), np.float32))

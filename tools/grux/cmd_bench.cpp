@@ -359,7 +359,7 @@ void run_bench_gru(const BenchArgs& a) {
 // ---- LSTM ----------------------------------------------------------------------------------
 
 struct LstmBenchArgs {
-  std::string descriptor, lengths, dtype = "f32", profile;
+  std::string descriptor, lengths, dtype = "f32", profile, precision = "f32";
   bool train = false, cell = false, inject_mismatch = false, predict = false;
   int threads = 0, reps = 10;
   int64_t block = 1;  // --cell: frames per call
@@ -394,8 +394,17 @@ void run_bench_lstm(const LstmBenchArgs& a) {
           "problem {} needs about {:.1f} GiB, more than the {:.1f} GiB of memory available",
           p.descriptor(), bytes / (1 << 30), avail / (1 << 30)));
   }
+  const Precision prec = parse_precision(a.precision);
+  const bool lowp = prec != Precision::f32;
+  if (lowp && a.train)
+    throw Error(
+        fmt::format("--precision {}: LSTM training runs in f32 (bf16 and int8 are for "
+                    "inference and --cell)",
+                    a.precision));
   const int threads = set_threads(a.threads);
   const Lstm lstm(p.config(), p.dtype, 1);
+  // bf16 / int8: the weights converted once, before timing (as bench gru's).
+  const auto plan = lowp ? std::make_shared<LstmInference>(lstm, prec) : nullptr;
   std::mt19937_64 rng(2);
   const Tensor x = uniform({p.T, p.N, p.input_size}, p.dtype, rng);
   const Tensor lengths =
@@ -403,7 +412,8 @@ void run_bench_lstm(const LstmBenchArgs& a) {
   const Tensor dy =
       a.train ? uniform({p.T, p.N, p.directions() * p.output_size()}, p.dtype, rng) : Tensor();
   // --cell: `block` frames per call through the raw real-time API (LstmStream::process).
-  const auto stream = a.cell ? std::make_shared<LstmStream>(lstm, p.N) : nullptr;
+  const auto stream =
+      a.cell ? std::make_shared<LstmStream>(lstm, p.N, Tensor(), Tensor(), prec) : nullptr;
   Tensor all = a.cell ? Tensor::empty({p.T, p.N, p.output_size()}, p.dtype) : Tensor();
   const auto run = [&] {
     if (a.cell) {
@@ -421,7 +431,7 @@ void run_bench_lstm(const LstmBenchArgs& a) {
       return std::vector<Tensor>{all.clone()};
     }
     if (!a.train) {
-      LstmOutput y = lstm.forward(x, {}, {}, lengths);
+      LstmOutput y = plan ? plan->forward(x, {}, {}, lengths) : lstm.forward(x, {}, {}, lengths);
       return std::vector<Tensor>{y.output, y.h_n, y.c_n};
     }
     LstmTape tape;
@@ -436,11 +446,28 @@ void run_bench_lstm(const LstmBenchArgs& a) {
     got[0] = got[0].clone();
     got[0].reshape({-1}).set({got[0].numel() / 2}, got[0].at_flat(got[0].numel() / 2) + 0.5);
   }
-  // The stream's real-time kernel against the whole sequence on the reference kernels.
+  // The stream's kernels against the whole sequence on the reference kernels (bf16, int8:
+  // the twins on weights converted afresh, at the same precision).
   set_reference_kernels(true);
-  const std::vector<Tensor> want = a.cell ? std::vector<Tensor>{lstm.forward(x).output} : run();
+  std::vector<Tensor> want;
+  if (lowp) {
+    const LstmOutput y = LstmInference(lstm, prec).forward(x, {}, {}, lengths);
+    want = a.cell ? std::vector<Tensor>{y.output} : std::vector<Tensor>{y.output, y.h_n, y.c_n};
+  } else {
+    want = a.cell ? std::vector<Tensor>{lstm.forward(x).output} : run();
+  }
   set_reference_kernels(false);
-  check_against_reference(name, got, want);
+  check_against_reference(name, got, want, !lowp ? 0 : prec == Precision::bf16 ? 2e-2 : 5e-2);
+  // The precision's error: the largest difference of the output from f32's.
+  std::string lowp_fields;
+  if (lowp) {
+    const Tensor f32_out = lstm.forward(x, {}, {}, lengths).output;
+    double err = 0;
+    for (int64_t j = 0; j < f32_out.numel(); ++j)
+      err = std::max(err, std::abs(got[0].at_flat(j) - f32_out.at_flat(j)));
+    lowp_fields = fmt::format(",\"precision_kernel\":\"{}\",\"max_abs_diff_vs_f32\":{:.3g}",
+                              precision_kernel(prec), err);
+  }
   const Timing t = time_it(a.reps, [&] { run(); });
   const double gflops = p.gemm_flops() * (a.train ? 3 : 1) / (t.median_ms * 1e6);
   std::string per_frame;
@@ -461,14 +488,16 @@ void run_bench_lstm(const LstmBenchArgs& a) {
       "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
       "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.6g},\"bound\":\"{}\","
-      "\"pct_of_bound\":{:.1f},\"read_gbps\":{:.1f}{}{},\"checked\":true}}\n",
+      "\"pct_of_bound\":{:.1f},\"read_gbps\":{:.1f}{}{},\"precision\":\"{}\"{},"
+      "\"checked\":true}}\n",
       name,
       a.train  ? "train"
       : a.cell ? "cell"
                : "inference",
       threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
       100 * gflops / peak.best(), peak.best(), peak.n, peak.blas, peak.grux, bound.ms, bound.side,
-      100 * bound.ms / t.median_ms, bound.read_gbps, predicted, per_frame);
+      100 * bound.ms / t.median_ms, bound.read_gbps, predicted, per_frame, a.precision,
+      lowp_fields);
 }
 
 // ---- minGRU --------------------------------------------------------------------------------
@@ -776,6 +805,10 @@ Action add_bench_command(CLI::App& app) {
   lg->add_option("--threads", la->threads, "threads (default: all cores)");
   lg->add_option("--reps", la->reps, "timed runs after one warm-up")->capture_default_str();
   lg->add_option("--dtype", la->dtype, "f32 or f64")->capture_default_str();
+  lg->add_option("--precision", la->precision,
+                 "f32, bf16 or int8: the products' precision (inference and --cell; the weights "
+                 "converted once before timing; reports max_abs_diff_vs_f32)")
+      ->capture_default_str();
   lg->add_flag("--predict", la->predict,
                "also print the cost model's prediction (predicted_ms, predicted_over_measured, "
                "predicted_bound) from the calibrated profile (grux calibrate)");
