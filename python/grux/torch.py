@@ -216,6 +216,26 @@ def _packed_cell(module, weights, make):
     return cell, stamp, True
 
 
+class _PackedCell:
+    """What GRUCell and LSTMCell share about their packed copy of the weights (_packed_cell):
+    the attributes that hold it (_PACKED), left out of copies and pickles and forgotten by
+    reset_packed_weights."""
+
+    _PACKED = ("_packed",)
+
+    def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
+        state = self.__dict__.copy()
+        for name in self._PACKED:
+            state[name] = None
+        return state
+
+    def reset_packed_weights(self):
+        """Forget the packed copy of the weights: needed only after writing them through
+        .data (which PyTorch does not count as a change); any other change is seen."""
+        for name in self._PACKED:
+            setattr(self, name, None)
+
+
 class _CellFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cell, x, hx, *weights):
@@ -234,8 +254,10 @@ class _CellFunction(torch.autograd.Function):
                 *[_t(g[n]) for n in names])
 
 
-class GRUCell(nn.Module):
+class GRUCell(_PackedCell, nn.Module):
     """torch.nn.GRUCell, run by grux."""
+
+    _PACKED = ("_packed", "_fast")
 
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None,
                  reset_before=False):
@@ -283,16 +305,6 @@ class GRUCell(nn.Module):
             self._fast = _grux._cell_handle(cell, names[:len(weights)], weights) \
                 if stamp is not None else None
         return cell
-
-    def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
-        state = self.__dict__.copy()
-        state["_packed"] = state["_fast"] = None
-        return state
-
-    def reset_packed_weights(self):
-        """Forget the packed copy of the weights: needed only after writing them through
-        .data (which PyTorch does not count as a change); any other change is seen."""
-        self._packed = self._fast = None
 
     def forward(self, input, hx=None):
         # Without autograd, one sequence in f32 on torch tensors: one call into C++, which
@@ -457,7 +469,7 @@ class _LstmCellFunction(torch.autograd.Function):
                 _t(g["cx"]) if ctx.has_c else None, *[_t(g[n]) for n in names])
 
 
-class LSTMCell(nn.Module):
+class LSTMCell(_PackedCell, nn.Module):
     """torch.nn.LSTMCell, run by grux: forward(input, hx=None) -> (h_1, c_1), hx = (h_0, c_0).
     The weights are packed once and kept while they do not change (as GRUCell's)."""
 
@@ -484,16 +496,6 @@ class LSTMCell(nn.Module):
 
     def extra_repr(self):
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
-
-    def __getstate__(self):  # copy.deepcopy, pickle: the packed copy is not carried
-        state = self.__dict__.copy()
-        state["_packed"] = None
-        return state
-
-    def reset_packed_weights(self):
-        """Forget the packed copy of the weights: needed only after writing them through
-        .data (which PyTorch does not count as a change); any other change is seen."""
-        self._packed = None
 
     def forward(self, input, hx=None):
         h, c = _split_hx(hx, input)

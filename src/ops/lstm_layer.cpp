@@ -22,13 +22,7 @@ LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward, Pre
   for (int64_t j = 0; j < H; ++j)
     for (int64_t q = 0; q < 4; ++q) P.map4[cpu::gate_col4<T>(H, q, j)] = q * H + j;
   // Logical operands (K x N) and where their elements come from.
-  struct Spec {
-    cpu::PackedB<T>* out;
-    int64_t K, N, panel;
-    const T* src;
-    int64_t stride_k, stride_n;
-    const int64_t *k_map, *n_map;
-  };
+  using Spec = PackSpec<T>;
   const T* wih = w.w_ih.data<T>();
   const T* whh = w.w_hh.data<T>();
   const T* whr = P.proj ? w.w_hr.data<T>() : nullptr;
@@ -41,30 +35,7 @@ LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward, Pre
     specs.push_back({&P.hh_t, 4 * H, Pw, U, whh, Pw, 1, P.map4.data(), nullptr});
     if (P.proj) specs.push_back({&P.hr_t, Pw, H, U, whr, H, 1, nullptr, nullptr});
   }
-  if constexpr (std::is_same_v<T, float>) {
-    if (precision != Precision::f32) {
-      // Bytes, each operand 64-byte aligned (packed_lowp_bytes is a multiple of 64).
-      int64_t bytes = 0;
-      for (const Spec& s : specs) bytes += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
-      P.storage = Tensor::empty({bytes / 4}, DType::f32);
-      char* dst = static_cast<char*>(P.storage.raw_data());
-      for (const Spec& s : specs) {
-        *s.out = cpu::pack_b_lowp(precision, s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n,
-                                  s.k_map, s.n_map, dst);
-        dst += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
-      }
-      specs.clear();
-    }
-  }
-  int64_t total = 0;
-  for (const Spec& s : specs) total += cpu::packed_size<T>(s.K, s.N, s.panel);
-  if (!specs.empty()) P.storage = Tensor::empty({total}, dtype_of<T>());
-  T* dst = specs.empty() ? nullptr : P.storage.template data<T>();
-  for (const Spec& s : specs) {
-    *s.out = cpu::pack_b_for_target<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map,
-                                       s.n_map, dst);
-    dst += cpu::packed_size<T>(s.K, s.N, s.panel);  // each panel row is 64-byte aligned
-  }
+  P.storage = pack_operands<T>(specs, precision);
   if (w.b_ih.defined()) {
     P.b_ih.resize(4 * H);
     P.b_hh.resize(4 * H);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/spin_barrier.h"
@@ -113,6 +114,49 @@ void run_team(ThreadTeam* persistent, int64_t H, int64_t unit, int max_threads, 
     }
     body(team_share(H, unit, omp_get_thread_num(), omp_get_num_threads(), &barrier));
   }
+}
+
+// One operand of a layer's packed weights: a logical K x N matrix (panels of `panel` columns)
+// and where its elements come from (cpu::pack_b_for_target's and cpu::pack_b_lowp's
+// arguments); *out is set to the packed operand.
+template <typename T>
+struct PackSpec {
+  cpu::PackedB<T>* out;
+  int64_t K, N, panel;
+  const T* src;
+  int64_t stride_k, stride_n;
+  const int64_t *k_map, *n_map;
+};
+
+// Packs every operand into one tensor (returned: it owns the packed data), each 64-byte
+// aligned; in bf16 or int8 (T = float) with `precision`, else in T.
+template <typename T>
+Tensor pack_operands(const std::vector<PackSpec<T>>& specs, Precision precision) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (precision != Precision::f32) {
+      int64_t bytes = 0;  // packed_lowp_bytes is a multiple of 64
+      for (const PackSpec<T>& s : specs)
+        bytes += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
+      Tensor storage = Tensor::empty({bytes / 4}, DType::f32);
+      char* dst = static_cast<char*>(storage.raw_data());
+      for (const PackSpec<T>& s : specs) {
+        *s.out = cpu::pack_b_lowp(precision, s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n,
+                                  s.k_map, s.n_map, dst);
+        dst += cpu::packed_lowp_bytes(precision, s.K, s.N, s.panel);
+      }
+      return storage;
+    }
+  }
+  int64_t total = 0;
+  for (const PackSpec<T>& s : specs) total += cpu::packed_size<T>(s.K, s.N, s.panel);
+  Tensor storage = Tensor::empty({total}, dtype_of<T>());
+  T* dst = storage.template data<T>();
+  for (const PackSpec<T>& s : specs) {
+    *s.out = cpu::pack_b_for_target<T>(s.K, s.N, s.panel, s.src, s.stride_k, s.stride_n, s.k_map,
+                                       s.n_map, dst);
+    dst += cpu::packed_size<T>(s.K, s.N, s.panel);  // each panel row is 64-byte aligned
+  }
+  return storage;
 }
 
 // The GEMM kernels one run uses: optimized, or the reference twins when the switch is on. The
