@@ -314,6 +314,30 @@ TEST(LstmInvariance, RowsAndThreads) {
   }
 }
 
+// Sequences of one length, a batch of 21 on two threads: the same bits as one thread and as
+// each sequence alone, with h0 and c0, with and without a projection.
+TEST(LstmInvariance, ABatchOnTwoThreads) {
+  for (int64_t P : {0, 7}) {
+    Lstm lstm = make_lstm(2, 24, P, true);
+    std::mt19937_64 rng(3);
+    const int64_t T = 6, N = 21, R = 4, Hout = P > 0 ? P : 24;
+    Tensor x = test::random_tensor({T, N, 5}, DType::f32, rng);
+    Tensor h0 = test::random_tensor({R, N, Hout}, DType::f32, rng);
+    Tensor c0 = test::random_tensor({R, N, 24}, DType::f32, rng);
+    LstmOutput two = lstm.forward(x, h0, c0, {}, 2);
+    LstmOutput one = lstm.forward(x, h0, c0, {}, 1);
+    EXPECT_TRUE(same_bits(two.output, one.output));
+    EXPECT_TRUE(same_bits(two.h_n, one.h_n));
+    EXPECT_TRUE(same_bits(two.c_n, one.c_n));
+    for (int64_t n : {int64_t(0), int64_t(10), N - 1}) {
+      const auto row = [&](const Tensor& t) { return t.slice(1, n, n + 1).contiguous(); };
+      LstmOutput r = lstm.forward(row(x), row(h0), row(c0), {}, 1);
+      EXPECT_TRUE(same_bits(r.output, two.output.slice(1, n, n + 1))) << n;
+      EXPECT_TRUE(same_bits(r.c_n, two.c_n.slice(1, n, n + 1))) << n;
+    }
+  }
+}
+
 TEST(LstmCellApi, EqualsOneLayerOneStep) {
   LstmCell cell(5, 9);
   std::mt19937_64 rng(4);

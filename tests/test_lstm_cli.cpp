@@ -217,6 +217,36 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["problem"], "l2d2t6n3i5h7p3");
 }
 
+// A batch-1 f32 stream's bound: the longest of the chain, the work and the weights' read,
+// with the LSTM's counts (calibrate.h): l2 i1 h6 reads 4*6*(1+6) + 4*6*(6+6) = 456 floats a
+// frame, and i2 h8 p3 4*8*(2+3) + 3*8 = 184; the chain of the projected one is 11 operations,
+// the longer of sigmoid and tanh, and tanh.
+TEST(LstmCliBench, StreamsPrintTheirBound) {
+  test::TempDir tmp;
+  for (const auto& [args, floats] :
+       {std::pair{"bench lstm l2t40n1i1h6 --cell --threads 1 --reps 1", 456},
+        std::pair{"bench lstm t20n1i2h8p3 --cell --block 4 --threads 1 --reps 1", 184}}) {
+    const test::CliRun r = grux_cli(tmp.path, args);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const double chain = j["chain_ns"], work = j["work_ns"], weights = j["weights_ns"];
+    for (double part : {chain, work, weights}) EXPECT_GT(part, 0) << r.out;
+    EXPECT_NEAR(j["bound_ns_per_frame"].get<double>(), std::max({chain, work, weights}), 0.051)
+        << r.out;
+    EXPECT_NEAR(weights * j["weights_gbps"].get<double>(), 4.0 * floats, 0.02 * 4 * floats)
+        << r.out;
+    if (floats == 184) {
+      const double fma = j["fma_ns"], sig = j["sigmoid_ns"], th = j["tanh_ns"];
+      EXPECT_NEAR(chain, 11 * fma + std::max(sig, th) + th, 0.1 + 0.02 * chain) << r.out;
+    }
+  }
+  // Not in bf16 / int8 (their weights are not f32's bytes).
+  const test::CliRun q =
+      grux_cli(tmp.path, "bench lstm t30n1i1h12 --cell --precision int8 --reps 1");
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_FALSE(nlohmann::json::parse(q.out).contains("bound_ns_per_frame")) << q.out;
+}
+
 TEST(LstmCliBench, RefusesToTimeAWrongResultAndBadArguments) {
   test::TempDir tmp;
   const test::CliRun r = grux_cli(tmp.path, "bench lstm t5n2i3h4 --reps 1 --inject-mismatch");

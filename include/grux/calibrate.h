@@ -89,6 +89,12 @@ struct StreamBound {
   }
 };
 StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops);
+// The same for an LSTM stream (unidirectional, batch 1). A layer's chain from h to h': the
+// product and its tree as the GRU's, the input projection's add, the gates' sigmoid and tanh
+// side by side (the longer of the two), c' = f c + i g (2 operations), tanh(c'), o tanh(c')
+// (1), and with a projection its product and tree over H. The weights: 4H (I_l + P) floats a
+// layer, and P H more with a projection (P: its size, or H).
+StreamBound measure_stream_bound(const LstmProblem& p, double peak_gflops);
 
 // Measures this machine at each thread count (grux calibrate); sets OpenMP's and the BLAS's
 // thread counts while measuring and restores them after. `quick` shortens every measurement

@@ -177,23 +177,51 @@ double measure_handoff_ns(int threads) {
   return probe::handoff_round_trip_ns(threads);
 }
 
-StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
-  const probe::StreamLatencies lat = probe::stream_latencies();
-  StreamBound b;
-  b.fma_ns = lat.fma_ns, b.sigmoid_ns = lat.sigmoid_ns, b.tanh_ns = lat.tanh_ns;
-  const double H = static_cast<double>(p.hidden_size);
-  const double tree = std::ceil(std::log2(std::max(H, 1.0)));
-  b.chain_ns = (1 + tree + 1 + 1 + 2) * lat.fma_ns + lat.sigmoid_ns + lat.tanh_ns;
-  b.work_ns = p.gemm_flops() / static_cast<double>(p.T) / (peak_gflops * 1e9) * 1e9;
-  // The weights a step reads: 3H (I_l + H) floats per layer (in the kernel's layout, no less).
-  const int64_t layers = p.config().num_layers;
-  const int64_t floats =
-      3 * p.hidden_size * (p.input_size + p.hidden_size + (layers - 1) * 2 * p.hidden_size);
+namespace {
+// A stream's bound from its chain (set by the caller from b's latencies), its products' flops
+// a frame and the floats of weights a frame reads.
+StreamBound finish_stream_bound(StreamBound b, double flops_per_frame, double peak_gflops,
+                                int64_t floats) {
+  b.work_ns = flops_per_frame / (peak_gflops * 1e9) * 1e9;
   // Fewer bytes than 16 KiB are read at the rate of 16 KiB (L1 either way), which the cost of
   // a call to the reading loop does not blur.
   b.weights_gbps = measure_read_bandwidth(floats * 4, 1, 2e7, true);
   b.weights_ns = floats * 4 / b.weights_gbps;
   return b;
+}
+
+StreamBound with_latencies() {
+  const probe::StreamLatencies lat = probe::stream_latencies();
+  StreamBound b;
+  b.fma_ns = lat.fma_ns, b.sigmoid_ns = lat.sigmoid_ns, b.tanh_ns = lat.tanh_ns;
+  return b;
+}
+
+double tree_depth(int64_t terms) {
+  return std::ceil(std::log2(std::max(static_cast<double>(terms), 1.0)));
+}
+}  // namespace
+
+StreamBound measure_stream_bound(const GruProblem& p, double peak_gflops) {
+  StreamBound b = with_latencies();
+  b.chain_ns = (1 + tree_depth(p.hidden_size) + 1 + 1 + 2) * b.fma_ns + b.sigmoid_ns + b.tanh_ns;
+  // The weights a step reads: 3H (I_l + H) floats per layer (in the kernel's layout, no less).
+  const int64_t layers = p.config().num_layers;
+  const int64_t floats =
+      3 * p.hidden_size * (p.input_size + p.hidden_size + (layers - 1) * 2 * p.hidden_size);
+  return finish_stream_bound(b, p.gemm_flops() / static_cast<double>(p.T), peak_gflops, floats);
+}
+
+StreamBound measure_stream_bound(const LstmProblem& p, double peak_gflops) {
+  StreamBound b = with_latencies();
+  const int64_t H = p.hidden_size, P = p.output_size();
+  const bool proj = p.proj_size > 0;
+  b.chain_ns = (1 + tree_depth(P) + 1 + 2 + 1 + (proj ? 1 + tree_depth(H) : 0)) * b.fma_ns +
+               std::max(b.sigmoid_ns, b.tanh_ns) + b.tanh_ns;
+  int64_t floats = 0;
+  for (int64_t l = 0; l < p.num_layers; ++l)
+    floats += 4 * H * (p.layer_input_size(l) + P) + (proj ? P * H : 0);
+  return finish_stream_bound(b, p.gemm_flops() / static_cast<double>(p.T), peak_gflops, floats);
 }
 
 double measure_recurrence_stream(int64_t bytes_per_thread, int threads, double bytes_to_read) {

@@ -1,6 +1,6 @@
-// The GRU stack driver (nn.GRU semantics): validates a problem at the API boundary, lays out
-// packed sequences, walks layers x directions, applies dropout, and runs backward in
-// mirror order. Also weights I/O by state_dict keys and GruCell (a one-step, one-layer GRU).
+// The GRU operator (nn.GRU semantics): validates a problem at the API boundary and runs the
+// stack driver (ops/recurrent_stack.h) with the GRU's cell (ops/gru_layer.h's GruLayerCell).
+// Also weights I/O by state_dict keys and GruCell (a one-step, one-layer GRU).
 #include "grux/gru.h"
 
 #include <fmt/format.h>
@@ -97,272 +97,54 @@ bool GruTape::empty() const {
   return data_ == nullptr;
 }
 
-// What backward needs from forward_train.
-struct GruTapeData {
-  SeqLayout lay;
-  Shape input_shape, h0_shape;  // as the caller gave them (h0_shape: of h_n when no h0)
-  bool unbatched = false;
-  DType dtype = DType::f32;
-  std::vector<Tensor> layer_inputs;  // per layer, (T, N, in) time-major (views allowed)
-  std::vector<Tensor> masks;         // per layer below the top: dropout scale or undefined
-  // Per layer * D + direction, packed buffers. states: the initial state (N rows, sorted
-  // order) followed by every step's state (rows).
-  std::vector<Tensor> states, g, aux;
-  // Per layer * D + direction, the weights as forward_train packed them, with the transposed
-  // operands backward needs: packed once per training step instead of twice.
-  std::vector<ops::PackedLayer<float>> packed_f32;
-  std::vector<ops::PackedLayer<double>> packed_f64;
-  template <typename T>
-  std::vector<ops::PackedLayer<T>>& packed() {
-    if constexpr (std::is_same_v<T, float>)
-      return packed_f32;
-    else
-      return packed_f64;
-  }
-  template <typename T>
-  const std::vector<ops::PackedLayer<T>>& packed() const {
-    return const_cast<GruTapeData*>(this)->packed<T>();
-  }
-};
+// What backward needs from forward_train: the stack driver's tape with the GRU's cell.
+struct GruTapeData : ops::StackTape<ops::GruLayerCell> {};
 
 namespace {
 
-// ---- Weights -------------------------------------------------------------------------
-
-void check_layer_weights(const GruConfig& c, DType dtype, const GruLayerWeights& w, int64_t l,
-                         int64_t d) {
-  const int64_t H = c.hidden_size, in = c.layer_input_size(l);
-  ops::check_weight("gru", gru_key("weight_ih", l, d), w.w_ih, {3 * H, in}, dtype);
-  ops::check_weight("gru", gru_key("weight_hh", l, d), w.w_hh, {3 * H, H}, dtype);
-  if (c.bias) {
-    ops::check_weight("gru", gru_key("bias_ih", l, d), w.b_ih, {3 * H}, dtype);
-    ops::check_weight("gru", gru_key("bias_hh", l, d), w.b_hh, {3 * H}, dtype);
-  } else if (w.b_ih.defined() || w.b_hh.defined()) {
-    throw Error(fmt::format("gru: layer {} has biases but bias is false", l));
-  }
-}
-
-// ---- Problem normalization -----------------------------------------------------------
-
-// The caller's tensors as time-major views, plus the sequence layout.
-struct Problem {
-  Tensor x;   // (T, N, I)
-  Tensor h0;  // (L*D, N, H) or undefined
-  SeqLayout lay;
-  bool unbatched = false;
-};
+// ---- The stack driver with the GRU's cell --------------------------------------------
 
 ops::SeqSpec seq_spec(const GruConfig& c, DType dtype) {
   return {"gru", c.input_size, c.hidden_size, c.num_layers * c.directions(), c.batch_first, dtype};
 }
 
-Problem normalize(const GruConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
-                  const Tensor& lengths) {
-  ops::SeqInput in = ops::normalize_input(seq_spec(c, dtype), input, h0, lengths);
-  Problem p;
-  p.x = in.x;
-  p.h0 = in.h0;
-  p.unbatched = in.unbatched;
-  p.lay = ops::make_seq_layout(p.x.size(0), p.x.size(1), in.len.empty() ? nullptr : in.len.data());
-  return p;
+ops::StackInput normalize(const GruConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
+                          const Tensor& lengths) {
+  return ops::normalize_stack(seq_spec(c, dtype), 0, input, h0, Tensor(), lengths);
 }
 
-using ops::add_sorted_rows;
-using ops::gather_packed;
-using ops::last_row;
-using ops::scatter_packed;
-using ops::to_caller_layout;
+ops::StackShape stack_shape(const GruConfig& c) {
+  return {c.num_layers, c.directions(), c.input_size, c.hidden_size, c.dropout};
+}
 
-// ---- Forward -------------------------------------------------------------------------
+template <typename T>
+ops::GruLayerCell<T> layer_cell(const GruConfig& c) {
+  return {ops::gru_kernels<T>(), c.form, c.hidden_size, c.bias};
+}
 
-// `prepacked`: the weights as pack_layer packed them (GruInference), or null to pack them here.
-// `precision`: of the products, when packing here (forward_train in bf16).
+// `prepacked`: the weights as pack_layer packed them (GruInference), or null to pack `weights`
+// here, in `precision` (forward_train in bf16). `tape`: forward_train's.
 template <typename T>
 GruOutput forward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
-                       const Problem& p, bool training, uint64_t seed, GruTapeData* tape,
+                       const ops::StackInput& p, bool training, uint64_t seed, GruTapeData* tape,
                        const std::vector<ops::PackedLayer<T>>* prepacked = nullptr,
                        Precision precision = Precision::f32, BatchShare share = {}) {
-  const auto k = ops::gru_kernels<T>();
-  const SeqLayout& lay = p.lay;
-  const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
-  const int64_t rows = lay.rows();
-  const DType dt = dtype_of<T>();
-  Tensor h_n = Tensor::zeros({L * D, N, H}, dt);
-  Tensor gh = Tensor::empty({N, 3 * H}, dt);
-  std::mt19937_64 rng(seed);
-  Tensor layer_in = p.x;
-  // Inference on sequences of one length: nothing is sorted, so each direction reads its
-  // input rows where they are (when they are evenly spaced) and writes its states straight
-  // into its columns of the layer's output (ops::DenseIo): no copy in or out (W5: 7% of the
-  // time). Training keeps the packed buffers, which the tape holds for backward.
-  const bool one_length = lay.time_major();
-  const bool dense = tape == nullptr && one_length;
-  for (int64_t l = 0; l < L; ++l) {
-    const int64_t in = c.layer_input_size(l);
-    // Every row is written below (valid ones copied, padding ones zeroed), by direction.
-    Tensor out = Tensor::empty({T_, N, D * H}, dt);
-    const bool even = layer_in.stride(2) == 1 && layer_in.stride(0) == N * layer_in.stride(1);
-    const bool in_place = dense && even;
-    // Training over one direction and one length: the packed rows are the time-major rows,
-    // so the input is read in place too (the states still go to the packed buffer the tape
-    // keeps).
-    const bool train_in_place = tape != nullptr && one_length && D == 1 && even;
-    Tensor xp = in_place || train_in_place ? Tensor() : Tensor::empty({rows, in}, dt);
-    // Dense: copied once, in time order, for both directions.
-    if (dense && !in_place) gather_packed<T>(lay, 0, layer_in, 0, in, xp.data<T>());
-    for (int d = 0; d < D; ++d) {
-      const int64_t ld = l * D + d;
-      if (!dense && !train_in_place) gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      // The initial state (N rows, sorted order) and then every step's state (rows); dense:
-      // the initial state alone, its rows D H apart as the output's.
-      const int64_t ldh0 = dense ? D * H : H;
-      Tensor states = dense ? Tensor::empty({N, ldh0}, dt) : Tensor::empty({N + rows, H}, dt);
-      T* h0s = states.data<T>();
-      T* hs = dense ? nullptr : h0s + N * H;
-      // Where the time loop reads its input and writes its states in place, if anywhere:
-      // dense, the (gathered or caller's) input and the output's columns; training in place,
-      // the caller's input and the packed states the tape keeps.
-      const ops::DenseIo<T> io =
-          dense ? ops::DenseIo<T>{in_place ? layer_in.data<T>() : xp.data<T>(),
-                                  in_place ? layer_in.stride(1) : in, out.data<T>() + d * H, D * H,
-                                  d == 1}
-                : ops::DenseIo<T>{layer_in.data<T>(), layer_in.stride(1), hs, H, false};
-      const ops::DenseIo<T>* io_used = dense || train_in_place ? &io : nullptr;
-      std::memset(h0s, 0, N * ldh0 * sizeof(T));
-      if (p.h0.defined()) add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s, false, ldh0);
-      // aux: hn for backward (linear-before-reset; inference writes neither it nor the gates'
-      // values back into g) or r * h_prev (reset-before, its second product reads it).
-      const bool need_aux = tape != nullptr || c.form == GruForm::reset_before;
-      Tensor g = Tensor::empty({rows, 3 * H}, dt);
-      Tensor aux = need_aux ? Tensor::empty({rows, H}, dt) : Tensor();
-      ops::PackedLayer<T> packed_here;
-      if (!prepacked)
-        packed_here = ops::pack_layer<T>(weights[ld], c.form, tape != nullptr, precision);
-      const ops::PackedLayer<T>& P = prepacked ? (*prepacked)[ld] : packed_here;
-      // Threads split the batch rather than the units (at least 8 rows each) where the
-      // recurrent weights fit in half of each core's L2, or all the layer's weights in three
-      // L2s: each thread's state rows stay its own (no barrier a step, no read of what the
-      // other core just wrote), though each thread reads all the weights every step, from
-      // L3 where they do not fit its L2. Rows are independent: the same bits. Both rules
-      // from the batch split timed against the units' on two threads with 1 MiB of L2 each:
-      // about 10% less time up to 2.3 MB of weights a layer (W5, W3 in bf16 and int8), 6% at
-      // 3 MB, none from 3 to 7.4 MB, up to 13% more at H 1024 (6-24 MB).
-      const auto bytes = [&](const cpu::PackedB<T>& b) {
-        return b.K * b.N * (b.i8 ? 1 : b.bf16 ? 2 : int64_t(sizeof(T)));
-      };
-      const int64_t hh_bytes = bytes(P.hh) + bytes(P.hn), all_bytes = hh_bytes + bytes(P.ih);
-      const int64_t l2 = cpu::l2_cache_bytes();
-      const int nt = std::min<int64_t>(omp_get_max_threads(), N / 8);
-      if (dense && nt > 1 && !omp_in_parallel() && (hh_bytes <= l2 / 2 || all_bytes <= 3 * l2)) {
-        // Part t: rows [n0, n1) of every step; its g, aux and gh are the rows of the whole
-        // batch's buffers from T n0 (g, aux) and n0 (gh) on. Nothing allocated in the region.
-        std::vector<ops::SeqLayout> parts(nt);
-        for (int t = 0; t < nt; ++t)
-          parts[t] = ops::make_seq_layout(T_, (t + 1) * N / nt - t * N / nt, nullptr);
-#pragma omp parallel num_threads(nt)
-        for (int t = omp_get_thread_num(); t < nt; t += omp_get_num_threads()) {
-          const int64_t n0 = t * N / nt;
-          ops::DenseIo<T> io_t = io;
-          io_t.x = io.x + n0 * io.ldx;
-          io_t.h = io.h + n0 * io.ldh;
-          io_t.x_step = N * io.ldx;
-          io_t.h_step = N * io.ldh;
-          ops::gru_layer_forward<T>(k, P, parts[t], nullptr, h0s + n0 * ldh0,
-                                    g.data<T>() + T_ * n0 * 3 * H,
-                                    need_aux ? aux.data<T>() + T_ * n0 * H : nullptr, nullptr,
-                                    gh.data<T>() + n0 * 3 * H, nullptr, 1, &io_t);
-        }
-      } else {
-        ops::gru_layer_forward<T>(k, P, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
-                                  g.data<T>(), need_aux ? aux.data<T>() : nullptr, hs, gh.data<T>(),
-                                  nullptr, 0, io_used);
-      }
-      if (!dense) scatter_packed<T>(lay, d, hs, H, out.data<T>(), D * H, d * H, false);
-      for (int64_t j = 0; j < N; ++j) {
-        // Dense: sequence j's last state is at time T - 1 (forward) or 0 (reverse).
-        const T* last =
-            dense ? io.h + ((d == 0 ? T_ - 1 : 0) * N + j) * io.ldh : hs + last_row(lay, j) * H;
-        std::memcpy(h_n.data<T>() + (ld * N + lay.perm[j]) * H, last, H * sizeof(T));
-      }
-      if (tape) {
-        tape->states[ld] = states;
-        tape->g[ld] = g;
-        tape->aux[ld] = aux;
-        tape->packed<T>()[ld] = std::move(packed_here);
-      }
-    }
-    if (tape) tape->layer_inputs[l] = layer_in;
-    if (training && c.dropout > 0 && l + 1 < L) {
-      Tensor mask = ops::apply_dropout<T>(out, c.dropout, rng, share);
-      if (tape) tape->masks[l] = mask;
-    }
-    layer_in = out;
-  }
-  return {layer_in, h_n};
+  ops::StackResult r =
+      ops::stack_forward<T>(layer_cell<T>(c), stack_shape(c), p, &weights, prepacked, precision,
+                            training, seed, share, tape ? &tape->record<T>() : nullptr);
+  r.to_caller(c.batch_first, p.unbatched);
+  return {r.output, r.h_n};
 }
 
-// ---- Backward ------------------------------------------------------------------------
-
 template <typename T>
-GruGrads backward_impl(const GruConfig& c, const std::vector<GruLayerWeights>& weights,
-                       const GruTapeData& tape, const Tensor& dout, const Tensor& dhn) {
-  const auto k = ops::gru_kernels<T>();
-  const SeqLayout& lay = tape.lay;
-  const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, N = lay.N, T_ = lay.T;
-  const int64_t rows = lay.rows();
-  const DType dt = dtype_of<T>();
+GruGrads backward_impl(const GruConfig& c, GruTapeData& tape, const Tensor& dout,
+                       const Tensor& dhn) {
+  ops::StackGrads<GruLayerWeights> g = ops::stack_backward<T>(
+      layer_cell<T>(c), stack_shape(c), tape.lay, tape.record<T>(), dout, dhn, Tensor());
   GruGrads grads;
-  grads.dweights.resize(L * D);
-  Tensor dh0 = Tensor::zeros({L * D, N, H}, dt);
-  Tensor dyp = Tensor::empty({rows, H}, dt), dh0s = Tensor::empty({N, H}, dt);
-  Tensor d_above = dout;  // dL/d(output of layer l), (T, N, D*H) time-major, or undefined
-  // One direction over sequences of one length: the packed rows are the time-major rows, so
-  // dL/dx is written straight into dL/d(layer input) and a contiguous layer input is read in
-  // place (no copy of either; the same values).
-  const bool direct = D == 1 && lay.time_major();
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const int64_t in = c.layer_input_size(l);
-    const Tensor& layer_in = tape.layer_inputs[l];
-    const bool x_in_place = direct && layer_in.stride(2) == 1 && layer_in.stride(1) == in &&
-                            layer_in.stride(0) == N * in;
-    Tensor dlayer_in = direct ? Tensor::empty({T_, N, in}, dt) : Tensor::zeros({T_, N, in}, dt);
-    Tensor xp = x_in_place ? Tensor() : Tensor::empty({rows, in}, dt);
-    Tensor dxp = direct ? Tensor() : Tensor::empty({rows, in}, dt);
-    const T* x_rows = x_in_place ? layer_in.data<T>() : xp.data<T>();
-    T* dx_rows = direct ? dlayer_in.data<T>() : dxp.data<T>();
-    for (int d = 0; d < D; ++d) {
-      const int64_t ld = l * D + d;
-      T* dy = dyp.data<T>();
-      if (d_above.defined())
-        gather_packed<T>(lay, d, d_above, d * H, H, dy);
-      else
-        std::memset(dy, 0, rows * H * sizeof(T));
-      if (dhn.defined()) add_sorted_rows<T>(lay, dhn.select(0, ld), dy, true);
-      if (!x_in_place) gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      GruLayerWeights& dw = grads.dweights[ld];
-      dw.w_ih = Tensor::empty({3 * H, in}, dt);
-      dw.w_hh = Tensor::empty({3 * H, H}, dt);
-      if (c.bias) {
-        dw.b_ih = Tensor::empty({3 * H}, dt);
-        dw.b_hh = Tensor::empty({3 * H}, dt);
-      }
-      const ops::PackedLayer<T>& P = tape.packed<T>()[ld];
-      ops::gru_layer_backward<T>(k, P, lay, x_rows, tape.states[ld].data<T>(), tape.g[ld].data<T>(),
-                                 tape.aux[ld].data<T>(), dy, dx_rows, dw, dh0s.data<T>());
-      if (!direct) scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
-      for (int64_t j = 0; j < N; ++j)
-        std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * H, dh0s.data<T>() + j * H,
-                    H * sizeof(T));
-    }
-    if (l > 0 && tape.masks[l - 1].defined()) {
-      T* g = dlayer_in.data<T>();
-      const T* m = tape.masks[l - 1].data<T>();
-      for (int64_t i = 0; i < dlayer_in.numel(); ++i) g[i] *= m[i];
-    }
-    d_above = dlayer_in;
-  }
-  grads.dinput = to_caller_layout(d_above, c.batch_first, tape.unbatched);
-  grads.dh0 = tape.unbatched ? dh0.squeeze(1) : dh0;
+  grads.dweights = std::move(g.dweights);
+  grads.dinput = ops::to_caller_layout(g.dinput, c.batch_first, tape.unbatched);
+  grads.dh0 = tape.unbatched ? g.dh0.squeeze(1) : g.dh0;
   return grads;
 }
 
@@ -375,27 +157,7 @@ Gru::Gru(const GruConfig& config, DType dtype, uint64_t seed) : config_(config),
   if (dtype != DType::f32 && dtype != DType::f64)
     throw Error(
         fmt::format("gru: dtype {} is not supported (expected f32 or f64)", dtype_name(dtype)));
-  std::mt19937_64 rng(seed);
-  const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden_size));
-  std::uniform_real_distribution<double> uni(-bound, bound);
-  auto draw = [&](const Shape& shape) {
-    Tensor t = Tensor::empty(shape, DType::f64);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = uni(rng);
-    return t.to(dtype);
-  };
-  const int64_t H = config_.hidden_size;
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    for (int64_t d = 0; d < config_.directions(); ++d) {
-      GruLayerWeights w;
-      w.w_ih = draw({3 * H, config_.layer_input_size(l)});
-      w.w_hh = draw({3 * H, H});
-      if (config_.bias) {
-        w.b_ih = draw({3 * H});
-        w.b_hh = draw({3 * H});
-      }
-      weights_.push_back(std::move(w));
-    }
-  }
+  weights_ = ops::random_stack_weights<GruLayerWeights>(config_, dtype, seed);
 }
 
 Gru::Gru(const GruConfig& config, std::vector<GruLayerWeights> weights) : config_(config) {
@@ -404,11 +166,9 @@ Gru::Gru(const GruConfig& config, std::vector<GruLayerWeights> weights) : config
 }
 
 Gru::Gru(const Gru& other)
-    : config_(other.config_), dtype_(other.dtype_), weights_(other.weights_) {
-  for (GruLayerWeights& w : weights_)
-    for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh})
-      if (t->defined()) *t = t->clone();
-}
+    : config_(other.config_),
+      dtype_(other.dtype_),
+      weights_(ops::clone_stack_weights(other.config_, other.weights_)) {}
 
 Gru& Gru::operator=(const Gru& other) {
   if (this != &other) *this = Gru(other);
@@ -421,12 +181,7 @@ void Gru::set_weights(std::vector<GruLayerWeights> weights) {
     throw Error(fmt::format("gru: {} weight sets given, expected num_layers * directions = {}",
                             weights.size(), config_.num_layers * D));
   const DType dtype = ops::weights_dtype("gru", gru_key("weight_ih", 0, 0), weights[0].w_ih);
-  for (int64_t l = 0; l < config_.num_layers; ++l)
-    for (int64_t d = 0; d < D; ++d) {
-      GruLayerWeights& w = weights[l * D + d];
-      check_layer_weights(config_, dtype, w, l, d);
-      for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) ops::make_contiguous(*t);
-    }
+  ops::check_stack_weights("gru", config_, dtype, weights);
   dtype_ = dtype;
   weights_ = std::move(weights);
 }
@@ -439,54 +194,28 @@ Gru Gru::from_state_dict(const std::map<std::string, Tensor>& state, const GruCo
   c.num_layers = k.layers;
   c.bidirectional = k.reverse;
   c.bias = k.bias;
-  ops::StateDictReader reader("gru", state);
-  std::vector<GruLayerWeights> weights;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    for (int64_t d = 0; d < c.directions(); ++d) {
-      GruLayerWeights w;
-      w.w_ih = reader.get(gru_key("weight_ih", l, d));
-      w.w_hh = reader.get(gru_key("weight_hh", l, d));
-      if (c.bias) {
-        w.b_ih = reader.get(gru_key("bias_ih", l, d));
-        w.b_hh = reader.get(gru_key("bias_hh", l, d));
-      }
-      weights.push_back(std::move(w));
-    }
-  reader.check_no_other(fmt::format("a {}-layer {}GRU{}", c.num_layers,
-                                    c.bidirectional ? "bidirectional " : "",
-                                    c.bias ? "" : " without bias"));
+  std::vector<GruLayerWeights> weights = ops::read_stack_weights<GruLayerWeights>(
+      "gru", c, state,
+      fmt::format("a {}-layer {}GRU{}", c.num_layers, c.bidirectional ? "bidirectional " : "",
+                  c.bias ? "" : " without bias"));
   return Gru(c, std::move(weights));
 }
 
 std::map<std::string, Tensor> Gru::state_dict() const {
-  GruGrads as_grads;
-  as_grads.dweights = weights_;
-  return as_grads.state_dict(config_);
+  return ops::stack_state_dict(config_, weights_);
 }
 
 std::map<std::string, Tensor> GruGrads::state_dict(const GruConfig& c) const {
-  std::map<std::string, Tensor> out;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    for (int64_t d = 0; d < c.directions(); ++d) {
-      const GruLayerWeights& w = dweights.at(l * c.directions() + d);
-      out[gru_key("weight_ih", l, d)] = w.w_ih;
-      out[gru_key("weight_hh", l, d)] = w.w_hh;
-      if (w.b_ih.defined()) out[gru_key("bias_ih", l, d)] = w.b_ih;
-      if (w.b_hh.defined()) out[gru_key("bias_hh", l, d)] = w.b_hh;
-    }
-  return out;
+  return ops::stack_state_dict(c, dweights);
 }
 
 GruOutput Gru::forward(const Tensor& input, const Tensor& h0, const Tensor& lengths,
                        int threads) const {
   ops::ThreadsScope scope("gru", threads);
-  Problem p = normalize(config_, dtype_, input, h0, lengths);
-  GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
+  const ops::StackInput p = normalize(config_, dtype_, input, h0, lengths);
+  return ops::dispatch_float(dtype_, [&](auto t) {
     return forward_impl<decltype(t)>(config_, weights_, p, false, 0, nullptr);
   });
-  r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
-  if (p.unbatched) r.h_n = r.h_n.squeeze(1);
-  return r;
 }
 
 // ---- GruInference ----------------------------------------------------------------------
@@ -523,14 +252,11 @@ GruOutput GruInference::forward(const Tensor& input, const Tensor& h0, const Ten
                                 int threads) const {
   ops::ThreadsScope scope("gru", threads);
   const GruConfig& c = impl_->config;
-  Problem p = normalize(c, impl_->dtype, input, h0, lengths);
+  const ops::StackInput p = normalize(c, impl_->dtype, input, h0, lengths);
   // The weights themselves are not read: only their packed copies.
-  GruOutput r = impl_->dtype == DType::f32
-                    ? forward_impl<float>(c, {}, p, false, 0, nullptr, &impl_->packed_f32)
-                    : forward_impl<double>(c, {}, p, false, 0, nullptr, &impl_->packed_f64);
-  r.output = to_caller_layout(r.output, c.batch_first, p.unbatched);
-  if (p.unbatched) r.h_n = r.h_n.squeeze(1);
-  return r;
+  return impl_->dtype == DType::f32
+             ? forward_impl<float>(c, {}, p, false, 0, nullptr, &impl_->packed_f32)
+             : forward_impl<double>(c, {}, p, false, 0, nullptr, &impl_->packed_f64);
 }
 
 GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor& lengths,
@@ -540,34 +266,22 @@ GruOutput Gru::forward_train(const Tensor& input, const Tensor& h0, const Tensor
   if (precision == Precision::int8)
     throw Error("gru forward_train: precision int8 is for inference; train in f32 or bf16");
   ops::check_precision("gru forward_train", dtype_, precision);
-  Problem p = normalize(config_, dtype_, input, h0, lengths);
+  const ops::StackInput p = normalize(config_, dtype_, input, h0, lengths);
   if (share.of != 0 && !(share.first >= 0 && share.of > 0 && share.first + p.lay.N <= share.of))
     throw Error(fmt::format(
         "gru forward_train: the batch's {} streams as streams {}.. of {} (expected 0 <= first "
         "and first + {} <= of)",
         p.lay.N, share.first, share.of, p.lay.N));
   auto data = std::make_unique<GruTapeData>();
-  const int64_t LD = config_.num_layers * config_.directions();
   data->lay = p.lay;
-  data->input_shape = input.shape();
   data->unbatched = p.unbatched;
   data->dtype = dtype_;
-  data->layer_inputs.resize(config_.num_layers);
-  data->masks.resize(config_.num_layers);
-  data->states.resize(LD);
-  data->g.resize(LD);
-  data->aux.resize(LD);
-  data->packed_f32.resize(dtype_ == DType::f32 ? LD : 0);
-  data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
   GruOutput r = ops::dispatch_float(dtype_, [&](auto t) {
     return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(), nullptr,
                                      precision, share);
   });
-  data->h0_shape = r.h_n.shape();
-  if (p.unbatched) data->h0_shape.erase(data->h0_shape.begin() + 1);
+  data->h_n_shape = r.h_n.shape();
   tape.data_ = std::move(data);
-  r.output = to_caller_layout(r.output, config_.batch_first, p.unbatched);
-  if (p.unbatched) r.h_n = r.h_n.squeeze(1);
   return r;
 }
 
@@ -575,15 +289,14 @@ GruGrads Gru::backward(const GruTape& tape, const Tensor& doutput, const Tensor&
                        int threads) const {
   ops::ThreadsScope scope("gru backward", threads);
   if (tape.empty()) throw Error("gru backward: the tape is empty (run forward_train first)");
-  const GruTapeData& t = *tape.data_;
+  GruTapeData& t = *tape.data_;
   if (t.dtype != dtype_)
     throw Error("gru backward: the tape was recorded with weights of another dtype");
   const ops::SeqUpstream u = ops::normalize_upstream(
       seq_spec(config_, dtype_), t.lay.T, t.lay.N, t.unbatched,
-      config_.directions() * config_.hidden_size, t.h0_shape, doutput, dh_n);
-  return ops::dispatch_float(dtype_, [&](auto x) {
-    return backward_impl<decltype(x)>(config_, weights_, t, u.doutput, u.dh_n);
-  });
+      config_.directions() * config_.hidden_size, t.h_n_shape, doutput, dh_n);
+  return ops::dispatch_float(
+      dtype_, [&](auto x) { return backward_impl<decltype(x)>(config_, t, u.doutput, u.dh_n); });
 }
 
 // ---- GruCell: a one-layer GRU run for one step ----------------------------------------

@@ -1,7 +1,7 @@
-// The LSTM stack driver (nn.LSTM semantics): validates a problem at the API boundary, lays out
-// packed sequences, walks layers x directions with the stack helpers the GRU uses
-// (ops/recurrent_stack.h), applies dropout, and runs backward in mirror order. Also weights
-// I/O by state_dict keys and LstmCell (a one-step, one-layer LSTM).
+// The LSTM operator (nn.LSTM semantics): validates a problem at the API boundary and runs the
+// stack driver (ops/recurrent_stack.h) with the LSTM's cell (ops/lstm_layer.h's
+// LstmLayerCell). Also weights I/O by state_dict keys and LstmCell (a one-step, one-layer
+// LSTM).
 #include "grux/lstm.h"
 
 #include <fmt/format.h>
@@ -107,244 +107,56 @@ bool LstmTape::empty() const {
   return data_ == nullptr;
 }
 
-// What backward needs from forward_train.
-struct LstmTapeData {
-  SeqLayout lay;
-  Shape h_n_shape, c_n_shape;  // as forward_train returned them
-  bool unbatched = false;
-  DType dtype = DType::f32;
-  std::vector<Tensor> layer_inputs;  // per layer, (T, N, in) time-major (views allowed)
-  std::vector<Tensor> masks;         // per layer below the top: dropout scale or undefined
-  // Per layer * D + direction, packed buffers: states (h0 then every step's h), a (every
-  // step's gate activations), cs (c0 then every step's c), m (o tanh(c), projection only).
-  std::vector<Tensor> states, a, cs, m;
-  std::vector<ops::LstmPackedLayer<float>> packed_f32;
-  std::vector<ops::LstmPackedLayer<double>> packed_f64;
-  template <typename T>
-  std::vector<ops::LstmPackedLayer<T>>& packed() {
-    if constexpr (std::is_same_v<T, float>)
-      return packed_f32;
-    else
-      return packed_f64;
-  }
-};
+// What backward needs from forward_train: the stack driver's tape with the LSTM's cell.
+struct LstmTapeData : ops::StackTape<ops::LstmLayerCell> {};
 
 namespace {
 
-void check_layer_weights(const LstmConfig& c, DType dtype, const LstmLayerWeights& w, int64_t l,
-                         int64_t d) {
-  const int64_t H = c.hidden_size, P = c.output_size(), in = c.layer_input_size(l);
-  ops::check_weight("lstm", lstm_key("weight_ih", l, d), w.w_ih, {4 * H, in}, dtype);
-  ops::check_weight("lstm", lstm_key("weight_hh", l, d), w.w_hh, {4 * H, P}, dtype);
-  if (c.bias) {
-    ops::check_weight("lstm", lstm_key("bias_ih", l, d), w.b_ih, {4 * H}, dtype);
-    ops::check_weight("lstm", lstm_key("bias_hh", l, d), w.b_hh, {4 * H}, dtype);
-  } else if (w.b_ih.defined() || w.b_hh.defined()) {
-    throw Error(fmt::format("lstm: layer {} has biases but bias is false", l));
-  }
-  if (c.proj_size > 0)
-    ops::check_weight("lstm", lstm_key("weight_hr", l, d), w.w_hr, {P, H}, dtype);
-  else if (w.w_hr.defined())
-    throw Error(fmt::format("lstm: layer {} has weight_hr but proj_size is 0", l));
-}
-
-// The caller's tensors as time-major views, plus the sequence layout.
-struct Problem {
-  Tensor x;       // (T, N, I)
-  Tensor h0, c0;  // (L*D, N, H_out), (L*D, N, H), or undefined
-  SeqLayout lay;
-  bool unbatched = false;
-};
+// ---- The stack driver with the LSTM's cell -------------------------------------------
 
 ops::SeqSpec seq_spec(const LstmConfig& c, DType dtype) {
   return {"lstm",        c.input_size, c.output_size(), c.num_layers * c.directions(),
           c.batch_first, dtype};
 }
 
-Problem normalize(const LstmConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
-                  const Tensor& c0, const Tensor& lengths) {
-  ops::SeqInput in = ops::normalize_input(seq_spec(c, dtype), input, h0, lengths);
-  Problem p;
-  p.x = in.x;
-  p.h0 = in.h0;
-  p.unbatched = in.unbatched;
-  if (c0.defined()) {
-    check_same_dtype("lstm", "input", input, "c0", c0);
-    check_same_device("lstm", "input", input, "c0", c0);
-    const int64_t R = c.num_layers * c.directions(), N = p.x.size(1);
-    check_shape("lstm", "c0", c0,
-                p.unbatched ? Shape{R, c.hidden_size} : Shape{R, N, c.hidden_size});
-    p.c0 = p.unbatched ? c0.unsqueeze(1) : c0;
-  }
-  p.lay = ops::make_seq_layout(p.x.size(0), p.x.size(1), in.len.empty() ? nullptr : in.len.data());
-  return p;
+ops::StackInput normalize(const LstmConfig& c, DType dtype, const Tensor& input, const Tensor& h0,
+                          const Tensor& c0, const Tensor& lengths) {
+  return ops::normalize_stack(seq_spec(c, dtype), c.hidden_size, input, h0, c0, lengths);
 }
 
-// ---- Forward -------------------------------------------------------------------------
+ops::StackShape stack_shape(const LstmConfig& c) {
+  return {c.num_layers, c.directions(), c.input_size, c.output_size(), c.dropout};
+}
 
 template <typename T>
-// `packed` (inference): the layers packed beforehand (LstmInference), else packed here.
-LstmOutput forward_impl(const LstmConfig& c, const std::vector<LstmLayerWeights>& weights,
-                        const Problem& p, bool training, uint64_t seed, LstmTapeData* tape,
-                        BatchShare share = {},
-                        const std::vector<ops::LstmPackedLayer<T>>* packed = nullptr) {
-  const auto k = ops::lstm_kernels<T>();
-  const SeqLayout& lay = p.lay;
-  const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, P = c.output_size();
-  const int64_t N = lay.N, T_ = lay.T, rows = lay.rows();
-  const DType dt = dtype_of<T>();
-  Tensor h_n = Tensor::zeros({L * D, N, P}, dt), c_n = Tensor::zeros({L * D, N, H}, dt);
-  std::mt19937_64 rng(seed);
-  Tensor layer_in = p.x;
-  // Inference on sequences of one length: each direction reads its input rows where they are
-  // and writes its states straight into its columns of the layer's output (ops::DenseIo), as
-  // the GRU's driver does. Training keeps the packed buffers, which the tape holds.
-  const bool one_length = lay.time_major();
-  const bool dense = tape == nullptr && one_length;
-  for (int64_t l = 0; l < L; ++l) {
-    const int64_t in = c.layer_input_size(l);
-    Tensor out = Tensor::empty({T_, N, D * P}, dt);  // every row written below
-    const bool even = layer_in.stride(2) == 1 && layer_in.stride(0) == N * layer_in.stride(1);
-    const bool in_place = dense && even;
-    const bool train_in_place = tape != nullptr && one_length && D == 1 && even;
-    Tensor xp = in_place || train_in_place ? Tensor() : Tensor::empty({rows, in}, dt);
-    if (dense && !in_place) ops::gather_packed<T>(lay, 0, layer_in, 0, in, xp.data<T>());
-    for (int d = 0; d < D; ++d) {
-      const int64_t ld = l * D + d;
-      if (!dense && !train_in_place) ops::gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      const int64_t ldh0 = dense ? D * P : P;
-      Tensor states = dense ? Tensor::empty({N, ldh0}, dt) : Tensor::empty({N + rows, P}, dt);
-      T* h0s = states.data<T>();
-      T* hs = dense ? nullptr : h0s + N * P;
-      const ops::DenseIo<T> io =
-          dense ? ops::DenseIo<T>{in_place ? layer_in.data<T>() : xp.data<T>(),
-                                  in_place ? layer_in.stride(1) : in, out.data<T>() + d * P, D * P,
-                                  d == 1}
-                : ops::DenseIo<T>{layer_in.data<T>(), layer_in.stride(1), hs, P, false};
-      const ops::DenseIo<T>* io_used = dense || train_in_place ? &io : nullptr;
-      std::memset(h0s, 0, N * ldh0 * sizeof(T));
-      if (p.h0.defined()) ops::add_sorted_rows<T>(lay, p.h0.select(0, ld), h0s, false, ldh0);
-      // c: training keeps c0 and every step's c; inference one row a sequence, in place.
-      Tensor cs = Tensor::empty({tape ? N + rows : N, H}, dt);
-      std::memset(cs.data<T>(), 0, N * H * sizeof(T));
-      if (p.c0.defined()) ops::add_sorted_rows<T>(lay, p.c0.select(0, ld), cs.data<T>());
-      Tensor a = Tensor::empty({rows, 4 * H}, dt);
-      Tensor m = c.proj_size > 0 ? Tensor::empty({tape ? rows : N, H}, dt) : Tensor();
-      ops::LstmPackedLayer<T> own;
-      if (!packed) own = ops::pack_lstm_layer<T>(weights[ld], tape != nullptr);
-      const ops::LstmPackedLayer<T>& P_ = packed ? (*packed)[ld] : own;
-      ops::lstm_layer_forward<T>(k, P_, lay, xp.defined() ? xp.data<T>() : nullptr, h0s,
-                                 a.data<T>(), hs, cs.data<T>(), m.defined() ? m.data<T>() : nullptr,
-                                 tape != nullptr, nullptr, 0, io_used);
-      if (!dense) ops::scatter_packed<T>(lay, d, hs, P, out.data<T>(), D * P, d * P, false);
-      for (int64_t j = 0; j < N; ++j) {
-        // Dense: sequence j's last state is at time T - 1 (forward) or 0 (reverse).
-        const T* last_h = dense ? io.h + ((d == 0 ? T_ - 1 : 0) * N + j) * io.ldh
-                                : hs + ops::last_row(lay, j) * P;
-        const T* last_c =
-            tape ? cs.data<T>() + (N + ops::last_row(lay, j)) * H : cs.data<T>() + j * H;
-        std::memcpy(h_n.data<T>() + (ld * N + lay.perm[j]) * P, last_h, P * sizeof(T));
-        std::memcpy(c_n.data<T>() + (ld * N + lay.perm[j]) * H, last_c, H * sizeof(T));
-      }
-      if (tape) {
-        tape->states[ld] = states;
-        tape->a[ld] = a;
-        tape->cs[ld] = cs;
-        tape->m[ld] = m;
-        tape->packed<T>()[ld] = std::move(own);
-      }
-    }
-    if (tape) tape->layer_inputs[l] = layer_in;
-    if (training && c.dropout > 0 && l + 1 < L) {
-      Tensor mask = ops::apply_dropout<T>(out, c.dropout, rng, share);
-      if (tape) tape->masks[l] = mask;
-    }
-    layer_in = out;
-  }
-  return {layer_in, h_n, c_n};
+ops::LstmLayerCell<T> layer_cell(const LstmConfig& c) {
+  return {ops::lstm_kernels<T>(), c.hidden_size, c.output_size(), c.bias};
 }
 
-// ---- Backward ------------------------------------------------------------------------
+// `packed` (inference): the layers packed beforehand (LstmInference), else packed here.
+template <typename T>
+LstmOutput forward_impl(const LstmConfig& c, const std::vector<LstmLayerWeights>& weights,
+                        const ops::StackInput& p, bool training, uint64_t seed, LstmTapeData* tape,
+                        BatchShare share = {},
+                        const std::vector<ops::LstmPackedLayer<T>>* packed = nullptr) {
+  ops::StackResult r =
+      ops::stack_forward<T>(layer_cell<T>(c), stack_shape(c), p, &weights, packed, Precision::f32,
+                            training, seed, share, tape ? &tape->record<T>() : nullptr);
+  r.to_caller(c.batch_first, p.unbatched);
+  return {r.output, r.h_n, r.c_n};
+}
 
 template <typename T>
 LstmGrads backward_impl(const LstmConfig& c, LstmTapeData& tape, const Tensor& dout,
                         const Tensor& dhn, const Tensor& dcn) {
-  const auto k = ops::lstm_kernels<T>();
-  const SeqLayout& lay = tape.lay;
-  const int64_t L = c.num_layers, D = c.directions(), H = c.hidden_size, P = c.output_size();
-  const int64_t N = lay.N, T_ = lay.T, rows = lay.rows();
-  const DType dt = dtype_of<T>();
+  ops::StackGrads<LstmLayerWeights> g = ops::stack_backward<T>(
+      layer_cell<T>(c), stack_shape(c), tape.lay, tape.record<T>(), dout, dhn, dcn);
   LstmGrads grads;
-  grads.dweights.resize(L * D);
-  Tensor dh0 = Tensor::zeros({L * D, N, P}, dt), dc0 = Tensor::zeros({L * D, N, H}, dt);
-  Tensor dyp = Tensor::empty({rows, P}, dt), dh0s = Tensor::empty({N, P}, dt);
-  Tensor dc = Tensor::empty({N, H}, dt);
-  Tensor d_above = dout;  // dL/d(output of layer l), (T, N, D*P) time-major, or undefined
-  // One direction over sequences of one length: the packed rows are the time-major rows (no
-  // copy of dL/dx or of a contiguous layer input).
-  const bool direct = D == 1 && lay.time_major();
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const int64_t in = c.layer_input_size(l);
-    const Tensor& layer_in = tape.layer_inputs[l];
-    const bool x_in_place = direct && layer_in.stride(2) == 1 && layer_in.stride(1) == in &&
-                            layer_in.stride(0) == N * in;
-    Tensor dlayer_in = direct ? Tensor::empty({T_, N, in}, dt) : Tensor::zeros({T_, N, in}, dt);
-    Tensor xp = x_in_place ? Tensor() : Tensor::empty({rows, in}, dt);
-    Tensor dxp = direct ? Tensor() : Tensor::empty({rows, in}, dt);
-    const T* x_rows = x_in_place ? layer_in.data<T>() : xp.data<T>();
-    T* dx_rows = direct ? dlayer_in.data<T>() : dxp.data<T>();
-    for (int d = 0; d < D; ++d) {
-      const int64_t ld = l * D + d;
-      T* dy = dyp.data<T>();
-      if (d_above.defined())
-        ops::gather_packed<T>(lay, d, d_above, d * P, P, dy);
-      else
-        std::memset(dy, 0, rows * P * sizeof(T));
-      if (dhn.defined()) ops::add_sorted_rows<T>(lay, dhn.select(0, ld), dy, true);
-      std::memset(dc.data<T>(), 0, N * H * sizeof(T));
-      if (dcn.defined()) ops::add_sorted_rows<T>(lay, dcn.select(0, ld), dc.data<T>());
-      if (!x_in_place) ops::gather_packed<T>(lay, d, layer_in, 0, in, xp.data<T>());
-      LstmLayerWeights& dw = grads.dweights[ld];
-      dw.w_ih = Tensor::empty({4 * H, in}, dt);
-      dw.w_hh = Tensor::empty({4 * H, P}, dt);
-      if (c.bias) {
-        dw.b_ih = Tensor::empty({4 * H}, dt);
-        dw.b_hh = Tensor::empty({4 * H}, dt);
-      }
-      if (c.proj_size > 0) dw.w_hr = Tensor::empty({P, H}, dt);
-      const Tensor& m = tape.m[ld];
-      ops::lstm_layer_backward<T>(k, tape.packed<T>()[ld], lay, x_rows, tape.states[ld].data<T>(),
-                                  tape.a[ld].data<T>(), tape.cs[ld].data<T>(),
-                                  m.defined() ? m.data<T>() : nullptr, dy, dc.data<T>(), dx_rows,
-                                  dw, dh0s.data<T>());
-      if (!direct)
-        ops::scatter_packed<T>(lay, d, dxp.data<T>(), in, dlayer_in.data<T>(), in, 0, true);
-      for (int64_t j = 0; j < N; ++j) {
-        std::memcpy(dh0.data<T>() + (ld * N + lay.perm[j]) * P, dh0s.data<T>() + j * P,
-                    P * sizeof(T));
-        std::memcpy(dc0.data<T>() + (ld * N + lay.perm[j]) * H, dc.data<T>() + j * H,
-                    H * sizeof(T));
-      }
-    }
-    if (l > 0 && tape.masks[l - 1].defined()) {
-      T* g = dlayer_in.data<T>();
-      const T* mk = tape.masks[l - 1].data<T>();
-      for (int64_t i = 0; i < dlayer_in.numel(); ++i) g[i] *= mk[i];
-    }
-    d_above = dlayer_in;
-  }
-  grads.dinput = ops::to_caller_layout(d_above, c.batch_first, tape.unbatched);
-  grads.dh0 = tape.unbatched ? dh0.squeeze(1) : dh0;
-  grads.dc0 = tape.unbatched ? dc0.squeeze(1) : dc0;
+  grads.dweights = std::move(g.dweights);
+  grads.dinput = ops::to_caller_layout(g.dinput, c.batch_first, tape.unbatched);
+  grads.dh0 = tape.unbatched ? g.dh0.squeeze(1) : g.dh0;
+  grads.dc0 = tape.unbatched ? g.dc0.squeeze(1) : g.dc0;
   return grads;
-}
-
-void squeeze_unbatched(LstmOutput& r, const LstmConfig& c, bool unbatched) {
-  r.output = ops::to_caller_layout(r.output, c.batch_first, unbatched);
-  if (unbatched) {
-    r.h_n = r.h_n.squeeze(1);
-    r.c_n = r.c_n.squeeze(1);
-  }
 }
 
 }  // namespace
@@ -356,27 +168,7 @@ Lstm::Lstm(const LstmConfig& config, DType dtype, uint64_t seed) : config_(confi
   if (dtype != DType::f32 && dtype != DType::f64)
     throw Error(
         fmt::format("lstm: dtype {} is not supported (expected f32 or f64)", dtype_name(dtype)));
-  std::mt19937_64 rng(seed);
-  const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden_size));
-  std::uniform_real_distribution<double> uni(-bound, bound);
-  auto draw = [&](const Shape& shape) {
-    Tensor t = Tensor::empty(shape, DType::f64);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = uni(rng);
-    return t.to(dtype);
-  };
-  const int64_t H = config_.hidden_size, P = config_.output_size();
-  for (int64_t l = 0; l < config_.num_layers; ++l)
-    for (int64_t d = 0; d < config_.directions(); ++d) {
-      LstmLayerWeights w;
-      w.w_ih = draw({4 * H, config_.layer_input_size(l)});
-      w.w_hh = draw({4 * H, P});
-      if (config_.bias) {
-        w.b_ih = draw({4 * H});
-        w.b_hh = draw({4 * H});
-      }
-      if (config_.proj_size > 0) w.w_hr = draw({P, H});
-      weights_.push_back(std::move(w));
-    }
+  weights_ = ops::random_stack_weights<LstmLayerWeights>(config_, dtype, seed);
 }
 
 Lstm::Lstm(const LstmConfig& config, std::vector<LstmLayerWeights> weights) : config_(config) {
@@ -385,11 +177,9 @@ Lstm::Lstm(const LstmConfig& config, std::vector<LstmLayerWeights> weights) : co
 }
 
 Lstm::Lstm(const Lstm& other)
-    : config_(other.config_), dtype_(other.dtype_), weights_(other.weights_) {
-  for (LstmLayerWeights& w : weights_)
-    for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh, &w.w_hr})
-      if (t->defined()) *t = t->clone();
-}
+    : config_(other.config_),
+      dtype_(other.dtype_),
+      weights_(ops::clone_stack_weights(other.config_, other.weights_)) {}
 
 Lstm& Lstm::operator=(const Lstm& other) {
   if (this != &other) *this = Lstm(other);
@@ -402,12 +192,7 @@ void Lstm::set_weights(std::vector<LstmLayerWeights> weights) {
     throw Error(fmt::format("lstm: {} weight sets given, expected num_layers * directions = {}",
                             weights.size(), config_.num_layers * D));
   const DType dtype = ops::weights_dtype("lstm", lstm_key("weight_ih", 0, 0), weights[0].w_ih);
-  for (int64_t l = 0; l < config_.num_layers; ++l)
-    for (int64_t d = 0; d < D; ++d) {
-      LstmLayerWeights& w = weights[l * D + d];
-      check_layer_weights(config_, dtype, w, l, d);
-      for (Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh, &w.w_hr}) ops::make_contiguous(*t);
-    }
+  ops::check_stack_weights("lstm", config_, dtype, weights);
   dtype_ = dtype;
   weights_ = std::move(weights);
 }
@@ -430,56 +215,30 @@ Lstm Lstm::from_state_dict(const std::map<std::string, Tensor>& state, const Lst
           shape_str(w.shape()), c.hidden_size));
     c.proj_size = w.size(0);
   }
-  ops::StateDictReader reader("lstm", state);
-  std::vector<LstmLayerWeights> weights;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    for (int64_t d = 0; d < c.directions(); ++d) {
-      LstmLayerWeights w;
-      w.w_ih = reader.get(lstm_key("weight_ih", l, d));
-      w.w_hh = reader.get(lstm_key("weight_hh", l, d));
-      if (c.bias) {
-        w.b_ih = reader.get(lstm_key("bias_ih", l, d));
-        w.b_hh = reader.get(lstm_key("bias_hh", l, d));
-      }
-      if (c.proj_size > 0) w.w_hr = reader.get(lstm_key("weight_hr", l, d));
-      weights.push_back(std::move(w));
-    }
-  reader.check_no_other(fmt::format(
-      "a {}-layer {}LSTM{}{}", c.num_layers, c.bidirectional ? "bidirectional " : "",
-      c.bias ? "" : " without bias",
-      c.proj_size > 0 ? fmt::format(" with proj_size {}", c.proj_size) : std::string()));
+  std::vector<LstmLayerWeights> weights = ops::read_stack_weights<LstmLayerWeights>(
+      "lstm", c, state,
+      fmt::format(
+          "a {}-layer {}LSTM{}{}", c.num_layers, c.bidirectional ? "bidirectional " : "",
+          c.bias ? "" : " without bias",
+          c.proj_size > 0 ? fmt::format(" with proj_size {}", c.proj_size) : std::string()));
   return Lstm(c, std::move(weights));
 }
 
 std::map<std::string, Tensor> Lstm::state_dict() const {
-  LstmGrads as_grads;
-  as_grads.dweights = weights_;
-  return as_grads.state_dict(config_);
+  return ops::stack_state_dict(config_, weights_);
 }
 
 std::map<std::string, Tensor> LstmGrads::state_dict(const LstmConfig& c) const {
-  std::map<std::string, Tensor> out;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    for (int64_t d = 0; d < c.directions(); ++d) {
-      const LstmLayerWeights& w = dweights.at(l * c.directions() + d);
-      out[lstm_key("weight_ih", l, d)] = w.w_ih;
-      out[lstm_key("weight_hh", l, d)] = w.w_hh;
-      if (w.b_ih.defined()) out[lstm_key("bias_ih", l, d)] = w.b_ih;
-      if (w.b_hh.defined()) out[lstm_key("bias_hh", l, d)] = w.b_hh;
-      if (w.w_hr.defined()) out[lstm_key("weight_hr", l, d)] = w.w_hr;
-    }
-  return out;
+  return ops::stack_state_dict(c, dweights);
 }
 
 LstmOutput Lstm::forward(const Tensor& input, const Tensor& h0, const Tensor& c0,
                          const Tensor& lengths, int threads) const {
   ops::ThreadsScope scope("lstm", threads);
-  Problem p = normalize(config_, dtype_, input, h0, c0, lengths);
-  LstmOutput r = ops::dispatch_float(dtype_, [&](auto t) {
+  const ops::StackInput p = normalize(config_, dtype_, input, h0, c0, lengths);
+  return ops::dispatch_float(dtype_, [&](auto t) {
     return forward_impl<decltype(t)>(config_, weights_, p, false, 0, nullptr);
   });
-  squeeze_unbatched(r, config_, p.unbatched);
-  return r;
 }
 
 struct LstmInference::Impl {
@@ -516,8 +275,8 @@ LstmOutput LstmInference::forward(const Tensor& input, const Tensor& h0, const T
                                   const Tensor& lengths, int threads) const {
   ops::ThreadsScope scope("lstm", threads);
   const Impl& m = *impl_;
-  Problem p = normalize(m.config, m.dtype, input, h0, c0, lengths);
-  LstmOutput r = ops::dispatch_float(m.dtype, [&](auto t) {
+  const ops::StackInput p = normalize(m.config, m.dtype, input, h0, c0, lengths);
+  return ops::dispatch_float(m.dtype, [&](auto t) {
     using T = decltype(t);
     const auto* packed = [&] {
       if constexpr (std::is_same_v<T, float>)
@@ -527,8 +286,6 @@ LstmOutput LstmInference::forward(const Tensor& input, const Tensor& h0, const T
     }();
     return forward_impl<T>(m.config, m.weights, p, false, 0, nullptr, {}, packed);
   });
-  squeeze_unbatched(r, m.config, p.unbatched);
-  return r;
 }
 
 LstmOutput Lstm::forward_train(const Tensor& input, const Tensor& h0, const Tensor& c0,
@@ -540,26 +297,19 @@ LstmOutput Lstm::forward_train(const Tensor& input, const Tensor& h0, const Tens
         fmt::format("lstm forward_train: precision {} is not available for the LSTM "
                     "(expected f32)",
                     precision_name(precision)));
-  Problem p = normalize(config_, dtype_, input, h0, c0, lengths);
+  const ops::StackInput p = normalize(config_, dtype_, input, h0, c0, lengths);
   if (share.of != 0 && !(share.first >= 0 && share.of > 0 && share.first + p.lay.N <= share.of))
     throw Error(fmt::format(
         "lstm forward_train: the batch's {} streams as streams {}.. of {} (expected 0 <= first "
         "and first + {} <= of)",
         p.lay.N, share.first, share.of, p.lay.N));
   auto data = std::make_unique<LstmTapeData>();
-  const int64_t LD = config_.num_layers * config_.directions();
   data->lay = p.lay;
   data->unbatched = p.unbatched;
   data->dtype = dtype_;
-  data->layer_inputs.resize(config_.num_layers);
-  data->masks.resize(config_.num_layers);
-  for (auto* v : {&data->states, &data->a, &data->cs, &data->m}) v->resize(LD);
-  data->packed_f32.resize(dtype_ == DType::f32 ? LD : 0);
-  data->packed_f64.resize(dtype_ == DType::f64 ? LD : 0);
   LstmOutput r = ops::dispatch_float(dtype_, [&](auto t) {
     return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(), share);
   });
-  squeeze_unbatched(r, config_, p.unbatched);
   data->h_n_shape = r.h_n.shape();
   data->c_n_shape = r.c_n.shape();
   tape.data_ = std::move(data);

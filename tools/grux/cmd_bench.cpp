@@ -185,6 +185,17 @@ void check_fits_in_memory(const GruProblem& p, bool train) {
                     p.descriptor(), bytes / (1 << 30), avail / (1 << 30)));
 }
 
+// A batch-1 f32 stream's bound (measure_stream_bound) as JSON fields, beside its measured
+// ns a frame.
+std::string stream_bound_fields(const StreamBound& sb, double ns) {
+  return fmt::format(
+      ",\"bound_ns_per_frame\":{:.1f},\"bound_side\":\"{}\",\"pct_of_frame_bound\":{:.1f},"
+      "\"chain_ns\":{:.1f},\"work_ns\":{:.1f},\"weights_ns\":{:.1f},\"weights_gbps\":{:.1f},"
+      "\"fma_ns\":{:.2f},\"sigmoid_ns\":{:.2f},\"tanh_ns\":{:.2f}",
+      sb.ns(), sb.side(), 100 * sb.ns() / ns, sb.chain_ns, sb.work_ns, sb.weights_ns,
+      sb.weights_gbps, sb.fma_ns, sb.sigmoid_ns, sb.tanh_ns);
+}
+
 void run_bench_gru(const BenchArgs& a) {
   GruProblem p = GruProblem::parse(a.descriptor);
   p.dtype = parse_dtype(a.dtype);
@@ -333,15 +344,9 @@ void run_bench_gru(const BenchArgs& a) {
     const double ns = t.median_ms * 1e6 / static_cast<double>(p.T);
     per_frame = fmt::format(",\"block\":{},\"ns_per_frame\":{:.1f},\"realtime_factor_48k\":{:.1f}",
                             a.block, ns, 1e9 / 48000.0 / ns);
-    if (p.dtype == DType::f32 && p.N == 1) {
-      const StreamBound sb = measure_stream_bound(p, peak.best() / std::max(threads, 1));
-      per_frame += fmt::format(
-          ",\"bound_ns_per_frame\":{:.1f},\"bound_side\":\"{}\",\"pct_of_frame_bound\":{:.1f},"
-          "\"chain_ns\":{:.1f},\"work_ns\":{:.1f},\"weights_ns\":{:.1f},\"weights_gbps\":{:.1f},"
-          "\"fma_ns\":{:.2f},\"sigmoid_ns\":{:.2f},\"tanh_ns\":{:.2f}",
-          sb.ns(), sb.side(), 100 * sb.ns() / ns, sb.chain_ns, sb.work_ns, sb.weights_ns,
-          sb.weights_gbps, sb.fma_ns, sb.sigmoid_ns, sb.tanh_ns);
-    }
+    if (p.dtype == DType::f32 && p.N == 1)
+      per_frame +=
+          stream_bound_fields(measure_stream_bound(p, peak.best() / std::max(threads, 1)), ns);
   }
   fmt::print(
       "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
@@ -470,13 +475,16 @@ void run_bench_lstm(const LstmBenchArgs& a) {
   }
   const Timing t = time_it(a.reps, [&] { run(); });
   const double gflops = p.gemm_flops() * (a.train ? 3 : 1) / (t.median_ms * 1e6);
+  const GemmRates peak = measure_gemm_rates(p.dtype, 3, 0);
   std::string per_frame;
   if (a.cell) {
     const double ns = t.median_ms * 1e6 / static_cast<double>(p.T);
     per_frame = fmt::format(",\"block\":{},\"ns_per_frame\":{:.1f},\"realtime_factor_48k\":{:.1f}",
                             a.block, ns, 1e9 / 48000.0 / ns);
+    if (p.dtype == DType::f32 && p.N == 1 && !lowp)
+      per_frame +=
+          stream_bound_fields(measure_stream_bound(p, peak.best() / std::max(threads, 1)), ns);
   }
-  const GemmRates peak = measure_gemm_rates(p.dtype, 3, 0);
   // The cost model's roofline with this process's rates, and with --predict its prediction.
   const CostReport cost = a.cell ? lstm_stream_cost(p) : lstm_cost(p);
   const std::vector<Phase>& phases = a.train ? cost.training_phases : cost.inference_phases;
@@ -796,8 +804,12 @@ Action add_bench_command(CLI::App& app) {
   lg->add_flag("--train", la->train, "time forward + backward");
   lg->add_flag("--cell", la->cell,
                "time T frames through the streaming API (LstmStream::process), one call per "
-               "--block frames, on the calling thread; adds ns_per_frame and realtime_factor_48k "
-               "(48 kHz frame budget / time per frame)");
+               "--block frames, on the calling thread; adds ns_per_frame, realtime_factor_48k "
+               "(48 kHz frame budget / time per frame) and, at batch 1 in f32, "
+               "bound_ns_per_frame: the longest of the recurrence's dependency chain, its FMA "
+               "work and the read of its weights at this machine's rates, measured in the "
+               "process (chain_ns, work_ns, weights_ns at weights_gbps, and the fma / sigmoid / "
+               "tanh latencies)");
   lg->add_option("--block", la->block, "with --cell: frames per call (an audio callback's block)")
       ->capture_default_str();
   lg->add_option("--lengths", la->lengths,
