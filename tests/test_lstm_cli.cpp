@@ -195,6 +195,7 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
                            "bench lstm t4n2i3h5 --dtype f64 --reps 1",
                            "bench lstm l2t40n1i1h6 --cell --block 7 --reps 1 --predict",
                            "bench lstm l2t9n3i4h20 --precision bf16 --reps 1",
+                           "bench lstm l2d2t7n3i4h20p9 --train --precision bf16 --reps 1",
                            "bench lstm t30n1i1h12 --cell --precision int8 --reps 1"}) {
     const test::CliRun r = grux_cli(tmp.path, args);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
@@ -256,8 +257,8 @@ TEST(LstmCliBench, RefusesToTimeAWrongResultAndBadArguments) {
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4p4"), {"p4", "1 <= p < h = 4"});
   expect_user_error(grux_cli(tmp.path, "bench lstm l1d3t5n2i3h4"), {"d3"});
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3"), {"malformed"});
-  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --train --precision bf16"),
-                    {"LSTM training runs in f32"});
+  expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --train --precision int8"),
+                    {"int8 is for inference", "f32 or bf16"});
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --dtype f64 --precision int8"),
                     {"takes an f32 LSTM"});
   expect_user_error(grux_cli(tmp.path, "bench lstm t5n2i3h4 --lengths uniform:1:9:1"), {"T = 5"});

@@ -131,6 +131,73 @@ TEST(LstmPrecision, StreamEqualsInferenceOnAnyThreadCount) {
       }
 }
 
+// bf16 training (Lstm::forward_train with Precision::bf16, then backward): outputs and every
+// gradient against the reference twins (the same bf16 roundings, sums in double) and near f32
+// training, relative to each tensor's largest value, as the GRU's; the same bits on 1 and 2
+// threads. Every case: projections, directions, lengths, h0 and c0, dropout off.
+TEST(LstmPrecision, Bf16TrainingMatchesTheTwinsAndStaysNearF32) {
+  for (const Case& k : kCases) {
+    std::mt19937_64 rng(16);
+    const CaseData d = make_case(k, rng);
+    const LstmConfig& c = d.lstm.config();
+    const Tensor dy =
+        test::random_tensor({k.T, k.N, c.directions() * c.output_size()}, DType::f32, rng);
+    const Tensor dcn = test::random_tensor(d.c0.shape(), DType::f32, rng);
+    const std::string what = name_of(k, Precision::bf16) + " training";
+    // Output, h_n, c_n, dinput, dh0, dc0, then the weight gradients by key.
+    auto train = [&](Precision p, int threads) {
+      LstmTape tape;
+      const LstmOutput y =
+          d.lstm.forward_train(d.x, d.h0, d.c0, d.lengths, tape, 0, p, {}, threads);
+      const LstmGrads g = d.lstm.backward(tape, dy, {}, dcn, threads);
+      std::vector<std::pair<std::string, Tensor>> out{{"output", y.output}, {"h_n", y.h_n},
+                                                      {"c_n", y.c_n},       {"dinput", g.dinput},
+                                                      {"dh0", g.dh0},       {"dc0", g.dc0}};
+      for (const auto& [key, t] : g.state_dict(c)) out.push_back({key, t});
+      return out;
+    };
+    const auto got = train(Precision::bf16, 0);
+    set_reference_kernels(true);
+    const auto twin = train(Precision::bf16, 0);
+    set_reference_kernels(false);
+    const auto f32 = train(Precision::f32, 0);
+    double most_vs_f32 = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      double scale = 1e-30;
+      const Tensor& r = twin[i].second;
+      for (int64_t j = 0; j < r.numel(); ++j) scale = std::max(scale, std::abs(r.at_flat(j)));
+      const std::string of = what + " " + got[i].first;
+      EXPECT_LE(max_abs_diff(got[i].second, r) / scale, 1e-2) << of;
+      const double vs_f32 = max_abs_diff(got[i].second, f32[i].second) / scale;
+      EXPECT_LE(vs_f32, 3e-2) << of;
+      most_vs_f32 = std::max(most_vs_f32, vs_f32);
+    }
+    EXPECT_GT(most_vs_f32, 1e-6) << what << ": no different from f32 training";
+    const auto two = train(Precision::bf16, 2), one = train(Precision::bf16, 1);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(max_abs_diff(one[i].second, two[i].second), 0.0)
+          << what << " " << got[i].first << ": 1 vs 2 threads";
+  }
+}
+
+TEST(LstmPrecision, TrainingTakesF32OrBf16) {
+  LstmConfig c;
+  c.input_size = 3, c.hidden_size = 4;
+  const Tensor x = Tensor::zeros({2, 1, 3}, DType::f32);
+  LstmTape tape;
+  EXPECT_THAT(
+      [&] { Lstm(c, DType::f32, 1).forward_train(x, {}, {}, {}, tape, 0, Precision::int8); },
+      testing::ThrowsMessage<Error>(testing::StrEq(
+          "lstm forward_train: precision int8 is for inference; train in f32 or bf16")));
+  EXPECT_THAT(
+      [&] {
+        Lstm(c, DType::f64, 1)
+            .forward_train(x.to(DType::f64), {}, {}, {}, tape, 0, Precision::bf16);
+      },
+      testing::ThrowsMessage<Error>(
+          testing::StrEq("lstm forward_train: precision bf16 takes an f32 LSTM; this one is f64")));
+}
+
 TEST(LstmPrecision, AnF64LstmIsRefused) {
   LstmConfig c;
   c.input_size = 3, c.hidden_size = 4;

@@ -101,9 +101,11 @@ class CharLm {
   double forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
                           uint64_t dropout_seed = 0, Precision precision = Precision::f32,
                           BatchShare share = {});
-  // Forward only, through `gru` (an inference plan of this model's GRU, in any precision):
-  // the mean cross-entropy as forward_backward(..., false) computes it, the final state in h.
+  // Forward only, through `gru` or `lstm` (an inference plan of this model's stack, in any
+  // precision): the mean cross-entropy as forward_backward(..., false) computes it, the final
+  // state in h.
   double loss(const Tensor& ids, const Tensor& targets, Tensor& h, const GruInference& gru) const;
+  double loss(const Tensor& ids, const Tensor& targets, Tensor& h, const LstmInference& lstm) const;
 
   // Logits (V) of the next character after feeding `id` to a stream (generation).
   class Stream;
@@ -119,8 +121,7 @@ class CharLm {
 
 // Step-by-step generation over B independent beams (or samples): feed one id per beam, get
 // log-probabilities of the next character. Uses the stack's streaming API; `precision` is the
-// GRU's products' (bf16 and int8 take an f32 GRU model; see grux/precision.h); an LSTM model
-// runs in f32.
+// stack's products' (bf16 and int8 take an f32 model; see grux/precision.h).
 class CharLm::Stream {
  public:
   Stream(const CharLm& model, int64_t beams, Precision precision = Precision::f32);

@@ -153,7 +153,10 @@ class Lstm {
 
   // Training forward: as forward(), with dropout between layers (config.dropout, masks drawn
   // from `dropout_seed`, for the streams `share` says, as Gru::forward_train), saving into
-  // `tape` what backward needs. precision: f32 only for now.
+  // `tape` what backward needs. precision bf16 (an f32 LSTM only; int8 is refused) trains in
+  // bf16 as the GRU does: every product (W_ih, W_hh and W_hr, forward and backward, and the
+  // weight gradients' sums) takes bf16 operands and sums in f32; gates, states and gradients
+  // stay f32 (docs/precision.md).
   LstmOutput forward_train(const Tensor& input, const Tensor& h0, const Tensor& c0,
                            const Tensor& lengths, LstmTape& tape, uint64_t dropout_seed = 0,
                            Precision precision = Precision::f32, BatchShare share = {},

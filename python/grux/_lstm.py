@@ -76,14 +76,16 @@ class LSTM:
 
     forward = __call__
 
-    def forward_train(self, input, hx=None, lengths=None, dropout_seed=0, threads=0):
+    def forward_train(self, input, hx=None, lengths=None, dropout_seed=0, threads=0,
+                      precision="f32"):
         """(output, (h_n, c_n), tape): as __call__, with dropout between layers (mask drawn
-        from dropout_seed), saving in tape what backward needs."""
+        from dropout_seed), saving in tape what backward needs. precision "bf16" (a float32
+        LSTM) trains with the products in bf16; backward then runs in bf16 too."""
         x, wrap = _to_numpy(input, "input")
         h0, c0 = _split_hx(hx)
         out, h_n, c_n, tape = self._core.forward_train(
             x, _optional(h0, "h0"), _optional(c0, "c0"), _optional(lengths, "lengths", True),
-            int(dropout_seed), int(threads))
+            int(dropout_seed), int(threads), str(precision))
         return wrap(out), (wrap(h_n), wrap(c_n)), Tape(self._core, tape, wrap)
 
     def backward(self, tape, grad_output=None, grad_h_n=None, grad_c_n=None, threads=0):

@@ -106,21 +106,23 @@ void grux_py::bind_lstm(py::module_& m) {
       .def(
           "forward_train",
           [](const grux::Lstm& l, const py::object& x, const py::object& h0, const py::object& c0,
-             const py::object& lengths, uint64_t dropout_seed, int threads) {
+             const py::object& lengths, uint64_t dropout_seed, int threads,
+             const std::string& precision) {
+            const grux::Precision p = grux::parse_precision(precision);
             const Tensor tx = from_array(x, "input"), th = from_optional(h0, "h0"),
                          tc = from_optional(c0, "c0"), tl = from_optional(lengths, "lengths", true);
             auto tape = std::make_unique<Tape>();
             grux::LstmOutput out;
             {
               py::gil_scoped_release nogil;
-              out = l.forward_train(tx, th, tc, tl, tape->tape, dropout_seed, grux::Precision::f32,
-                                    {}, threads);
+              out = l.forward_train(tx, th, tc, tl, tape->tape, dropout_seed, p, {}, threads);
             }
             return py::make_tuple(to_array(out.output), to_array(out.h_n), to_array(out.c_n),
                                   std::move(tape));
           },
           py::arg("input"), py::arg("h0") = py::none(), py::arg("c0") = py::none(),
-          py::arg("lengths") = py::none(), py::arg("dropout_seed") = 0, py::arg("threads") = 0)
+          py::arg("lengths") = py::none(), py::arg("dropout_seed") = 0, py::arg("threads") = 0,
+          py::arg("precision") = "f32")
       .def(
           "backward",
           [](const grux::Lstm& l, const Tape& tape, const py::object& dout, const py::object& dh_n,

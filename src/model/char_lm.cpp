@@ -322,6 +322,23 @@ double CharLm::loss(const Tensor& ids, const Tensor& targets, Tensor& h,
   return cross_entropy(logits, targets.reshape({T * N}), false).loss;
 }
 
+double CharLm::loss(const Tensor& ids, const Tensor& targets, Tensor& h,
+                    const LstmInference& lstm) const {
+  check_window(config_, ids, targets, h);
+  const int64_t T = ids.size(0), N = ids.size(1), H = config_.hidden, L = config_.layers;
+  Tensor x = embedding_forward(ids, params_.front().value);
+  // The carried state: h (L rows) then c (L rows), as forward_backward carries it.
+  const Tensor h0 = h.defined() ? h.slice(0, 0, L) : Tensor(),
+               c0 = h.defined() ? h.slice(0, L, 2 * L) : Tensor();
+  LstmOutput y = lstm.forward(x, h0, c0);
+  h = Tensor::empty({2 * L, N, H}, y.h_n.dtype());
+  h.slice(0, 0, L).copy_from(y.h_n);
+  h.slice(0, L, 2 * L).copy_from(y.c_n);
+  Tensor logits = linear_forward(y.output.reshape({T * N, H}), params_[params_.size() - 2].value,
+                                 params_.back().value);
+  return cross_entropy(logits, targets.reshape({T * N}), false).loss;
+}
+
 double CharLm::forward_backward(const Tensor& ids, const Tensor& targets, Tensor& h, bool train,
                                 uint64_t dropout_seed, Precision precision, BatchShare share) {
   check_window(config_, ids, targets, h);
@@ -394,12 +411,7 @@ struct CharLm::Stream::Impl {
   std::optional<LstmStream> lstm;
   Impl(const CharLm& m, int64_t beams, Precision precision) : model(m), B(beams) {
     if (m.config().lstm()) {
-      if (precision != Precision::f32)
-        throw Error(
-            fmt::format("precision {}: an LSTM model runs in f32 (bf16 and int8 run GRU "
-                        "models)",
-                        precision_name(precision)));
-      lstm.emplace(m.lstm(), beams);
+      lstm.emplace(m.lstm(), beams, Tensor(), Tensor(), precision);
     } else {
       gru.emplace(m.gru(), beams, Tensor(), precision);
     }

@@ -136,8 +136,6 @@ void TrainOptions::validate() const {
   if (precision == Precision::bf16 && model.dtype != DType::f32)
     throw Error(
         fmt::format("--precision bf16 trains an f32 model, not {}", dtype_name(model.dtype)));
-  if (precision != Precision::f32 && model.lstm())
-    throw Error("--precision bf16 trains GRU models; an LSTM model trains in f32");
   model.validate();
 }
 
@@ -320,8 +318,10 @@ double Trainer::validation_loss(Precision precision) {
   const CharLmConfig& c = options_.model;
   // f32 runs the training forward (what evaluate() has always recorded); the other
   // precisions an inference plan with the weights converted once.
-  std::optional<GruInference> plan;
-  if (precision != Precision::f32) plan.emplace(model_->gru(), precision);
+  std::optional<GruInference> gru_plan;
+  std::optional<LstmInference> lstm_plan;
+  if (precision != Precision::f32 && c.lstm()) lstm_plan.emplace(model_->lstm(), precision);
+  if (precision != Precision::f32 && !c.lstm()) gru_plan.emplace(model_->gru(), precision);
   // With K ranks, rank r takes streams [S r / K, S (r + 1) / K) of the S validation streams
   // (some may take none), and the ranks add up their tokens' losses.
   Communicator& comm = communicator();
@@ -332,8 +332,9 @@ double Trainer::validation_loss(Precision precision) {
   double sum = 0;
   for (int64_t w = 0; w < val_->windows() && count > 0; ++w) {
     val_->window(w, ids, targets, first, count);
-    const double loss = plan ? model_->loss(ids, targets, h, *plan)
-                             : model_->forward_backward(ids, targets, h, false);
+    const double loss = gru_plan    ? model_->loss(ids, targets, h, *gru_plan)
+                        : lstm_plan ? model_->loss(ids, targets, h, *lstm_plan)
+                                    : model_->forward_backward(ids, targets, h, false);
     sum += K == 1 ? loss : loss * static_cast<double>(count);
   }
   if (K == 1) return sum / static_cast<double>(val_->windows());

@@ -133,14 +133,16 @@ ops::LstmLayerCell<T> layer_cell(const LstmConfig& c) {
   return {ops::lstm_kernels<T>(), c.hidden_size, c.output_size(), c.bias};
 }
 
-// `packed` (inference): the layers packed beforehand (LstmInference), else packed here.
+// `packed` (inference): the layers packed beforehand (LstmInference), else packed here, in
+// `precision` (forward_train in bf16).
 template <typename T>
 LstmOutput forward_impl(const LstmConfig& c, const std::vector<LstmLayerWeights>& weights,
                         const ops::StackInput& p, bool training, uint64_t seed, LstmTapeData* tape,
                         BatchShare share = {},
-                        const std::vector<ops::LstmPackedLayer<T>>* packed = nullptr) {
+                        const std::vector<ops::LstmPackedLayer<T>>* packed = nullptr,
+                        Precision precision = Precision::f32) {
   ops::StackResult r =
-      ops::stack_forward<T>(layer_cell<T>(c), stack_shape(c), p, &weights, packed, Precision::f32,
+      ops::stack_forward<T>(layer_cell<T>(c), stack_shape(c), p, &weights, packed, precision,
                             training, seed, share, tape ? &tape->record<T>() : nullptr);
   r.to_caller(c.batch_first, p.unbatched);
   return {r.output, r.h_n, r.c_n};
@@ -292,11 +294,9 @@ LstmOutput Lstm::forward_train(const Tensor& input, const Tensor& h0, const Tens
                                const Tensor& lengths, LstmTape& tape, uint64_t dropout_seed,
                                Precision precision, BatchShare share, int threads) const {
   ops::ThreadsScope scope("lstm", threads);
-  if (precision != Precision::f32)
-    throw Error(
-        fmt::format("lstm forward_train: precision {} is not available for the LSTM "
-                    "(expected f32)",
-                    precision_name(precision)));
+  if (precision == Precision::int8)
+    throw Error("lstm forward_train: precision int8 is for inference; train in f32 or bf16");
+  ops::check_precision("lstm forward_train", dtype_, precision, "LSTM");
   const ops::StackInput p = normalize(config_, dtype_, input, h0, c0, lengths);
   if (share.of != 0 && !(share.first >= 0 && share.of > 0 && share.first + p.lay.N <= share.of))
     throw Error(fmt::format(
@@ -308,7 +308,8 @@ LstmOutput Lstm::forward_train(const Tensor& input, const Tensor& h0, const Tens
   data->unbatched = p.unbatched;
   data->dtype = dtype_;
   LstmOutput r = ops::dispatch_float(dtype_, [&](auto t) {
-    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(), share);
+    return forward_impl<decltype(t)>(config_, weights_, p, true, dropout_seed, data.get(), share,
+                                     nullptr, precision);
   });
   data->h_n_shape = r.h_n.shape();
   data->c_n_shape = r.c_n.shape();

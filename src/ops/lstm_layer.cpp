@@ -13,7 +13,9 @@ namespace grux::ops {
 
 template <typename T>
 LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward, Precision precision) {
-  GRUX_ASSERT(precision == Precision::f32 || (std::is_same_v<T, float> && !backward));
+  // bf16 packs the transposed operands of backward too (bf16 training); int8 is inference.
+  GRUX_ASSERT(precision == Precision::f32 ||
+              (std::is_same_v<T, float> && (!backward || precision == Precision::bf16)));
   constexpr int64_t U = cpu::kUnit<T>;
   LstmPackedLayer<T> P;
   const int64_t H = w.w_ih.size(0) / 4, in = w.w_ih.size(1), Pw = w.w_hh.size(1);
@@ -30,8 +32,10 @@ LstmPackedLayer<T> pack_lstm_layer(const LstmLayerWeights& w, bool backward, Pre
                           {&P.hh, Pw, 4 * H, 2 * U, whh, 1, Pw, nullptr, P.map4.data()}};
   if (P.proj) specs.push_back({&P.hr, H, Pw, U, whr, 1, H, nullptr, nullptr});
   if (backward) {
-    specs.push_back(
-        {&P.ih_t, 4 * H, in, cpu::gemm_panel_for<T>(in), wih, in, 1, P.map4.data(), nullptr});
+    // dL/dx's panels need not hold whole units (f32; the low precisions pack in 2 units, as
+    // the forward operands).
+    const int64_t panel = precision == Precision::f32 ? cpu::gemm_panel_for<T>(in) : 2 * U;
+    specs.push_back({&P.ih_t, 4 * H, in, panel, wih, in, 1, P.map4.data(), nullptr});
     specs.push_back({&P.hh_t, 4 * H, Pw, U, whh, Pw, 1, P.map4.data(), nullptr});
     if (P.proj) specs.push_back({&P.hr_t, Pw, H, U, whr, H, 1, nullptr, nullptr});
   }
@@ -140,11 +144,12 @@ void lstm_layer_backward(const LstmKernels<T>& k, const LstmPackedLayer<T>& P, c
   //    put back in PyTorch's order), and the input gradient.
   Tensor tmp = Tensor::empty({G, std::max(in, Pw)}, dt);
   T* t = tmp.data<T>();
-  gradient_gemm<T>(k, false, rows, G, da.data<T>(), G, in, xp, t);
+  const bool bf16 = P.ih.bf16 != nullptr;  // bf16 training: the products' operands in bf16
+  gradient_gemm<T>(k, bf16, rows, G, da.data<T>(), G, in, xp, t);
   unpermute_rows(G, in, t, P.map4.data(), dw.w_ih.data<T>());
-  gradient_gemm<T>(k, false, rows, G, da.data<T>(), G, Pw, states, t, hprev_rows.data());
+  gradient_gemm<T>(k, bf16, rows, G, da.data<T>(), G, Pw, states, t, hprev_rows.data());
   unpermute_rows(G, Pw, t, P.map4.data(), dw.w_hh.data<T>());
-  if (P.proj) gradient_gemm<T>(k, false, rows, Pw, dyp, Pw, H, m, dw.w_hr.data<T>());
+  if (P.proj) gradient_gemm<T>(k, bf16, rows, Pw, dyp, Pw, H, m, dw.w_hr.data<T>());
   if (bias)
     for (int64_t c = 0; c < G; ++c)
       dw.b_ih.data<T>()[P.map4[c]] = dw.b_hh.data<T>()[P.map4[c]] = da_sum[c];

@@ -173,6 +173,18 @@ def test_lstm_precision_and_a_stream_of_two_threads(precision):
     assert np.array_equal(got, low)
     two = grux.LSTMStream(lstm, 2, threads=2)  # f32 on a team: LSTM's bits
     assert np.array_equal(np.concatenate([two.step(x[t])[None] for t in range(25)]), f32)
+    if precision == "bf16":  # bf16 training: every gradient near f32's, not equal
+        dy = np.random.default_rng(5).standard_normal(f32.shape).astype(np.float32)
+        grads = {}
+        for p in ("f32", "bf16"):
+            _, _, tape = lstm.forward_train(x, precision=p)
+            grads[p] = lstm.backward(tape, dy)
+        for k, g in grads["f32"].items():
+            scale = np.abs(g).max()
+            assert 0 < np.abs(grads["bf16"][k] - g).max() <= 3e-2 * scale, k
+    else:
+        with pytest.raises(grux.Error, match="int8 is for inference"):
+            lstm.forward_train(x, precision="int8")
 
 
 def test_lstm_stream_from_a_state_and_torch_frames():

@@ -401,11 +401,8 @@ void run_bench_lstm(const LstmBenchArgs& a) {
   }
   const Precision prec = parse_precision(a.precision);
   const bool lowp = prec != Precision::f32;
-  if (lowp && a.train)
-    throw Error(
-        fmt::format("--precision {}: LSTM training runs in f32 (bf16 and int8 are for "
-                    "inference and --cell)",
-                    a.precision));
+  if (prec == Precision::int8 && a.train)
+    throw Error("--precision int8 is for inference and --cell; --train takes f32 or bf16");
   const int threads = set_threads(a.threads);
   const Lstm lstm(p.config(), p.dtype, 1);
   // bf16 / int8: the weights converted once, before timing (as bench gru's).
@@ -440,7 +437,7 @@ void run_bench_lstm(const LstmBenchArgs& a) {
       return std::vector<Tensor>{y.output, y.h_n, y.c_n};
     }
     LstmTape tape;
-    LstmOutput y = lstm.forward_train(x, {}, {}, lengths, tape);
+    LstmOutput y = lstm.forward_train(x, {}, {}, lengths, tape, 0, prec);
     LstmGrads g = lstm.backward(tape, dy, {}, {});
     std::vector<Tensor> out{y.output, y.h_n, y.c_n, g.dinput};
     for (const auto& [k, v] : g.state_dict(lstm.config())) out.push_back(v);
@@ -452,10 +449,13 @@ void run_bench_lstm(const LstmBenchArgs& a) {
     got[0].reshape({-1}).set({got[0].numel() / 2}, got[0].at_flat(got[0].numel() / 2) + 0.5);
   }
   // The stream's kernels against the whole sequence on the reference kernels (bf16, int8:
-  // the twins on weights converted afresh, at the same precision).
+  // the twins on weights converted afresh, at the same precision; training: the twins of
+  // every kernel, bf16 ones included).
   set_reference_kernels(true);
   std::vector<Tensor> want;
-  if (lowp) {
+  if (a.train) {
+    want = run();
+  } else if (lowp) {
     const LstmOutput y = LstmInference(lstm, prec).forward(x, {}, {}, lengths);
     want = a.cell ? std::vector<Tensor>{y.output} : std::vector<Tensor>{y.output, y.h_n, y.c_n};
   } else {
@@ -818,8 +818,9 @@ Action add_bench_command(CLI::App& app) {
   lg->add_option("--reps", la->reps, "timed runs after one warm-up")->capture_default_str();
   lg->add_option("--dtype", la->dtype, "f32 or f64")->capture_default_str();
   lg->add_option("--precision", la->precision,
-                 "f32, bf16 or int8: the products' precision (inference and --cell; the weights "
-                 "converted once before timing; reports max_abs_diff_vs_f32)")
+                 "f32, bf16 or int8: the products' precision (inference and --cell: the "
+                 "weights converted once before timing; --train: bf16, converted every step; "
+                 "reports max_abs_diff_vs_f32)")
       ->capture_default_str();
   lg->add_flag("--predict", la->predict,
                "also print the cost model's prediction (predicted_ms, predicted_over_measured, "

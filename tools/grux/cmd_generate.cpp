@@ -182,8 +182,8 @@ Action add_generate_command(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)")->capture_default_str();
   sub->add_option("--precision", a->precision,
-                  "f32, bf16 or int8: the precision of the GRU's products (bf16 and int8 take "
-                  "a float32 GRU model; docs/precision.md; an LSTM model runs in f32)")
+                  "f32, bf16 or int8: the precision of the GRU's or LSTM's products (bf16 and "
+                  "int8 take a float32 model; docs/precision.md)")
       ->capture_default_str();
   sub->add_flag("--stats", a->stats, "print the generation speed on stderr");
   return [a] { run_generate(*a); };

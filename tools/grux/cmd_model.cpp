@@ -74,9 +74,10 @@ void run_show(const ModelArgs& a) {
                  : fmt::format(", last validation loss {:.4f} nats/char", tm.val_loss.back()));
   fmt::print("model: character-level {} language model, {}, vocabulary {} characters{}\n",
              c.lstm() ? "LSTM" : "GRU", dtype_name(c.dtype), c.vocab,
-             o.precision == Precision::f32 ? ""
-                                           : fmt::format(" (trained with the GRU's products in {})",
-                                                         precision_name(o.precision)));
+             o.precision == Precision::f32
+                 ? ""
+                 : fmt::format(" (trained with the {}'s products in {})", c.lstm() ? "LSTM" : "GRU",
+                               precision_name(o.precision)));
   fmt::print("  {:<24} {:<14} {:>12}\n", "parameter", "shape", "count");
   for (const Parameter& p : tm.model->parameters())
     fmt::print("  {:<24} {:<14} {:>12}\n", p.name, shape_str(p.value.shape()),
@@ -115,7 +116,7 @@ void run_show(const ModelArgs& a) {
 }
 
 // `grux model eval`: the validation loss of a checkpoint on the held-out part of the text it
-// was trained on, with the GRU's products in each precision asked for.
+// was trained on, with the stack's products in each precision asked for.
 void run_eval(const ModelArgs& a) {
   std::vector<Precision> precisions;
   if (a.precision == "all")
@@ -130,8 +131,8 @@ void run_eval(const ModelArgs& a) {
   if (tr.val_tokens() == 0)
     throw Error(fmt::format("{} was trained with --val-fraction 0: there is no held-out text",
                             a.checkpoint));
-  // bf16 and int8 take an f32 GRU model: "all" is f32 alone for the others.
-  if ((c.dtype != DType::f32 || c.lstm()) && precisions.size() > 1) precisions = {Precision::f32};
+  // bf16 and int8 take an f32 model: "all" is f32 alone for the others.
+  if (c.dtype != DType::f32 && precisions.size() > 1) precisions = {Precision::f32};
   fmt::print("checkpoint: {} (step {}), validation part of {}: {} characters\n", a.checkpoint,
              tr.steps_done(), path, tr.val_tokens());
   double f32_loss = 0;
@@ -167,7 +168,7 @@ Action add_model_command(CLI::App& app) {
   CLI::App* eval = sub->add_subcommand(
       "eval",
       "Validation loss of a checkpoint (nats/char on the held-out end of its training text) "
-      "with the GRU in f32, bf16 or int8");
+      "with the GRU or LSTM in f32, bf16 or int8");
   eval->add_option("checkpoint", a->checkpoint, "checkpoint written by grux train")->required();
   eval->add_option("--data", a->data,
                    "the text it was trained on (default: the embedded Shakespeare corpus)");

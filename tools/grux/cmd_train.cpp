@@ -317,9 +317,8 @@ Action add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
   sub->add_option("--precision", a->precision,
-                  "f32 or bf16: the GRU's products in training (bf16: an f32 GRU model, its "
-                  "weights and optimizer state kept in f32; docs/precision.md; an LSTM trains "
-                  "in f32)")
+                  "f32 or bf16: the GRU's or LSTM's products in training (bf16: an f32 model, "
+                  "its weights and optimizer state kept in f32; docs/precision.md)")
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (default: all cores)");
   sub->add_option("--seed", o.seed, "seed of the initial weights and dropout")
