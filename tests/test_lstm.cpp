@@ -3,6 +3,7 @@
 // the equations), finite differences in f64 for every gradient, the gate kernels against their
 // reference twins, row and thread invariance, and the errors of bad input.
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -352,6 +353,56 @@ TEST(LstmCellApi, EqualsOneLayerOneStep) {
   LstmOutput r = lstm.forward(x.unsqueeze(0), h.unsqueeze(0), c.unsqueeze(0));
   EXPECT_TRUE(same_bits(h1, r.h_n.select(0, 0)));
   EXPECT_TRUE(same_bits(c1, r.c_n.select(0, 0)));
+}
+
+// One sequence of an f32 cell: the real-time kernel's step, the bits of an LstmStream's first
+// frame from the same state and within f32 rounding of the engine's step; unbatched or (1, I),
+// h and c given or not. f64 and H > 256 run the engine (its bits).
+TEST(LstmCellApi, OneSequenceRunsTheRealTimeKernel) {
+  for (int64_t H : {int64_t(9), int64_t(64)}) {
+    LstmCell cell(5, H, true, DType::f32, 3);
+    std::mt19937_64 rng(5);
+    Tensor x = test::random_tensor({1, 5}, DType::f32, rng),
+           h = test::random_tensor({1, H}, DType::f32, rng),
+           c = test::random_tensor({1, H}, DType::f32, rng);
+    LstmConfig cfg;
+    cfg.input_size = 5, cfg.hidden_size = H;
+    const Lstm lstm(cfg, {cell.weights()});
+    LstmOutput r = lstm.forward(x.unsqueeze(0), h.unsqueeze(0), c.unsqueeze(0));
+    auto [h1, c1] = cell.forward(x, h, c);
+    EXPECT_LE(max_abs_diff(h1, r.h_n.select(0, 0)), 1e-6) << H;
+    EXPECT_LE(max_abs_diff(c1, r.c_n.select(0, 0)), 1e-6) << H;
+    LstmStream stream(lstm, 1, h.unsqueeze(0), c.unsqueeze(0));
+    Tensor hs = Tensor::empty({H}, DType::f32);
+    stream.process<float>(x.data<float>(), hs.data<float>(), 1);
+    EXPECT_TRUE(same_bits(h1, hs.unsqueeze(0))) << H;
+    EXPECT_TRUE(same_bits(c1, stream.cell_state().reshape({1, H}))) << H;
+    auto [hu, cu] = cell.forward(x.select(0, 0), h.select(0, 0), c.select(0, 0));
+    EXPECT_TRUE(same_bits(hu, h1.select(0, 0)));
+    EXPECT_TRUE(same_bits(cu, c1.select(0, 0)));
+    auto [hz, cz] = cell.forward(x);  // zero state
+    LstmOutput rz = lstm.forward(x.unsqueeze(0));
+    EXPECT_LE(max_abs_diff(hz, rz.h_n.select(0, 0)), 1e-6) << H;
+  }
+  for (auto [H, dt] : {std::pair{int64_t(300), DType::f32}, std::pair{int64_t(9), DType::f64}}) {
+    LstmCell cell(4, H, true, dt, 3);
+    std::mt19937_64 rng(6);
+    Tensor x = test::random_tensor({4}, dt, rng);
+    LstmConfig cfg;
+    cfg.input_size = 4, cfg.hidden_size = H;
+    LstmOutput r = Lstm(cfg, {cell.weights()}).forward(x.unsqueeze(0).unsqueeze(0));
+    auto [h1, c1] = cell.forward(x);
+    EXPECT_TRUE(same_bits(h1, r.h_n.reshape({H}))) << H;
+    EXPECT_TRUE(same_bits(c1, r.c_n.reshape({H}))) << H;
+  }
+  LstmCell cell(3, 4);
+  EXPECT_THAT([&] { cell.forward(Tensor::zeros({3}, DType::f64)); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr("dtype")));
+  EXPECT_THAT(
+      [&] {
+        cell.forward(Tensor::zeros({1, 3}, DType::f32), {}, {}, -1);
+      },
+      testing::ThrowsMessage<Error>(testing::HasSubstr("threads is -1")));
 }
 
 TEST(LstmDropout, TrainingOnlySeededBetweenLayers) {

@@ -205,6 +205,8 @@ class LstmInference {
 
 // nn.LSTMCell: one step of one layer. Keys weight_ih, weight_hh, bias_ih, bias_hh. It runs the
 // stack's engine for one step of one layer: the same results as an Lstm of one layer.
+struct LstmCellPlan;
+
 class LstmCell {
  public:
   LstmCell(int64_t input_size, int64_t hidden_size, bool bias = true, DType dtype = DType::f32,
@@ -213,7 +215,9 @@ class LstmCell {
   std::map<std::string, Tensor> state_dict() const;
 
   // input: (N, I) or unbatched (I); h, c: (N, H) or (H), either undefined means zeros.
-  // Returns (h', c').
+  // Returns (h', c'). One sequence (N = 1 or unbatched) of an f32 cell with H <= 256 runs
+  // the real-time kernel (cpu/lstm_stream.h) on the calling thread: equal to a one-step
+  // Lstm::forward within f32 rounding, as LstmStream; anything else runs the engine.
   std::pair<Tensor, Tensor> forward(const Tensor& input, const Tensor& h = {}, const Tensor& c = {},
                                     int threads = 0) const;
   // Gradients of one step given dh_new and/or dc_new (either may be undefined, not both);
@@ -228,8 +232,10 @@ class LstmCell {
   void set_weights(LstmLayerWeights weights);
 
  private:
-  explicit LstmCell(Lstm lstm) : lstm_(std::move(lstm)) {}
+  explicit LstmCell(Lstm lstm);
   Lstm lstm_;
+  // The weights packed for the real-time kernel (lstm.cpp); immutable, shared by copies.
+  std::shared_ptr<const LstmCellPlan> plan_;
 };
 
 // Stateful streaming over a unidirectional LSTM: feed one frame or a chunk at a time, keep the

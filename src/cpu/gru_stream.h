@@ -48,6 +48,10 @@ namespace grux::cpu {
 
 struct StreamOut;
 
+// The largest hidden size the streams and cells run on the real-time kernels (GRU and LSTM);
+// larger ones run the engine's layer kernels.
+constexpr int64_t kStreamMaxHidden = 256;
+
 // Accumulators of one tile of the kernel's products (a partial sum's worth: 12, within the 16
 // registers of every SIMD target), and the unit groups a tile takes with `per` vectors each.
 constexpr int64_t kStreamTileAccs = 12;

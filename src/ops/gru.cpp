@@ -23,6 +23,7 @@
 #include "ops/gru_layer.h"
 #include "ops/recurrent.h"
 #include "ops/recurrent_stack.h"
+#include "ops/step_buffer.h"
 #include "ops/threads_option.h"
 
 namespace grux {
@@ -486,23 +487,7 @@ bool cell_shares_step(const GruCellPlan& plan, int64_t I, int64_t H, int threads
   return team > 1 && (!plan.parts.empty() || weights_exceed_l2(I, H, 3));
 }
 
-// A cell step's state and scratch: on the stack where they fit in 16 KB (H up to about 580
-// for one layer), else one heap block (a heap block of that size per call costs 40-250 ns).
-class StepBuffer {
- public:
-  explicit StepBuffer(int64_t floats) {
-    if (floats > kStackFloats) {
-      heap_ = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
-      if (!heap_) throw Error("gru cell: out of memory");
-    }
-  }
-  float* get() { return heap_ ? heap_.get() : stack_; }
-
- private:
-  static constexpr int64_t kStackFloats = 4096;
-  alignas(64) float stack_[kStackFloats];
-  hwy::AlignedFreeUniquePtr<float[]> heap_;
-};
+using ops::StepBuffer;
 
 // One step of the real-time kernel from x (I floats) and h (H floats, or null: zeros) into
 // out (H floats; may be h).

@@ -8,13 +8,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <random>
 #include <type_traits>
 
 #include "core/descriptor.h"
+#include "cpu/lstm_stream.h"
 #include "ops/lstm_layer.h"
 #include "ops/recurrent.h"
 #include "ops/recurrent_stack.h"
+#include "ops/step_buffer.h"
 #include "ops/threads_option.h"
 
 namespace grux {
@@ -391,8 +395,30 @@ Tensor first_step(const Tensor& t, bool unbatched) {
 }
 }  // namespace
 
+// A cell's weights packed for the real-time kernel: f32 cells of up to cpu::kStreamMaxHidden
+// units (nn.LSTMCell has no projection); none for the others.
+struct LstmCellPlan {
+  std::optional<cpu::StreamLayer> fast;
+};
+
+namespace {
+std::shared_ptr<const LstmCellPlan> plan_cell(const Lstm& lstm) {
+  auto plan = std::make_shared<LstmCellPlan>();
+  const LstmLayerWeights& w = lstm.weights()[0];
+  const int64_t H = lstm.config().hidden_size;
+  if (lstm.dtype() == DType::f32 && H <= cpu::kStreamMaxHidden)
+    plan->fast =
+        cpu::lstm_stream_pack(w.w_ih.size(1), H, w.w_ih.data<float>(), w.w_hh.data<float>(),
+                              w.b_ih.defined() ? w.b_ih.data<float>() : nullptr,
+                              w.b_hh.defined() ? w.b_hh.data<float>() : nullptr);
+  return plan;
+}
+}  // namespace
+
+LstmCell::LstmCell(Lstm lstm) : lstm_(std::move(lstm)), plan_(plan_cell(lstm_)) {}
+
 LstmCell::LstmCell(int64_t input_size, int64_t hidden_size, bool bias, DType dtype, uint64_t seed)
-    : lstm_(cell_config(input_size, hidden_size, bias), dtype, seed) {}
+    : LstmCell(Lstm(cell_config(input_size, hidden_size, bias), dtype, seed)) {}
 
 LstmCell LstmCell::from_state_dict(const std::map<std::string, Tensor>& state) {
   std::map<std::string, Tensor> keyed;
@@ -425,11 +451,39 @@ void LstmCell::set_weights(LstmLayerWeights weights) {
     throw Error(fmt::format("lstm cell: set_weights given {} weights, the cell's are {}",
                             dtype_name(weights.w_ih.dtype()), dtype_name(old.w_ih.dtype())));
   lstm_.set_weights({std::move(weights)});
+  plan_ = plan_cell(lstm_);
 }
 
 std::pair<Tensor, Tensor> LstmCell::forward(const Tensor& input, const Tensor& h, const Tensor& c,
                                             int threads) const {
   CellProblem p = cell_problem(input, h, c, input_size(), hidden_size());
+  if (plan_->fast && p.x.size(1) == 1) {
+    // One sequence: one step of the real-time kernel, its state (h, scratch, c, each Hp floats
+    // padded with zeros) and scratch in one StepBuffer; the arguments checked as the engine's.
+    if (threads < 0)
+      throw Error(
+          fmt::format("lstm cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
+    check_same_dtype("lstm cell", "weights", weights().w_ih, "input", input);
+    if (h.defined()) check_same_dtype("lstm cell", "weights", weights().w_ih, "hx", h);
+    if (c.defined()) check_same_dtype("lstm cell", "weights", weights().w_ih, "cx", c);
+    const cpu::StreamLayer& L = *plan_->fast;
+    const int64_t H = hidden_size(), Hp = L.Hp;
+    ops::StepBuffer buf(3 * Hp + cpu::lstm_stream_scratch(L, 1));
+    float* state = buf.get();
+    std::memset(state, 0, 3 * Hp * sizeof(float));
+    const Tensor x = p.x.contiguous();
+    if (p.h.defined()) std::memcpy(state, p.h.contiguous().data<float>(), H * sizeof(float));
+    if (p.c.defined())
+      std::memcpy(state + 2 * Hp, p.c.contiguous().data<float>(), H * sizeof(float));
+    const Shape shape = p.unbatched ? Shape{H} : Shape{1, H};
+    Tensor h1 = Tensor::empty(shape, DType::f32), c1 = Tensor::empty(shape, DType::f32);
+    cpu::StreamOut out;
+    out.p = h1.data<float>();
+    out.stride = H;
+    cpu::lstm_stream_forward(L, 1, 0, x.data<float>(), input_size(), state, out, state + 3 * Hp);
+    std::memcpy(c1.data<float>(), state + 2 * Hp, H * sizeof(float));
+    return {h1, c1};
+  }
   LstmOutput r = lstm_.forward(p.x, p.h, p.c, {}, threads);
   return {first_step(r.h_n, p.unbatched), first_step(r.c_n, p.unbatched)};
 }

@@ -75,7 +75,7 @@ struct GRUX_INTERNAL StreamCore {
   // The real-time kernels run f32 streams of one sequence, hidden sizes up to kFastMaxHidden
   // (an LSTM without a projection), on the calling thread; everything else runs the engine's
   // layer kernels.
-  static constexpr int64_t kFastMaxHidden = 256;
+  static constexpr int64_t kFastMaxHidden = cpu::kStreamMaxHidden;
   bool fast = false;
   std::vector<cpu::StreamLayer> fast_layers;
   hwy::AlignedFreeUniquePtr<float[]> fast_scratch;
