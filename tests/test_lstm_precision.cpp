@@ -150,33 +150,12 @@ TEST(LstmPrecision, Bf16TrainingMatchesTheTwinsAndStaysNearF32) {
       const LstmOutput y =
           d.lstm.forward_train(d.x, d.h0, d.c0, d.lengths, tape, 0, p, {}, threads);
       const LstmGrads g = d.lstm.backward(tape, dy, {}, dcn, threads);
-      std::vector<std::pair<std::string, Tensor>> out{{"output", y.output}, {"h_n", y.h_n},
-                                                      {"c_n", y.c_n},       {"dinput", g.dinput},
-                                                      {"dh0", g.dh0},       {"dc0", g.dc0}};
+      test::NamedTensors out{{"output", y.output}, {"h_n", y.h_n}, {"c_n", y.c_n},
+                             {"dinput", g.dinput}, {"dh0", g.dh0}, {"dc0", g.dc0}};
       for (const auto& [key, t] : g.state_dict(c)) out.push_back({key, t});
       return out;
     };
-    const auto got = train(Precision::bf16, 0);
-    set_reference_kernels(true);
-    const auto twin = train(Precision::bf16, 0);
-    set_reference_kernels(false);
-    const auto f32 = train(Precision::f32, 0);
-    double most_vs_f32 = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      double scale = 1e-30;
-      const Tensor& r = twin[i].second;
-      for (int64_t j = 0; j < r.numel(); ++j) scale = std::max(scale, std::abs(r.at_flat(j)));
-      const std::string of = what + " " + got[i].first;
-      EXPECT_LE(max_abs_diff(got[i].second, r) / scale, 1e-2) << of;
-      const double vs_f32 = max_abs_diff(got[i].second, f32[i].second) / scale;
-      EXPECT_LE(vs_f32, 3e-2) << of;
-      most_vs_f32 = std::max(most_vs_f32, vs_f32);
-    }
-    EXPECT_GT(most_vs_f32, 1e-6) << what << ": no different from f32 training";
-    const auto two = train(Precision::bf16, 2), one = train(Precision::bf16, 1);
-    for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_EQ(max_abs_diff(one[i].second, two[i].second), 0.0)
-          << what << " " << got[i].first << ": 1 vs 2 threads";
+    test::expect_bf16_training_near_f32(what, train);
   }
 }
 

@@ -15,9 +15,11 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grux/io.h"
+#include "grux/precision.h"
 #include "grux/runtime.h"
 #include "grux/tensor.h"
 
@@ -73,6 +75,39 @@ inline ::testing::AssertionResult all_close(const std::string& where, const std:
          << " elements out of tolerance (atol " << tol.atol << ", rtol " << tol.rtol
          << "); first at flat index " << first_bad << ": got " << actual.at_flat(first_bad)
          << ", expected " << expected.at_flat(first_bad) << "; max |difference| " << max_diff;
+}
+
+// The named results of one training run: outputs, then gradients by key.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// bf16 training's checks, the GRU's and the LSTM's: train(precision, threads) runs
+// forward_train and backward. Every result against the reference twins (the same bf16
+// roundings, sums in double) within 1e-2 and against f32 training within 3e-2, relative to
+// the twin's largest value, some of them different from f32; the same bits on 1 and 2
+// threads.
+inline void expect_bf16_training_near_f32(
+    const std::string& what, const std::function<NamedTensors(Precision, int)>& train) {
+  const NamedTensors got = train(Precision::bf16, 0);
+  set_reference_kernels(true);
+  const NamedTensors twin = train(Precision::bf16, 0);
+  set_reference_kernels(false);
+  const NamedTensors f32 = train(Precision::f32, 0);
+  double most_vs_f32 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double scale = 1e-30;
+    const Tensor& r = twin[i].second;
+    for (int64_t j = 0; j < r.numel(); ++j) scale = std::max(scale, std::abs(r.at_flat(j)));
+    const std::string of = what + " " + got[i].first;
+    EXPECT_LE(max_abs_diff(got[i].second, r) / scale, 1e-2) << of;
+    const double vs_f32 = max_abs_diff(got[i].second, f32[i].second) / scale;
+    EXPECT_LE(vs_f32, 3e-2) << of;
+    most_vs_f32 = std::max(most_vs_f32, vs_f32);
+  }
+  EXPECT_GT(most_vs_f32, 1e-6) << what << ": no different from f32 training";
+  const NamedTensors two = train(Precision::bf16, 2), one = train(Precision::bf16, 1);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(max_abs_diff(one[i].second, two[i].second), 0.0)
+        << what << " " << got[i].first << ": 1 vs 2 threads";
 }
 
 inline Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937_64& rng,

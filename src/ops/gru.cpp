@@ -7,12 +7,10 @@
 #include <hwy/aligned_allocator.h>
 #include <omp.h>
 
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <type_traits>
 
 #include "core/descriptor.h"
@@ -120,7 +118,7 @@ ops::StackShape stack_shape(const GruConfig& c) {
 
 template <typename T>
 ops::GruLayerCell<T> layer_cell(const GruConfig& c) {
-  return {ops::gru_kernels<T>(), c.form, c.hidden_size, c.bias};
+  return {ops::gru_kernels<T>(), c};
 }
 
 // `prepacked`: the weights as pack_layer packed them (GruInference), or null to pack `weights`

@@ -66,20 +66,19 @@ struct GruLayerCell {
   using Weights = GruLayerWeights;
   using Packed = PackedLayer<T>;
   GruKernels<T> k = gru_kernels<T>();
-  GruForm form;
-  int64_t H;
-  bool bias;
+  GruConfig c;
 
-  int64_t width() const { return H; }
+  int64_t width() const { return c.hidden_size; }
   int64_t cell_width() const { return 0; }
   std::vector<BufferSpec> buffers() const {
-    const BufRows aux = form == GruForm::reset_before ? BufRows::per_row : BufRows::none;
+    const int64_t H = c.hidden_size;
+    const BufRows aux = c.form == GruForm::reset_before ? BufRows::per_row : BufRows::none;
     return {{3 * H, BufRows::per_row, BufRows::per_row},
             {H, BufRows::per_row, aux},
             {3 * H, BufRows::per_seq, BufRows::per_seq}};
   }
   Packed pack(const Weights& w, bool backward, Precision p) const {
-    return pack_layer<T>(w, form, backward, p);
+    return pack_layer<T>(w, c.form, backward, p);
   }
   // Where the recurrent weights fit in half of each core's L2, or all the layer's weights in
   // three L2s (each thread then reads all the weights every step, from L3 where they do not
@@ -96,16 +95,7 @@ struct GruLayerCell {
                const DenseIo<T>* io) const {
     gru_layer_forward<T>(k, P, lay, xp, h0s, buf[0], buf[1], hs, buf[2], nullptr, max_threads, io);
   }
-  Weights gradients(int64_t in, DType dt) const {
-    Weights w;
-    w.w_ih = Tensor::empty({3 * H, in}, dt);
-    w.w_hh = Tensor::empty({3 * H, H}, dt);
-    if (bias) {
-      w.b_ih = Tensor::empty({3 * H}, dt);
-      w.b_hh = Tensor::empty({3 * H}, dt);
-    }
-    return w;
-  }
+  Weights gradients(int64_t layer, DType dt) const { return empty_layer_weights(c, layer, dt); }
   void backward(const Packed& P, const SeqLayout& lay, const T* xp, const T* states,
                 const T* /*cs*/, const T* const* buf, T* dy, T* /*dc*/, T* dx, Weights& dw,
                 T* dh0s) const {

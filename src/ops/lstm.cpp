@@ -6,11 +6,9 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <random>
 #include <type_traits>
 
 #include "core/descriptor.h"
@@ -134,7 +132,7 @@ ops::StackShape stack_shape(const LstmConfig& c) {
 
 template <typename T>
 ops::LstmLayerCell<T> layer_cell(const LstmConfig& c) {
-  return {ops::lstm_kernels<T>(), c.hidden_size, c.output_size(), c.bias};
+  return {ops::lstm_kernels<T>(), c};
 }
 
 // `packed` (inference): the layers packed beforehand (LstmInference), else packed here, in

@@ -106,13 +106,13 @@ struct LstmLayerCell {
   using Weights = LstmLayerWeights;
   using Packed = LstmPackedLayer<T>;
   LstmKernels<T> k = lstm_kernels<T>();
-  int64_t H, P;  // P: the projection's size, or H
-  bool bias;
+  LstmConfig c;
 
-  int64_t width() const { return P; }
-  int64_t cell_width() const { return H; }
+  int64_t width() const { return c.output_size(); }
+  int64_t cell_width() const { return c.hidden_size; }
   std::vector<BufferSpec> buffers() const {
-    const bool proj = P != H;
+    const int64_t H = c.hidden_size;
+    const bool proj = c.proj_size > 0;
     return {{4 * H, BufRows::per_row, BufRows::per_row},
             {H, proj ? BufRows::per_row : BufRows::none, proj ? BufRows::per_seq : BufRows::none}};
   }
@@ -127,17 +127,7 @@ struct LstmLayerCell {
     lstm_layer_forward<T>(k, W, lay, xp, h0s, buf[0], hs, cs, buf[1], training, nullptr,
                           max_threads, io);
   }
-  Weights gradients(int64_t in, DType dt) const {
-    Weights w;
-    w.w_ih = Tensor::empty({4 * H, in}, dt);
-    w.w_hh = Tensor::empty({4 * H, P}, dt);
-    if (bias) {
-      w.b_ih = Tensor::empty({4 * H}, dt);
-      w.b_hh = Tensor::empty({4 * H}, dt);
-    }
-    if (P != H) w.w_hr = Tensor::empty({P, H}, dt);
-    return w;
-  }
+  Weights gradients(int64_t layer, DType dt) const { return empty_layer_weights(c, layer, dt); }
   void backward(const Packed& W, const SeqLayout& lay, const T* xp, const T* states, const T* cs,
                 const T* const* buf, T* dy, T* dc, T* dx, Weights& dw, T* dh0s) const {
     lstm_layer_backward<T>(k, W, lay, xp, states, buf[0], cs, buf[1], dy, dc, dx, dw, dh0s);

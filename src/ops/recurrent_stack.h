@@ -140,7 +140,7 @@ Tensor apply_dropout(Tensor& out, double p, std::mt19937_64& rng, BatchShare sha
 //   pack(w, backward, p)         the weights packed (with backward's operands)
 //   split_batch(P)               whether inference's threads split the batch, not the units
 //   forward(P, lay, xp, h0s, cs, buf, hs, training, max_threads, io)
-//   gradients(in, dtype)         a layer's weight gradients, allocated
+//   gradients(layer, dtype)      a layer's weight gradients, allocated
 //   backward(P, lay, xp, states, cs, buf, dy, dc, dx, dw, dh0s)
 // The pointers are those of ops/gru_layer.h's and ops/lstm_layer.h's layer passes.
 
@@ -445,7 +445,7 @@ StackGrads<typename Cell::Weights> stack_backward(const Cell& cell, const StackS
       std::vector<const T*> buf(rec.bufs.size());
       for (size_t i = 0; i < buf.size(); ++i)
         buf[i] = rec.bufs[i].defined() ? rec.bufs[i].template data<T>() : nullptr;
-      grads.dweights[ld] = cell.gradients(in, dt);
+      grads.dweights[ld] = cell.gradients(l, dt);
       cell.backward(rec.packed, lay, x_rows, rec.states.template data<T>(),
                     C > 0 ? rec.cs.template data<T>() : nullptr, buf.data(), dy,
                     C > 0 ? dc.data<T>() : nullptr, dx_rows, grads.dweights[ld], dh0s.data<T>());
@@ -509,6 +509,16 @@ void check_stack_weights(const char* op, const Config& c, DType dtype, std::vect
         make_contiguous(t);
       }
     }
+}
+
+// A layer's tensors (or their gradients), allocated uninitialized: every field the stack has.
+template <typename Config>
+typename StackWeights<Config>::Weights empty_layer_weights(const Config& c, int64_t layer,
+                                                           DType dtype) {
+  typename StackWeights<Config>::Weights w;
+  for (const auto& f : StackWeights<Config>::fields(c, layer))
+    if (!f.shape.empty()) w.*f.member = Tensor::empty(f.shape, dtype);
+  return w;
 }
 
 // Weights uniform in +-1/sqrt(H) as PyTorch's initial ones, drawn in the order of the state
