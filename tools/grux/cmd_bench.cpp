@@ -350,10 +350,10 @@ void run_bench_gru(const BenchArgs& a) {
   }
   fmt::print(
       "{{\"op\":\"gru\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
-      "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
+      "\"reps\":{},\"median_ms\":{:.6g},\"min_ms\":{:.6g},\"gflops\":{:.6g},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
       "\"blas_gflops\":{:.2f},"
-      "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.4f},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
+      "\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.6g},\"bound\":\"{}\",\"pct_of_bound\":{:.1f},"
       "\"read_gbps\":{:.1f}{}{}{}{},\"precision\":\"{}\"{},\"checked\":true}}\n",
       name, mode, threads, dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, gflops,
       100 * gflops / peak_gflops, peak_gflops, lowp_peak > 0 ? lowp_side : peak.n, peak.blas,
@@ -493,7 +493,7 @@ void run_bench_lstm(const LstmBenchArgs& a) {
       a.predict ? prediction_fields(phases, p.dtype, threads, a.cell, a.profile, t.median_ms) : "";
   fmt::print(
       "{{\"op\":\"lstm\",\"problem\":\"{}\",\"mode\":\"{}\",\"threads\":{},\"dtype\":\"{}\","
-      "\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f},"
+      "\"reps\":{},\"median_ms\":{:.6g},\"min_ms\":{:.6g},\"gflops\":{:.6g},"
       "\"pct_of_gemm_peak\":{:.1f},\"gemm_peak_gflops\":{:.2f},\"gemm_peak_n\":{},"
       "\"blas_gflops\":{:.2f},\"grux_gemm_gflops\":{:.2f},\"bound_ms\":{:.6g},\"bound\":\"{}\","
       "\"pct_of_bound\":{:.1f},\"read_gbps\":{:.1f}{}{},\"precision\":\"{}\"{},"
@@ -732,7 +732,7 @@ void run_bench_conv2d(const ConvBenchArgs& a) {
   }
   fmt::print(
       "{{\"op\":\"conv2d\",\"problem\":\"{}\",\"algo\":\"{}\",\"mode\":\"{}\",\"threads\":{},"
-      "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.4f},\"min_ms\":{:.4f},\"gflops\":{:.2f}{},"
+      "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.6g},\"min_ms\":{:.6g},\"gflops\":{:.6g}{},"
       "\"checked\":\"{}\"}}\n",
       p.descriptor(), conv_algo_name(algo), a.train ? "train" : "forward", threads,
       dtype_name(p.dtype), a.reps, t.median_ms, t.min_ms, cost / (t.median_ms * 1e6), predicted,
