@@ -405,6 +405,45 @@ TEST(LstmCellApi, OneSequenceRunsTheRealTimeKernel) {
       testing::ThrowsMessage<Error>(testing::HasSubstr("threads is -1")));
 }
 
+// The raw-pointer step: forward()'s bits from the same values (the kernel's for H <= 256, the
+// engine's above and written into the caller's memory), null h / c as zeros, h_new and c_new
+// may be h and c; an f64 cell, null outputs and threads < 0 are errors.
+TEST(LstmCellApi, RawStepGivesForwardsBits) {
+  for (int64_t H : {int64_t(1), int64_t(9), int64_t(64), int64_t(300)}) {
+    const LstmCell cell(3, H, true, DType::f32, 4);
+    std::mt19937_64 rng(7);
+    const Tensor x = test::random_tensor({3}, DType::f32, rng),
+                 h = test::random_tensor({H}, DType::f32, rng),
+                 c = test::random_tensor({H}, DType::f32, rng);
+    const auto [h1, c1] = cell.forward(x, h, c);
+    Tensor hr = Tensor::empty({H}, DType::f32), cr = Tensor::empty({H}, DType::f32);
+    cell.forward(x.data<float>(), h.data<float>(), c.data<float>(), hr.data<float>(),
+                 cr.data<float>());
+    EXPECT_TRUE(same_bits(hr, h1)) << H;
+    EXPECT_TRUE(same_bits(cr, c1)) << H;
+    Tensor hi = h.clone(), ci = c.clone();  // in place
+    cell.forward(x.data<float>(), hi.data<float>(), ci.data<float>(), hi.data<float>(),
+                 ci.data<float>());
+    EXPECT_TRUE(same_bits(hi, h1)) << H;
+    EXPECT_TRUE(same_bits(ci, c1)) << H;
+    const auto [hz, cz] = cell.forward(x);
+    cell.forward(x.data<float>(), nullptr, nullptr, hr.data<float>(), cr.data<float>());
+    EXPECT_TRUE(same_bits(hr, hz)) << H;
+    EXPECT_TRUE(same_bits(cr, cz)) << H;
+  }
+  const LstmCell cell(3, 4);
+  float x[3] = {}, h[4] = {}, c[4] = {};
+  EXPECT_THAT([&] { cell.forward(nullptr, h, c, h, c); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr("input is null, expected 3")));
+  EXPECT_THAT([&] { cell.forward(x, h, c, h, nullptr); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr("c_new is null, expected 4")));
+  EXPECT_THAT([&] { cell.forward(x, h, c, h, c, -2); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr("threads is -2")));
+  const LstmCell f64(3, 4, true, DType::f64);
+  EXPECT_THAT([&] { f64.forward(x, h, c, h, c); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr("takes an f32 cell, not f64")));
+}
+
 TEST(LstmDropout, TrainingOnlySeededBetweenLayers) {
   LstmConfig c;
   c.input_size = 5;

@@ -394,6 +394,26 @@ TEST(Realtime, GruCellRawStepAllocatesNothing) {
   }
 }
 
+// LstmCell's raw step (the real-time kernel, H <= 256): nothing allocated or blocked on.
+TEST(Realtime, LstmCellRawStepAllocatesNothing) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
+  for (int64_t H : {8, 24, 64, 256}) {
+    const LstmCell cell(16, H, true, DType::f32, 3);
+    std::mt19937_64 rng(4);
+    const Tensor x = random_tensor({16}, DType::f32, rng);
+    std::vector<float> h(H, 0.25f), c(H, -0.5f), h1(H), c1(H);
+    const auto steps = [&] {
+      for (int i = 0; i < 8; ++i) {
+        cell.forward(x.data<float>(), h.data(), c.data(), h1.data(), c1.data());
+        cell.forward(x.data<float>(), h1.data(), c1.data(), h1.data(), c1.data());
+        cell.forward(x.data<float>(), nullptr, nullptr, h.data(), c.data());
+      }
+    };
+    EXPECT_EQ(allocations_in(steps), 0) << "H " << H;
+    EXPECT_EQ(blocking_calls_in(steps), 0) << "H " << H;
+  }
+}
+
 // A part's step (GruCell's shared step, one part a thread): nothing allocated or blocked on.
 TEST(Realtime, StreamPartStepAllocatesNothing) {
   if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";

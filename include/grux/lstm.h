@@ -220,6 +220,13 @@ class LstmCell {
   // Lstm::forward within f32 rounding, as LstmStream; anything else runs the engine.
   std::pair<Tensor, Tensor> forward(const Tensor& input, const Tensor& h = {}, const Tensor& c = {},
                                     int threads = 0) const;
+  // One sequence's step from raw memory (f32 cells): input (I floats), h and c (H floats each,
+  // or null: zeros) into h_new and c_new (H floats each; may be h and c themselves). The same
+  // bits as forward() of the same values, without its checks and Tensors: where the real-time
+  // kernel runs (H <= 256) it allocates nothing. An f64 cell, a null input, h_new or c_new, or
+  // threads < 0 is an error.
+  void forward(const float* input, const float* h, const float* c, float* h_new, float* c_new,
+               int threads = 0) const;
   // Gradients of one step given dh_new and/or dc_new (either may be undefined, not both);
   // recomputes the forward.
   LstmCellGrads backward(const Tensor& input, const Tensor& h, const Tensor& c,

@@ -326,19 +326,19 @@ class GRUCell(_PackedCell, nn.Module):
         return torch.from_numpy(cell.forward(_np(input, "input"), _np(hx, "hx")))
 
 
-def _install_cell_call():
+def _install_cell_call(cls):
     # nn.Module.__call__ and forward's inference fast path as one C call (cell_call in
     # python/src/module.cpp), where they would do nothing else: no hooks, no tracing, autograd
-    # off, the class exactly GRUCell. Everything else calls nn.Module.__call__ as usual. Left
-    # out under a torch whose nn.Module keeps its global hooks elsewhere.
+    # off, the class exactly cls (GRUCell, LSTMCell). Everything else calls nn.Module.__call__
+    # as usual. Left out under a torch whose nn.Module keeps its global hooks elsewhere.
     import torch.nn.modules.module as mm
     names = ("_global_backward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks")
     tables = tuple(getattr(mm, n, None) for n in names)
     if all(isinstance(t, dict) for t in tables) and nn.Module.__call__ is mm.Module._call_impl:
-        GRUCell.__call__ = _grux._cell_call(GRUCell, nn.Module, tables)
+        cls.__call__ = _grux._cell_call(cls, nn.Module, tables)
 
 
-_install_cell_call()
+_install_cell_call(GRUCell)
 
 
 # ---- LSTM ------------------------------------------------------------------------------
@@ -473,6 +473,8 @@ class LSTMCell(_PackedCell, nn.Module):
     """torch.nn.LSTMCell, run by grux: forward(input, hx=None) -> (h_1, c_1), hx = (h_0, c_0).
     The weights are packed once and kept while they do not change (as GRUCell's)."""
 
+    _PACKED = ("_packed", "_fast")
+
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
         super().__init__()
         dtype = _module_dtype(device, dtype)
@@ -489,6 +491,7 @@ class LSTMCell(_PackedCell, nn.Module):
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self._packed = None  # see _packed_cell
+        self._fast = None  # _grux._cell_forward's handle for that cell, or None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -498,17 +501,30 @@ class LSTMCell(_PackedCell, nn.Module):
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
     def forward(self, input, hx=None):
+        # Without autograd, one sequence in f32 on torch tensors (hx None or a tuple): one call
+        # into C++, which checks the weights' stamps itself (None: anything else, or weights
+        # changed), as GRUCell's.
+        fast = self.__dict__.get("_fast")
+        if fast is not None and not torch.is_grad_enabled():
+            out = _grux._cell_forward(fast, self._parameters, input, hx)
+            if out is not None:
+                return out
         h, c = _split_hx(hx, input)
         p = self._parameters
         names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
         weights = [p[n] for n in names]
-        cell, _, _ = _packed_cell(self, weights, lambda: _grux.LstmCell.from_state_dict(
+        cell, stamp, fresh = _packed_cell(self, weights, lambda: _grux.LstmCell.from_state_dict(
             {n: _np(w, n) for n, w in zip(names, weights)}))
+        if fresh:
+            self._fast = _grux._cell_handle(cell, names, weights) if stamp is not None else None
         if torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in [input, h, c, *weights]):
             return _LstmCellFunction.apply(cell, input, h, c, *weights)
         h1, c1 = cell.forward(_np(input, "input"), _np(h, "h_0"), _np(c, "c_0"))
         return torch.from_numpy(h1), torch.from_numpy(c1)
+
+
+_install_cell_call(LSTMCell)
 
 
 # ---- minGRU ----------------------------------------------------------------------------

@@ -230,13 +230,15 @@ PyMethodDef kStepFrameDef = {
     "_step_frame(handle, frame, out): one frame through a stream's fast "
     "path, or None (GRUStream.step's general path then)."};
 
-// grux.torch.GRUCell's per-call fast path: a capsule of the packed cell and the weights it was
-// packed from (held, so that their identities stay theirs), with each weight's data pointer
-// and version at packing (grux._torch_access's stamp).
+// grux.torch.GRUCell's and LSTMCell's per-call fast path: a capsule of the packed cell and the
+// weights it was packed from (held, so that their identities stay theirs), with each weight's
+// data pointer and version at packing (grux._torch_access's stamp).
 constexpr const char* kCellHandle = "grux.GruCell.handle";
 struct CellFast {
-  py::object cell_obj;  // the grux GruCell (holds the packed weights)
-  const grux::GruCell* cell = nullptr;
+  py::object cell_obj;                  // the grux GruCell or LstmCell (holds the weights)
+  const grux::GruCell* cell = nullptr;  // one of these two
+  const grux::LstmCell* lstm = nullptr;
+  int64_t I = 0, H = 0;
   std::vector<py::object> names, weights;
   std::vector<void*> data;
   std::vector<int64_t> versions;
@@ -248,12 +250,19 @@ struct CellFast {
 py::object cell_handle(const py::object& cell_obj, const py::sequence& names,
                        const py::sequence& weights) {
   const TorchAccess* a = torch_access_in_use();
-  const auto& cell = cell_obj.cast<const grux::GruCell&>();
-  if (a == nullptr || cell.weights().w_ih.dtype() != DType::f32 || names.size() != weights.size())
-    return py::none();
   auto f = std::make_unique<CellFast>();
+  DType dtype;
+  if (py::isinstance<grux::LstmCell>(cell_obj)) {
+    f->lstm = &cell_obj.cast<const grux::LstmCell&>();
+    f->I = f->lstm->input_size(), f->H = f->lstm->hidden_size();
+    dtype = f->lstm->weights().w_ih.dtype();
+  } else {
+    f->cell = &cell_obj.cast<const grux::GruCell&>();
+    f->I = f->cell->input_size(), f->H = f->cell->hidden_size();
+    dtype = f->cell->weights().w_ih.dtype();
+  }
+  if (a == nullptr || dtype != DType::f32 || names.size() != weights.size()) return py::none();
   f->cell_obj = cell_obj;
-  f->cell = &cell;
   for (size_t i = 0; i < weights.size(); ++i) {
     void* data = nullptr;
     int64_t version = 0;
@@ -298,26 +307,48 @@ PyObject* cell_step(PyObject* handle, PyObject* parameters, PyObject* input, PyO
         Py_RETURN_NONE;
       }
     }
-    const int64_t I = f->cell->input_size(), H = f->cell->hidden_size();
+    const int64_t I = f->I, H = f->H;
     const std::optional<RawArray> x = raw_array(input);
     if (!is_cell_row(x, I, 0)) Py_RETURN_NONE;
-    std::optional<RawArray> h;
-    if (hx != Py_None && !is_cell_row(h = raw_array(hx), H, x->ndim)) Py_RETURN_NONE;
+    // hx: h (GRUCell), or (h, c) (LSTMCell); None: zeros.
+    std::optional<RawArray> h, c;
+    if (hx != Py_None) {
+      if (f->lstm) {
+        if (!PyTuple_Check(hx) || PyTuple_GET_SIZE(hx) != 2 ||
+            !is_cell_row(h = raw_array(PyTuple_GET_ITEM(hx, 0)), H, x->ndim) ||
+            !is_cell_row(c = raw_array(PyTuple_GET_ITEM(hx, 1)), H, x->ndim))
+          Py_RETURN_NONE;
+      } else if (!is_cell_row(h = raw_array(hx), H, x->ndim)) {
+        Py_RETURN_NONE;
+      }
+    }
     const int64_t shape[2] = {1, H};
+    const int64_t* dims = x->ndim == 1 ? shape + 1 : shape;
     void* out = nullptr;
-    std::optional<py::object> result =
-        new_torch_result(DType::f32, x->ndim, x->ndim == 1 ? shape + 1 : shape, &out);
-    if (!result) Py_RETURN_NONE;
+    void* c_out = nullptr;
+    std::optional<py::object> result = new_torch_result(DType::f32, x->ndim, dims, &out);
+    std::optional<py::object> c_result;
+    if (!result || (f->lstm && !(c_result = new_torch_result(DType::f32, x->ndim, dims, &c_out))))
+      Py_RETURN_NONE;
     const auto* xp = static_cast<const float*>(x->data);
     const auto* hp = h ? static_cast<const float*>(h->data) : nullptr;
+    const auto* cp = c ? static_cast<const float*>(c->data) : nullptr;
     auto* op = static_cast<float*>(out);
-    if (3 * H * (I + H) >= (int64_t(1) << 16)) {  // as step_raw: short steps keep the GIL
-      py::gil_scoped_release nogil;
-      f->cell->forward(xp, hp, op);
+    auto* cop = static_cast<float*>(c_out);
+    const auto step = [&] {
+      if (f->lstm)
+        f->lstm->forward(xp, hp, cp, op, cop);
+      else
+        f->cell->forward(xp, hp, op);
+    };
+    if ((f->lstm ? 4 : 3) * H * (I + H) >= (int64_t(1) << 16)) {  // as step_raw: short steps
+      py::gil_scoped_release nogil;                               // keep the GIL
+      step();
     } else {
-      f->cell->forward(xp, hp, op);
+      step();
     }
-    return result->release().ptr();
+    if (!f->lstm) return result->release().ptr();
+    return py::make_tuple(*result, *c_result).release().ptr();
   } catch (...) {
     set_python_error();
   }
@@ -339,30 +370,32 @@ PyObject* cell_forward_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 PyMethodDef kCellForwardDef = {
     "_cell_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cell_forward_fast)),
     METH_FASTCALL,
-    "_cell_forward(handle, parameters, input, hx): grux.torch.GRUCell's step on torch tensors, "
-    "or None (its general path then)."};
+    "_cell_forward(handle, parameters, input, hx): grux.torch.GRUCell's or LSTMCell's step on "
+    "torch tensors, or None (its general path then)."};
 
-// grux.torch.GRUCell.__call__: nn.Module.__call__ and GRUCell.forward's fast path in one C
-// call, where they would do nothing but that step: no hooks (the module's or the global ones),
-// no tracing, autograd off, the class exactly grux.torch.GRUCell (a subclass may override
-// forward) and its forward the one installed with this (none set on the class or instance
-// since), nn.Module.__call__ itself not replaced (torch.fx patches it while tracing),
+// grux.torch.GRUCell.__call__ and LSTMCell.__call__: nn.Module.__call__ and the class's
+// forward's fast path in one C call, where they would do nothing but that step: no hooks (the
+// module's or the global ones), no tracing, autograd off, the class exactly grux.torch.GRUCell (a
+// subclass may override forward) and its forward the one installed with this (none set on the class
+// or instance since), nn.Module.__call__ itself not replaced (torch.fx patches it while tracing),
 // positional (input[, hx]). Anything else, and every step the fast path does not take, calls
 // nn.Module.__call__ as usual. Module.__call__'s Python frames would add about half a
 // microsecond to a W1 step (a sixth of it on two threads).
 struct CellCall {
-  PyObject* cls = nullptr;          // grux.torch.GRUCell
+  PyObject* cls = nullptr;          // grux.torch.GRUCell or LSTMCell
   PyObject* module_cls = nullptr;   // torch.nn.Module
   PyObject* module_call = nullptr;  // its __call__ when this was made
   PyObject* call_name = nullptr;    // "__call__"
-  PyObject* forward_fn = nullptr;   // GRUCell.forward
+  PyObject* forward_fn = nullptr;   // cls.forward
   PyObject* global_hooks[3] = {};   // torch.nn.modules.module's global hook dicts
   PyObject* local_hooks[3] = {};    // the instance's hook dicts' names
   PyObject* fast_name = nullptr;    // "_fast"
   PyObject* parameters_name = nullptr;
   PyObject* forward_name = nullptr;
 };
-CellCall g_cell_call;
+// One a class (made once each, held for the life of the process, like the classes).
+CellCall g_cell_calls[2];
+int g_cell_call_count = 0;
 
 // Whether the instance dict's entry `name` is an empty dict (null with an error set on error).
 int empty_dict_entry(PyObject* dict, PyObject* name) {
@@ -372,12 +405,11 @@ int empty_dict_entry(PyObject* dict, PyObject* name) {
 }
 
 // nn.Module.__call__ as it is now (a tracer may have replaced it) on self and the arguments.
-PyObject* module_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+PyObject* module_call(const CellCall& c, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                      PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  PyObject* now = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(g_cell_call.module_cls),
-                                 g_cell_call.call_name);
-  const py::object call =
-      py::reinterpret_borrow<py::object>(now != nullptr ? now : g_cell_call.module_call);
+  PyObject* now = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(c.module_cls), c.call_name);
+  const py::object call = py::reinterpret_borrow<py::object>(now != nullptr ? now : c.module_call);
   try {
     std::vector<PyObject*> all(static_cast<size_t>(1 + nargs + nkw));
     all[0] = self;
@@ -389,20 +421,26 @@ PyObject* module_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
 }
 
 PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  const CellCall& c = g_cell_call;
+  // The class's entry; a subclass (not an exact match) finds the first and takes its
+  // module_call below, as every other call the fast path does not take.
+  const CellCall* found = &g_cell_calls[0];
+  for (int i = 0; i < g_cell_call_count; ++i)
+    if (reinterpret_cast<PyObject*>(Py_TYPE(self)) == g_cell_calls[i].cls) found = &g_cell_calls[i];
+  const CellCall& c = *found;
+  const auto fallback = [&] { return module_call(c, self, args, nargs, kwnames); };
   const TorchAccess* a = torch_access_in_use();
   PyObject** dict_ptr = _PyObject_GetDictPtr(self);
   PyObject* dict = dict_ptr == nullptr ? nullptr : *dict_ptr;
   if (a == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(self)) != c.cls || dict == nullptr ||
       nargs < 1 || nargs > 2 || (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0) ||
       a->grad_enabled() || a->tracing())
-    return module_call(self, args, nargs, kwnames);
+    return fallback();
   for (PyObject* g : c.global_hooks)
-    if (PyDict_GET_SIZE(g) > 0) return module_call(self, args, nargs, kwnames);
+    if (PyDict_GET_SIZE(g) > 0) return fallback();
   for (PyObject* name : c.local_hooks) {
     const int empty = empty_dict_entry(dict, name);
     if (empty < 0) return nullptr;
-    if (empty == 0) return module_call(self, args, nargs, kwnames);
+    if (empty == 0) return fallback();
   }
   PyObject* fast = PyDict_GetItemWithError(dict, c.fast_name);
   PyObject* parameters =
@@ -413,7 +451,7 @@ PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
       _PyType_Lookup(reinterpret_cast<PyTypeObject*>(c.module_cls), c.call_name) != c.module_call ||
       PyDict_GetItemWithError(dict, c.forward_name) != nullptr) {
     if (PyErr_Occurred()) return nullptr;
-    return module_call(self, args, nargs, kwnames);
+    return fallback();
   }
   // Held for the step: it runs without the GIL, while another thread could replace the
   // module's _fast (reset_packed_weights) and so free the handle and its packed cell. (The
@@ -422,7 +460,7 @@ PyObject* cell_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
   PyObject* r = cell_step(fast, parameters, args[0], nargs == 2 ? args[1] : Py_None);
   if (r != Py_None) return r;
   Py_DECREF(r);
-  return module_call(self, args, nargs, kwnames);
+  return fallback();
 }
 
 PyMethodDef kCellCallDef = {
@@ -439,13 +477,15 @@ py::object make_cell_call(const py::type& cls, const py::type& module_cls,
   PyObject* forward =
       PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_dict, "forward");
   if (forward == nullptr) throw grux::Error("_cell_call: the class has no forward of its own");
-  if (g_cell_call.cls != nullptr) throw grux::Error("_cell_call: already made");
+  if (g_cell_call_count == 2) throw grux::Error("_cell_call: made for two classes already");
+  for (int i = 0; i < g_cell_call_count; ++i)
+    if (g_cell_calls[i].cls == cls.ptr()) throw grux::Error("_cell_call: already made");
   if (global_hooks.size() != 3) throw grux::Error("_cell_call: expected 3 global hook dicts");
   for (const py::handle d : global_hooks)
     if (!PyDict_Check(d.ptr())) throw grux::Error("_cell_call: a global hook table is not a dict");
   PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &kCellCallDef);
   if (descr == nullptr) throw py::error_already_set();
-  CellCall& c = g_cell_call;  // held for the life of the process, like the class itself
+  CellCall& c = g_cell_calls[g_cell_call_count++];
   c.cls = cls.inc_ref().ptr();
   c.module_cls = module_cls.inc_ref().ptr();
   c.module_call = py::reinterpret_borrow<py::object>(call).release().ptr();
@@ -491,12 +531,14 @@ PYBIND11_MODULE(_grux, m) {
   m.add_object("_step_frame", py::reinterpret_steal<py::object>(
                                   PyCFunction_NewEx(&kStepFrameDef, nullptr, m.ptr())));
   m.def("_cell_handle", &cell_handle, py::arg("cell"), py::arg("names"), py::arg("weights"),
-        "grux.torch.GRUCell's handle for _cell_forward, or None where it has no fast path.");
+        "grux.torch.GRUCell's or LSTMCell's handle for _cell_forward, or None where it has no "
+        "fast path.");
   m.add_object("_cell_forward", py::reinterpret_steal<py::object>(
                                     PyCFunction_NewEx(&kCellForwardDef, nullptr, m.ptr())));
   m.def("_cell_call", &make_cell_call, py::arg("cls"), py::arg("module_cls"),
         py::arg("global_hooks"),
-        "grux.torch.GRUCell.__call__ (once): nn.Module.__call__ with the inference step in C.");
+        "grux.torch.GRUCell.__call__ or LSTMCell.__call__ (once each): nn.Module.__call__ with "
+        "the inference step in C.");
   bind_scan(m);
   bind_mingru(m);
   bind_conv(m);

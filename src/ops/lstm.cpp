@@ -456,34 +456,61 @@ std::pair<Tensor, Tensor> LstmCell::forward(const Tensor& input, const Tensor& h
                                             int threads) const {
   CellProblem p = cell_problem(input, h, c, input_size(), hidden_size());
   if (plan_->fast && p.x.size(1) == 1) {
-    // One sequence: one step of the real-time kernel, its state (h, scratch, c, each Hp floats
-    // padded with zeros) and scratch in one StepBuffer; the arguments checked as the engine's.
-    if (threads < 0)
-      throw Error(
-          fmt::format("lstm cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
+    // One sequence: the raw step below on the arguments checked as the engine's.
     check_same_dtype("lstm cell", "weights", weights().w_ih, "input", input);
     if (h.defined()) check_same_dtype("lstm cell", "weights", weights().w_ih, "hx", h);
     if (c.defined()) check_same_dtype("lstm cell", "weights", weights().w_ih, "cx", c);
-    const cpu::StreamLayer& L = *plan_->fast;
-    const int64_t H = hidden_size(), Hp = L.Hp;
-    ops::StepBuffer buf(3 * Hp + cpu::lstm_stream_scratch(L, 1));
-    float* state = buf.get();
-    std::memset(state, 0, 3 * Hp * sizeof(float));
+    const int64_t H = hidden_size();
     const Tensor x = p.x.contiguous();
-    if (p.h.defined()) std::memcpy(state, p.h.contiguous().data<float>(), H * sizeof(float));
-    if (p.c.defined())
-      std::memcpy(state + 2 * Hp, p.c.contiguous().data<float>(), H * sizeof(float));
+    const Tensor hc = p.h.defined() ? p.h.contiguous() : Tensor();
+    const Tensor cc = p.c.defined() ? p.c.contiguous() : Tensor();
     const Shape shape = p.unbatched ? Shape{H} : Shape{1, H};
     Tensor h1 = Tensor::empty(shape, DType::f32), c1 = Tensor::empty(shape, DType::f32);
-    cpu::StreamOut out;
-    out.p = h1.data<float>();
-    out.stride = H;
-    cpu::lstm_stream_forward(L, 1, 0, x.data<float>(), input_size(), state, out, state + 3 * Hp);
-    std::memcpy(c1.data<float>(), state + 2 * Hp, H * sizeof(float));
+    forward(x.data<float>(), hc.defined() ? hc.data<float>() : nullptr,
+            cc.defined() ? cc.data<float>() : nullptr, h1.data<float>(), c1.data<float>(), threads);
     return {h1, c1};
   }
   LstmOutput r = lstm_.forward(p.x, p.h, p.c, {}, threads);
   return {first_step(r.h_n, p.unbatched), first_step(r.c_n, p.unbatched)};
+}
+
+void LstmCell::forward(const float* input, const float* h, const float* c, float* h_new,
+                       float* c_new, int threads) const {
+  const int64_t I = input_size(), H = hidden_size();
+  if (weights().w_ih.dtype() != DType::f32)
+    throw Error(fmt::format("lstm cell: forward from float pointers takes an f32 cell, not {}",
+                            dtype_name(weights().w_ih.dtype())));
+  if (input == nullptr || h_new == nullptr || c_new == nullptr)
+    throw Error(fmt::format("lstm cell: {} is null, expected {} floats",
+                            input == nullptr   ? "input"
+                            : h_new == nullptr ? "h_new"
+                                               : "c_new",
+                            input == nullptr ? I : H));
+  if (threads < 0)
+    throw Error(fmt::format("lstm cell: threads is {}, expected >= 0 (0: grux chooses)", threads));
+  if (!plan_->fast) {  // the engine's step on views of the caller's memory, copied out
+    const auto view = [](const float* p, int64_t n) {
+      return p ? Tensor::from_blob(const_cast<float*>(p), {n}, {1}, DType::f32, nullptr) : Tensor();
+    };
+    const auto [h1, c1] = forward(view(input, I), view(h, H), view(c, H), threads);
+    std::memcpy(h_new, h1.contiguous().data<float>(), H * sizeof(float));
+    std::memcpy(c_new, c1.contiguous().data<float>(), H * sizeof(float));
+    return;
+  }
+  // One step of the real-time kernel: its state (h, scratch, c, each Hp floats padded with
+  // zeros) and scratch in one StepBuffer (on the stack at these sizes).
+  const cpu::StreamLayer& L = *plan_->fast;
+  const int64_t Hp = L.Hp;
+  ops::StepBuffer buf(3 * Hp + cpu::lstm_stream_scratch(L, 1));
+  float* state = buf.get();
+  std::memset(state, 0, 3 * Hp * sizeof(float));
+  if (h) std::memcpy(state, h, H * sizeof(float));
+  if (c) std::memcpy(state + 2 * Hp, c, H * sizeof(float));
+  cpu::StreamOut out;
+  out.p = h_new;
+  out.stride = H;
+  cpu::lstm_stream_forward(L, 1, 0, input, I, state, out, state + 3 * Hp);
+  std::memcpy(c_new, state + 2 * Hp, H * sizeof(float));
 }
 
 LstmCellGrads LstmCell::backward(const Tensor& input, const Tensor& h, const Tensor& c,

@@ -341,6 +341,53 @@ def test_torch_lstm_cell(bias):
     copy.deepcopy(ours)  # the packed copy is not carried
 
 
+def test_torch_lstm_cell_fast_path():
+    """Without autograd, a batch-1 or unbatched f32 step on torch tensors, hx None or a tuple,
+    goes through one C call (_grux._cell_forward), with the same bits as the general path;
+    anything else (a batch, other dtypes, NumPy, a list, wrong shapes, changed weights) gets
+    None from it and takes the general path."""
+    from grux import _grux
+    if not _grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    torch.manual_seed(29)
+    cell = gt.LSTMCell(6, 40)
+    x, h, c = torch.randn(1, 6), torch.randn(1, 40), torch.randn(1, 40)
+    with torch.no_grad():
+        cell(x, (h, c))
+        fast = cell._fast
+        assert fast is not None
+        general = cell._packed[4]  # the packed grux.LstmCell (_packed_cell's tuple)
+        for a, hx in [(x, (h, c)), (x, None), (x[0], (h[0], c[0])), (x[0], None)]:
+            got = _grux._cell_forward(fast, cell._parameters, a, hx)
+            assert type(got) is tuple and len(got) == 2
+            want = general.forward(a.numpy(), *(hx if hx else (None, None)))
+            for g, w in zip(got, want):
+                assert type(g) is torch.Tensor and g.shape == a.shape[:-1] + (40,)
+                assert torch.equal(g, torch.from_numpy(w))
+            for g, w in zip(cell(a, hx), got):
+                assert torch.equal(g, w)
+        for a, hx in [(torch.randn(2, 6), None),                       # a batch
+                      (x.double(), (h.double(), c.double())),          # another dtype
+                      (x.numpy(), None),                               # NumPy
+                      (x, [h, c]),                                     # a list
+                      (x, (h, c[0])), (x, (h, torch.randn(1, 41))), (x, h),  # shapes
+                      (x[:, :5], None)]:
+            assert _grux._cell_forward(fast, cell._parameters, a, hx) is None
+        with pytest.raises(grux.Error, match="hx"):
+            cell(x, h)
+        # Changed weights: None, and the next call repacks (a new handle).
+        cell.weight_hh.mul_(0.5)
+        assert _grux._cell_forward(fast, cell._parameters, x, (h, c)) is None
+        want = torch.nn.LSTMCell(6, 40)
+        want.load_state_dict(cell.state_dict())
+        for g, w in zip(cell(x, (h, c)), want(x, (h, c))):
+            assert (g - w).abs().max() < 3e-6
+        assert cell._fast is not None and cell._fast is not fast
+    # With autograd on, the general path (a graph to backpropagate through).
+    x.requires_grad_(True)
+    assert cell(x, (h, c))[0].grad_fn is not None
+
+
 def test_torch_lstm_errors():
     with pytest.raises(grux.Error, match="proj_size"):
         gt.LSTM(2, 4, proj_size=4)

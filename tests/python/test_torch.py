@@ -2,6 +2,7 @@
 initial values, the same outputs (PackedSequence included), gradcheck in f64, and the same
 losses through 20 steps of an ordinary Adam training loop."""
 import copy
+import functools
 import sys
 
 import numpy as np
@@ -233,9 +234,9 @@ def test_gru_cell_fast_path():
     assert out.grad_fn is not None
 
 
-def _forward_frames(call):
-    """How many times GRUCell.forward's Python code ran during call()."""
-    code, seen = gt.GRUCell.forward.__code__, []
+def _forward_frames(call, cls=gt.GRUCell):
+    """How many times cls.forward's Python code ran during call()."""
+    code, seen = cls.forward.__code__, []
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code is code:
@@ -322,6 +323,63 @@ def test_gru_cell_call():
     out = []
     assert _forward_frames(lambda: out.append(cell(xg, h))) == 1
     assert out[0].grad_fn is not None
+
+
+def test_lstm_cell_call():
+    """grux.torch.LSTMCell.__call__ as GRUCell's: an inference step (hx None or a tuple) in one
+    C call, nn.Module.__call__'s way (forward's code, the hooks, a subclass's forward)
+    wherever something else would run."""
+    if not grux._grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    assert type(gt.LSTMCell.__call__).__name__ == "method_descriptor"
+    torch.manual_seed(25)
+    ref = torch.nn.LSTMCell(6, 40)
+    cell = gt.LSTMCell(6, 40)
+    cell.load_state_dict(ref.state_dict())
+    x, h, c = torch.randn(1, 6), torch.randn(1, 40), torch.randn(1, 40)
+    frames = functools.partial(_forward_frames, cls=gt.LSTMCell)
+    with torch.no_grad():
+        want = ref(x, (h, c))
+        cell(x, (h, c))  # packs the weights
+        got = []
+        assert frames(lambda: got.append(cell(x, (h, c)))) == 0
+        assert frames(lambda: got.append(cell(x[0]))) == 0
+        for g, w in zip(got[0], want):
+            assert (g - w).abs().max() < 3e-6
+        assert got[1][0].shape == (40,) and got[1][1].shape == (40,)
+        # Keywords, a list, a batch: nn.Module.__call__ and forward's general path.
+        assert frames(lambda: got.append(cell(input=x, hx=(h, c)))) == 1
+        assert frames(lambda: got.append(cell(x, [h, c]))) == 1
+        for r in got[2:]:
+            assert all(torch.equal(a, b) for a, b in zip(r, got[0]))
+        assert frames(lambda: cell(torch.randn(3, 6))) == 1
+        with pytest.raises(TypeError):
+            cell()
+        # The module's hooks and the global ones run.
+        handle = cell.register_forward_hook(lambda m, args, out: (out[0] * 2, out[1]))
+        assert torch.equal(cell(x, (h, c))[0], 2 * got[0][0])
+        handle.remove()
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: "hooked")
+        try:
+            assert cell(x, (h, c)) == "hooked"
+        finally:
+            handle.remove()
+        assert frames(lambda: cell(x, (h, c))) == 0
+
+        # A forward of the instance's or a subclass's is the one called.
+        cell.forward = lambda *a: "instance"
+        assert cell(x, (h, c)) == "instance"
+        del cell.forward
+
+        class Sub(gt.LSTMCell):
+            def forward(self, input, hx=None):
+                return "subclass"
+        assert Sub(6, 40)(x, (h, c)) == "subclass"
+        assert torch.equal(cell(x, (h, c))[0], got[0][0])
+    # Autograd on: forward's Python code, and a graph.
+    out = []
+    assert frames(lambda: out.append(cell(x.clone().requires_grad_(True), (h, c)))) == 1
+    assert out[0][0].grad_fn is not None
 
 
 def test_gru_cell_call_while_another_thread_repacks():
