@@ -249,17 +249,23 @@ def _forward_frames(call, cls=gt.GRUCell):
     return len(seen)
 
 
+def _called_cells(ref_cls, cls, seed):
+    """(torch's cell, grux's with the same weights), 6 inputs and 40 units, for the __call__
+    tests: skipped without grux._torch_access, and cls.__call__ the C method (cell_call)."""
+    if not grux._grux._torch_access():
+        pytest.skip("grux._torch_access is not in use here")
+    assert type(cls.__call__).__name__ == "method_descriptor"
+    torch.manual_seed(seed)
+    ref, cell = ref_cls(6, 40), cls(6, 40)
+    cell.load_state_dict(ref.state_dict())
+    return ref, cell
+
+
 def test_gru_cell_call():
     """grux.torch.GRUCell.__call__ is nn.Module.__call__ with an inference step in one C call:
     no Python frame of forward where nothing else would run, and nn.Module.__call__'s way
     (forward's code, the hooks, a subclass's forward) wherever something would."""
-    if not grux._grux._torch_access():
-        pytest.skip("grux._torch_access is not in use here")
-    assert type(gt.GRUCell.__call__).__name__ == "method_descriptor"
-    torch.manual_seed(24)
-    ref = torch.nn.GRUCell(6, 40)
-    cell = gt.GRUCell(6, 40)
-    cell.load_state_dict(ref.state_dict())
+    ref, cell = _called_cells(torch.nn.GRUCell, gt.GRUCell, 24)
     x, h = torch.randn(1, 6), torch.randn(1, 40)
     with torch.no_grad():
         want = ref(x, h)
@@ -329,13 +335,7 @@ def test_lstm_cell_call():
     """grux.torch.LSTMCell.__call__ as GRUCell's: an inference step (hx None or a tuple) in one
     C call, nn.Module.__call__'s way (forward's code, the hooks, a subclass's forward)
     wherever something else would run."""
-    if not grux._grux._torch_access():
-        pytest.skip("grux._torch_access is not in use here")
-    assert type(gt.LSTMCell.__call__).__name__ == "method_descriptor"
-    torch.manual_seed(25)
-    ref = torch.nn.LSTMCell(6, 40)
-    cell = gt.LSTMCell(6, 40)
-    cell.load_state_dict(ref.state_dict())
+    ref, cell = _called_cells(torch.nn.LSTMCell, gt.LSTMCell, 25)
     x, h, c = torch.randn(1, 6), torch.randn(1, 40), torch.randn(1, 40)
     frames = functools.partial(_forward_frames, cls=gt.LSTMCell)
     with torch.no_grad():
