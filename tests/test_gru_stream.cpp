@@ -1,6 +1,7 @@
 // Streaming (GruStream) against whole-sequence forward: frame by frame, in chunks, mixed
 // chunk sizes, batched / unbatched / batch_first, layers, both forms, f32 and f64, with h0;
 // plus GruCell against a one-step GRU, and the stream's error paths.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -721,6 +722,42 @@ TEST(StreamKernel, PartsAreTheWholeLayersStep) {
       std::invalid_argument);
   EXPECT_THROW(cpu::gru_stream_pack_part(64, 64, 0, 65, w.data(), w.data(), nullptr, nullptr),
                std::invalid_argument);
+}
+
+// The tiles of a product: they cover the unit groups in order, at most 12 / per groups each
+// (one when narrow), as few as that allows, sizes within one of each other, the larger first;
+// of(u) names the tile that holds group u.
+TEST(StreamKernel, TilingSplitsTheGroupsEvenly) {
+  for (int64_t per = 1; per <= 4; ++per)
+    for (bool narrow : {false, true})
+      for (int64_t G = 1; G <= 40; ++G) {
+        const cpu::StreamTiling tiles(G, per, narrow);
+        const int64_t most = narrow ? 1 : 12 / per;
+        const std::string where = fmt::format("G {} per {}{}", G, per, narrow ? " narrow" : "");
+        ASSERT_EQ(tiles.n, (G + most - 1) / most) << where;
+        int64_t next = 0;
+        for (int64_t t = 0; t < tiles.n; ++t) {
+          ASSERT_EQ(tiles.start(t), next) << where << ", tile " << t;
+          ASSERT_GE(tiles.size(t), 1) << where;
+          ASSERT_LE(tiles.size(t), most) << where;
+          ASSERT_LE(tiles.size(t), tiles.size(0)) << where;
+          ASSERT_GE(tiles.size(t), tiles.size(0) - 1) << where;
+          if (t > 0) {
+            ASSERT_LE(tiles.size(t), tiles.size(t - 1)) << where;
+          }
+          for (int64_t u = next; u < next + tiles.size(t); ++u)
+            ASSERT_EQ(tiles.of(u), t) << where << ", group " << u;
+          next += tiles.size(t);
+        }
+        ASSERT_EQ(next, G) << where;
+      }
+  // The cases the layout was changed for: an LSTM's 4 groups, a GRU's 5 (AVX2 at H 32 and 40).
+  const cpu::StreamTiling lstm(4, 4, false), gru(5, 3, false);
+  EXPECT_EQ(lstm.n, 2);
+  EXPECT_EQ(lstm.size(0), 2);
+  EXPECT_EQ(lstm.size(1), 2);
+  EXPECT_EQ(gru.size(0), 3);
+  EXPECT_EQ(gru.size(1), 2);
 }
 
 // The tiles a layer takes when none are asked for: never narrow where the recurrent weights fit

@@ -145,15 +145,15 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
   float* hn_buf = state + Hp;
   if (!L.reset_before) {
     const Plan p = PlanFor(3, G, H, L.narrow_tiles);
-    const bool in_place = p.g >= G;
+    const bool in_place = p.tiles.n == 1;
     const float* bhn = L.bhn.get();
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
       const bool rev = L.alternate && ((step0 + f) & 1);
       float* dst = in_place ? hc : hn_buf;
-      for (int64_t i = 0; i < G; i += p.g) {
-        const int64_t j = rev ? (G - 1 - i) / p.g * p.g : i;  // tiles in reverse at odd steps
-        const int64_t g = std::min(p.g, G - j);
+      for (int64_t i = 0; i < p.tiles.n; ++i) {
+        const int64_t ti = rev ? p.tiles.n - 1 - i : i;  // tiles in reverse at odd steps
+        const int64_t j = p.tiles.start(ti), g = p.tiles.size(ti);
         const float* gj = gr + j * 3 * kV;
         TileG<3>(
             g, p.S, L.wh.get() + j * 3 * kV * H, 3 * kV * g, hc, H, rev,
@@ -178,9 +178,9 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
     for (int64_t f = 0; f < t; ++f) {
       const float* gr = gx + f * 3 * Hp;
       const bool rev = L.alternate && ((step0 + f) & 1);
-      for (int64_t i = 0; i < G; i += prz.g) {  // r, z, r * h
-        const int64_t j = rev ? (G - 1 - i) / prz.g * prz.g : i;
-        const int64_t g = std::min(prz.g, G - j);
+      for (int64_t i = 0; i < prz.tiles.n; ++i) {  // r, z, r * h
+        const int64_t ti = rev ? prz.tiles.n - 1 - i : i;
+        const int64_t j = prz.tiles.start(ti), g = prz.tiles.size(ti);
         TileG<2>(
             g, prz.S, L.wh.get() + j * 2 * kV * H, 2 * kV * g, hc, H, rev,
             [&](int r) { return hn::Load(d, gr + (j + r / 2) * 3 * kV + (r % 2) * kV); },
@@ -192,9 +192,9 @@ HWY_INLINE void StreamBlock(const StreamLayer& L, int64_t t, int64_t step0, cons
               }
             });
       }
-      for (int64_t i = 0; i < G; i += pn.g) {  // n from W_hn (r h), then h'
-        const int64_t j = rev ? (G - 1 - i) / pn.g * pn.g : i;
-        const int64_t g = std::min(pn.g, G - j);
+      for (int64_t i = 0; i < pn.tiles.n; ++i) {  // n from W_hn (r h), then h'
+        const int64_t ti = rev ? pn.tiles.n - 1 - i : i;
+        const int64_t j = pn.tiles.start(ti), g = pn.tiles.size(ti);
         TileG<1>(
             g, pn.S, whn + j * kV * H, kV * g, rh, H, rev,
             [&](int r) { return hn::Load(d, gr + (j + r) * 3 * kV + 2 * kV); },
@@ -253,8 +253,8 @@ void GruStreamPartStep(const StreamLayer& L, const float* x, const float* h, flo
   const Plan p = PlanFor(3, G, L.K, L.narrow_tiles);
   const float* bhn = L.bhn.get();
   const float* hp0 = h + L.u0;
-  for (int64_t j = 0; j < G; j += p.g) {
-    const int64_t g = std::min(p.g, G - j);
+  for (int64_t ti = 0; ti < p.tiles.n; ++ti) {
+    const int64_t j = p.tiles.start(ti), g = p.tiles.size(ti);
     const float* gj = gx + j * 3 * kV;
     TileG<3>(
         g, p.S, L.wh.get() + j * 3 * kV * L.K, 3 * kV * g, h, L.K, false,
@@ -472,9 +472,13 @@ StreamLayer pack_units(int64_t I, int64_t K, int64_t u0, int64_t H, bool reset_b
   L.narrow_tiles = G > 2 && (narrow_tiles ? *narrow_tiles : stream_narrow_tiles(K, reset_before));
   L.alternate = G > 2 && stream_alternates(H) && K == H;  // a part takes one step at a time
   L.projection_frames = stream_projection_frames(I, H, L.Hp);
+  const StreamTiling tiling[4] = {{0, 1, false},
+                                  StreamTiling(G, 1, L.narrow_tiles),
+                                  StreamTiling(G, 2, L.narrow_tiles),
+                                  StreamTiling(G, 3, L.narrow_tiles)};
   auto tiled = [&](int64_t k, int64_t u, int64_t per, int64_t slot) {
-    const int64_t tg = StreamTileGroups(per, L.narrow_tiles), j = u / V / tg * tg,
-                  g = std::min(tg, G - j);
+    const StreamTiling& tiles = tiling[per];
+    const int64_t ti = tiles.of(u / V), j = tiles.start(ti), g = tiles.size(ti);
     return j * per * V * K + k * per * V * g + (u / V - j) * per * V + slot * V + u % V;
   };
   L.wh = zeros(K * 3 * Hp);

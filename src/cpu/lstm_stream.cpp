@@ -100,14 +100,14 @@ HWY_INLINE void LstmBlock(const StreamLayer& L, int64_t t, int64_t step0, const 
   float* hn_buf = state + Hp;
   float* c = state + 2 * Hp;
   const Plan p = PlanFor(4, G, H, L.narrow_tiles);
-  const bool in_place = p.g >= G;
+  const bool in_place = p.tiles.n == 1;
   for (int64_t f = 0; f < t; ++f) {
     const float* gr = gx + f * 4 * Hp;
     const bool rev = L.alternate && ((step0 + f) & 1);
     float* dst = in_place ? hc : hn_buf;
-    for (int64_t i = 0; i < G; i += p.g) {
-      const int64_t j = rev ? (G - 1 - i) / p.g * p.g : i;  // tiles in reverse at odd steps
-      const int64_t g = std::min(p.g, G - j);
+    for (int64_t i = 0; i < p.tiles.n; ++i) {
+      const int64_t ti = rev ? p.tiles.n - 1 - i : i;  // tiles in reverse at odd steps
+      const int64_t j = p.tiles.start(ti), g = p.tiles.size(ti);
       const float* gj = gr + j * 4 * kV;
       TileG<4>(
           g, p.S, L.wh.get() + j * 4 * kV * H, 4 * kV * g, hc, H, rev,
@@ -186,9 +186,9 @@ StreamLayer lstm_stream_pack(int64_t I, int64_t H, const float* w_ih, const floa
     for (int64_t q = 0; q < 4; ++q)
       for (int64_t u = 0; u < H; ++u)
         L.wx[k * 4 * Hp + at(u, q)] = w_ih[(q * H + u) * I + k] * scale(q);
-  const int64_t tg = StreamTileGroups(4, L.narrow_tiles);
+  const StreamTiling tiles(G, 4, L.narrow_tiles);
   const auto tiled = [&](int64_t k, int64_t u, int64_t q) {
-    const int64_t j = u / V / tg * tg, g = std::min(tg, G - j);
+    const int64_t ti = tiles.of(u / V), j = tiles.start(ti), g = tiles.size(ti);
     return j * 4 * V * H + k * 4 * V * g + (u / V - j) * 4 * V + q * V + u % V;
   };
   L.wh = zeros(H * 4 * Hp);

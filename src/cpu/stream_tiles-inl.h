@@ -112,11 +112,11 @@ HWY_INLINE void TileG(int64_t g, int S, const float* w, int64_t cs, const float*
   // clang-format on
 }
 
-// How a product of `per` vectors per unit group, G groups, K columns is tiled: g groups per
-// tile (g * per <= 12 accumulators per partial sum, or one group for narrow tiles) and S
-// partial sums, within kAccRegs.
+// How a product of `per` vectors per unit group, G groups, K columns is tiled: its tiles
+// (StreamTiling: up to 12 / per groups each, or one group for narrow tiles) and S partial
+// sums, within kAccRegs.
 struct Plan {
-  int64_t g;
+  StreamTiling tiles;
   int S;
 };
 inline Plan PlanFor(int64_t per, int64_t G, int64_t K, bool narrow = false) {
@@ -124,10 +124,10 @@ inline Plan PlanFor(int64_t per, int64_t G, int64_t K, bool narrow = false) {
   const int64_t g = std::max<int64_t>(1, std::min<int64_t>(G, StreamTileGroups(per, false)));
   int S = 1;
   while (S < 4 && 2 * S * g * per <= kAccRegs && 2 * S <= K) S *= 2;
-  // S from the wide tiles either way: the sums' order (the results) does not depend on the
-  // cache size. Narrow tiles keep it (AVX-512 above 4 groups: 2, which runs faster than 1 or
-  // 4 there).
-  return {narrow ? 1 : g, S};
+  // S from the widest tile either way: the sums' order (the results) does not depend on the
+  // tiling or the cache size. Narrow tiles keep it (AVX-512 above 4 groups: 2, which runs
+  // faster than 1 or 4 there).
+  return {StreamTiling(G, per, narrow), S};
 }
 
 // gx (kPer Hp) = W_ih x + bx for one frame, in S partial sums as the recurrent product (a
@@ -136,9 +136,8 @@ template <int kPer>
 HWY_INLINE void InputProjection(const StreamLayer& L, const Plan& p, const float* x, float* gx) {
   const DF d;
   constexpr int64_t kV = hn::MaxLanes(d);
-  const int64_t G = L.Hp / kV;
-  for (int64_t j = 0; j < G; j += p.g) {
-    const int64_t g = std::min(p.g, G - j);
+  for (int64_t t = 0; t < p.tiles.n; ++t) {
+    const int64_t j = p.tiles.start(t), g = p.tiles.size(t);
     const float* b = L.bx.get() + j * kPer * kV;
     float* o = gx + j * kPer * kV;
     TileG<kPer>(
