@@ -521,6 +521,21 @@ TEST(LstmStreamKernel, MatchesReferenceAndTilesAgree) {
   EXPECT_GT(cases, 100);
 }
 
+// Steps read the recurrent weights in alternating directions beyond 32 KiB of the LSTM's own
+// weights (4 H^2 floats: from H 46), not the GRU's 3 H^2 (from H 53): at H 48 the LSTM's 37 KB
+// would otherwise be read in the same order every step, larger than a 32 KiB L1.
+TEST(LstmStreamKernel, AlternatesBeyond32KiBOfItsOwnWeights) {
+  for (int64_t H : {40, 45, 46, 48, 52, 53, 64}) {
+    std::vector<float> wih(4 * H), whh(4 * H * H, 0.01f), b(4 * H);
+    const cpu::StreamLayer L =
+        cpu::lstm_stream_pack(1, H, wih.data(), whh.data(), b.data(), b.data());
+    const bool more_than_two_groups = L.Hp / L.V > 2;
+    EXPECT_EQ(L.alternate, more_than_two_groups && 4 * H * H * 4 > 32 * 1024) << "H " << H;
+    EXPECT_EQ(cpu::stream_alternates(H, 4), H >= 46) << "H " << H;
+    EXPECT_EQ(cpu::stream_alternates(H), H >= 53) << "H " << H;
+  }
+}
+
 // ---- Errors ------------------------------------------------------------------------------
 
 void expect_error(const std::function<void()>& f, std::initializer_list<const char*> pieces) {

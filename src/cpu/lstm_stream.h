@@ -10,7 +10,7 @@
 // frames into calls, run to run):
 //   gx = (W_ih x) + (b_ih + b_hh), in S interleaved partial sums as the GRU's;
 //   a = gx + W_hh h, the recurrent product summed as the GRU's (S partial sums, the columns in
-//       order, or alternating direction step by step where stream_alternates(H));
+//       order, or alternating direction step by step where stream_alternates(H, 4));
 //   i, f, o = sig(a_i, a_f, a_o), g = tanh(a_g), c' = f c + i g, h' = o tanh(c'),
 //   with the rational StreamSigmoid and StreamTanh of cpu/gate_math-inl.h.
 // Not bit-identical to the batched engine: within f32 rounding of it and of PyTorch.

@@ -256,7 +256,9 @@ struct GRUX_INTERNAL StreamCore {
 
 // The real-time kernel: t <= capacity frames (rows of x, stride sx) through every layer, the
 // top layer writing `top`.
-void StreamCore::run_layers_fast(const float* x, int64_t sx, int64_t t, const cpu::StreamOut& top) {
+[[gnu::always_inline]] inline void StreamCore::run_layers_fast(const float* x, int64_t sx,
+                                                               int64_t t,
+                                                               const cpu::StreamOut& top) {
   for (int64_t l = 0; l + 1 < L; ++l) {
     float* dst = hs[l].data<float>();
     const cpu::StreamLayer& fl = fast_layers[l];
@@ -270,8 +272,8 @@ void StreamCore::run_layers_fast(const float* x, int64_t sx, int64_t t, const cp
 
 // process()'s path: contiguous frames, in blocks of the workspace, nothing else per call;
 // with the head (and residual) applied in the top layer's steps.
-void StreamCore::run_fast(const float* in, float* out, int64_t frames, const cpu::StreamHead* hd,
-                          bool residual) {
+[[gnu::always_inline]] inline void StreamCore::run_fast(const float* in, float* out, int64_t frames,
+                                                        const cpu::StreamHead* hd, bool residual) {
   const int64_t O = hd ? hd->O : P;
   for (int64_t s0 = 0; s0 < frames; s0 += capacity) {
     const cpu::StreamOut top{out + s0 * O, O, hd, residual ? in + s0 * I : nullptr, I};
@@ -291,7 +293,8 @@ void StreamCore::run_block_fast(const float* src, const Frames& f, float* out) {
 }
 
 // process()'s path with a head: in (frames, N, I), out (frames, N, O), both contiguous.
-void StreamCore::run_head(const float* in, float* out, int64_t frames) {
+[[gnu::always_inline]] inline void StreamCore::run_head(const float* in, float* out,
+                                                        int64_t frames) {
   Head& h = *head;
   const int64_t O = h.O;
   if (fast) return run_fast(in, out, frames, h.w.empty() ? nullptr : &h.fast, h.residual);

@@ -422,9 +422,10 @@ void run_bench_lstm(const LstmBenchArgs& a) {
       stream->reset();
       const int64_t in_frame = p.N * p.input_size, out_frame = p.N * p.output_size();
       auto go = [&]<typename F>(F*) {
+        const F* in = x.data<F>();
+        F* out = all.data<F>();
         for (int64_t t = 0; t < p.T; t += a.block)
-          stream->process<F>(x.data<F>() + t * in_frame, all.data<F>() + t * out_frame,
-                             std::min(a.block, p.T - t));
+          stream->process<F>(in + t * in_frame, out + t * out_frame, std::min(a.block, p.T - t));
       };
       if (p.dtype == DType::f32)
         go(static_cast<float*>(nullptr));
