@@ -82,10 +82,7 @@ HWY_INLINE bool LstmRegStepsFor(const StreamLayer& L, int64_t G, int S, int64_t 
 }
 
 // t frames (at most L.projection_frames when set): their input projections, then their steps.
-// kOne: a copy for t = 1, the real-time caller's call, with no loop or plan left to run: a
-// call's instructions up to the recurrence's product wait behind the previous call's last
-// gates in the core's reorder window, so each one delays the next step (the LSTM at H 8 on
-// AVX2: 47 ns a call against 52 without the copy, 44 a frame in blocks).
+// kOne: the copy for one frame (StreamFrames, cpu/stream_tiles-inl.h).
 template <bool kOne>
 HWY_INLINE void LstmBlock(const StreamLayer& L, int64_t t_, int64_t step0, const float* x,
                           int64_t sx, float* state, const StreamOut& out, float* scratch) {
@@ -134,31 +131,17 @@ HWY_INLINE void LstmBlock(const StreamLayer& L, int64_t t_, int64_t step0, const
     for (int64_t k = 0; k < Hp; k += kV) hn::Store(hn::Load(d, hc + k), d, state + k);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define GRUX_STREAM_FLATTEN
-#else
-#define GRUX_STREAM_FLATTEN HWY_FLATTEN
-#endif
-// One frame: LstmBlock<true> in a function of its own (flattened apart from the blocks' copy,
-// which keeps both copies' code as fast as one alone).
-HWY_NOINLINE GRUX_STREAM_FLATTEN void LstmStreamForwardOne(const StreamLayer& L, int64_t step0,
-                                                           const float* x, int64_t sx, float* state,
-                                                           const StreamOut& out, float* scratch) {
-  LstmBlock<true>(L, 1, step0, x, sx, state, out, scratch);
-}
-GRUX_STREAM_FLATTEN void LstmStreamForward(const StreamLayer& L, int64_t t, int64_t step0,
-                                           const float* x, int64_t sx, float* state,
-                                           const StreamOut& out, float* scratch) {
-  if (L.V != static_cast<int64_t>(hn::MaxLanes(DF())))
-    throw std::logic_error("lstm stream kernel: packed for another SIMD target");
-  if (t == 1) return LstmStreamForwardOne(L, step0, x, sx, state, out, scratch);
-  const int64_t c = L.projection_frames > 0 ? L.projection_frames : t;
-  for (int64_t f0 = 0; f0 < t; f0 += c) {
-    StreamOut o = out;
-    o.p += f0 * out.stride;
-    if (o.res) o.res += f0 * out.res_stride;
-    LstmBlock<false>(L, std::min(c, t - f0), step0 + f0, x + f0 * sx, sx, state, o, scratch);
+struct LstmCellKernel {
+  static constexpr const char* kName = "lstm stream kernel";
+  template <bool kOne>
+  static HWY_INLINE void Block(const StreamLayer& L, int64_t t, int64_t step0, const float* x,
+                               int64_t sx, float* state, const StreamOut& out, float* scratch) {
+    LstmBlock<kOne>(L, t, step0, x, sx, state, out, scratch);
   }
+};
+void LstmStreamForward(const StreamLayer& L, int64_t t, int64_t step0, const float* x, int64_t sx,
+                       float* state, const StreamOut& out, float* scratch) {
+  StreamFrames<LstmCellKernel>(L, t, step0, x, sx, state, out, scratch);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -124,6 +124,8 @@ struct GRUX_INTERNAL StreamCore {
       reorder = Tensor::empty({capacity, P}, dtype);
       hs.assign(L - 1, Tensor());  // the top layer writes the caller's output
       for (auto& h : hs) h = Tensor::empty({capacity, P}, dtype);
+      one_top = {nullptr, P};  // h itself, until set_head
+      one_layer = &fast_layers[L - 1], one_state = fast_h(L - 1), one_scratch = fast_scratch.get();
       return;
     }
     const int64_t G = gates() * H;
@@ -180,6 +182,33 @@ struct GRUX_INTERNAL StreamCore {
   void run_fast(const float* in, float* out, int64_t frames, const cpu::StreamHead* head = nullptr,
                 bool residual = false);
   void run_layers_fast(const float* x, int64_t sx, int64_t t, const cpu::StreamOut& top);
+  // process()'s one-frame call (the real-time caller's): the layers' kernels and nothing else.
+  // A call's instructions before the first layer's product wait behind the previous call's
+  // last gates in the core's reorder window (cpu/stream_tiles-inl.h's StreamFrames), so each
+  // delays the step: the LSTM at H 8 with a head on AVX2 took 66 ns a call through the block
+  // path, 50 with its kernel called directly. So the top layer's kernel, state and scratch are
+  // at hand (one load each, not a chain of them before the state's load can start), and its
+  // output as the head (set_head) has it, p and res filled per call (res with one_residual).
+  cpu::StreamOut one_top{};
+  bool one_residual = false;
+  const cpu::StreamLayer* one_layer = nullptr;
+  float* one_state = nullptr;
+  float* one_scratch = nullptr;
+  void run_one_frame(const float* in, float* out) {
+    const float* x = in;
+    int64_t sx = I;
+    for (int64_t l = 0; l + 1 < L; ++l) {
+      float* dst = hs[l].data<float>();
+      const cpu::StreamLayer& fl = fast_layers[l];
+      fl.forward(fl, 1, steps, x, sx, fast_h(l), {dst, P}, fast_scratch.get());
+      x = dst, sx = P;
+    }
+    cpu::StreamOut top = one_top;
+    top.p = out;
+    if (one_residual) top.res = in;
+    one_layer->forward(*one_layer, 1, steps, x, sx, one_state, top, one_scratch);
+    ++steps;
+  }
   // The threads that run the frames when threads > 1 was asked for: a team the stream owns,
   // started at construction, whose workers spin between frames (ThreadTeam::Idle::spin).
   // Without it (inside an OpenMP region, or in a child process forked after the stream was
@@ -382,6 +411,8 @@ void StreamCore::set_head(const GruStreamHead& hd) {
   h.in.resize(capacity * N * I);
   h.out.resize(capacity * N * O);
   head = std::move(h);
+  one_top = {nullptr, O, head->w.empty() ? nullptr : &head->fast, nullptr, I};
+  one_residual = head->residual;
 }
 
 void StreamCore::reset(const Tensor& h0, const Tensor& c0) {
@@ -551,6 +582,7 @@ void StreamCore::process(const T* in, T* out, int64_t frames) {
   if (frames == 0) return;
   if (!in || !out) throw Error(fmt::format("{}: process given a null pointer for in or out", op));
   if constexpr (sizeof(T) == 4) {
+    if (fast && frames == 1) return run_one_frame(in, out);
     if (head) return run_head(in, out, frames);
     if (fast) return run_fast(in, out, frames);
   }
