@@ -234,7 +234,9 @@ TEST(LstmCliBench, StreamsPrintTheirBound) {
     for (double part : {chain, work, weights}) EXPECT_GT(part, 0) << r.out;
     EXPECT_NEAR(j["bound_ns_per_frame"].get<double>(), std::max({chain, work, weights}), 0.051)
         << r.out;
-    EXPECT_NEAR(weights * j["weights_gbps"].get<double>(), 4.0 * floats, 0.02 * 4 * floats)
+    // Both figures are printed to 0.1: at about a nanosecond their product is that far off.
+    const double gbps = j["weights_gbps"];
+    EXPECT_NEAR(weights * gbps, 4.0 * floats, (0.01 + 0.05 / weights + 0.05 / gbps) * 4 * floats)
         << r.out;
     if (floats == 184) {
       const double fma = j["fma_ns"], sig = j["sigmoid_ns"], th = j["tanh_ns"];
