@@ -182,6 +182,16 @@ struct GRUX_INTERNAL StreamCore {
   void run_fast(const float* in, float* out, int64_t frames, const cpu::StreamHead* head = nullptr,
                 bool residual = false);
   void run_layers_fast(const float* x, int64_t sx, int64_t t, const cpu::StreamOut& top);
+  // t frames (rows of x, stride sx) through every layer below the top; x and sx then name the
+  // last of those layers' output (unchanged for one layer).
+  void run_lower_layers_fast(const float*& x, int64_t& sx, int64_t t) {
+    for (int64_t l = 0; l + 1 < L; ++l) {
+      float* dst = hs[l].data<float>();
+      const cpu::StreamLayer& fl = fast_layers[l];
+      fl.forward(fl, t, steps, x, sx, fast_h(l), {dst, P}, fast_scratch.get());
+      x = dst, sx = P;
+    }
+  }
   // process()'s one-frame call (the real-time caller's): the layers' kernels and nothing else.
   // A call's instructions before the first layer's product wait behind the previous call's
   // last gates in the core's reorder window (cpu/stream_tiles-inl.h's StreamFrames), so each
@@ -198,12 +208,7 @@ struct GRUX_INTERNAL StreamCore {
   void run_one_frame(const float* in, float* out) {
     const float* x = in;
     int64_t sx = I;
-    for (int64_t l = 0; l + 1 < L; ++l) {
-      float* dst = hs[l].data<float>();
-      const cpu::StreamLayer& fl = fast_layers[l];
-      fl.forward(fl, 1, steps, x, sx, fast_h(l), {dst, P}, fast_scratch.get());
-      x = dst, sx = P;
-    }
+    run_lower_layers_fast(x, sx, 1);
     cpu::StreamOut top = one_top;
     top.p = out;
     if (one_residual) top.res = in;
@@ -289,12 +294,7 @@ struct GRUX_INTERNAL StreamCore {
 [[gnu::always_inline]] inline void StreamCore::run_layers_fast(const float* x, int64_t sx,
                                                                int64_t t,
                                                                const cpu::StreamOut& top) {
-  for (int64_t l = 0; l + 1 < L; ++l) {
-    float* dst = hs[l].data<float>();
-    const cpu::StreamLayer& fl = fast_layers[l];
-    fl.forward(fl, t, steps, x, sx, fast_h(l), {dst, P}, fast_scratch.get());
-    x = dst, sx = P;
-  }
+  run_lower_layers_fast(x, sx, t);
   const cpu::StreamLayer& top_layer = fast_layers[L - 1];
   top_layer.forward(top_layer, t, steps, x, sx, fast_h(L - 1), top, fast_scratch.get());
   steps += t;
