@@ -373,6 +373,52 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
   EXPECT_THAT(gemm.out, HasSubstr("\"op\":\"gemm\""));
 }
 
+// A shape: grux's general GEMM and the BLAS on it, medians, spreads and their ratio, every
+// transpose and both dtypes (odd sizes: partial panels and row blocks).
+TEST(CliBench, GemmShapes) {
+  test::TempDir tmp;
+  struct Shape {
+    const char* name;
+    double M, N, K;
+  };
+  for (const Shape& sh : {Shape{"m37n53k29", 37, 53, 29}, Shape{"m70n17k300ta", 70, 17, 300},
+                          Shape{"m5n80k33tb", 5, 80, 33}, Shape{"m13n49k70tatb", 13, 49, 70}})
+    for (const char* dtype : {"f32", "f64"}) {
+      const std::string shape = sh.name, extra = shape + " " + dtype;
+      CliRun r =
+          grux_cli(tmp.path, "bench gemm " + shape + " --threads 1 --reps 3 --dtype " + dtype);
+      ASSERT_EQ(r.code, 0) << r.err << extra;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["problem"], shape);
+      EXPECT_EQ(j["dtype"], dtype);
+      EXPECT_EQ(j["checked"], "rows");
+      EXPECT_EQ(j["trans_a"], shape.find("ta") != std::string::npos) << extra;
+      EXPECT_EQ(j["trans_b"], shape.find("tb") != std::string::npos) << extra;
+      const double med = j["median_ms"], lo = j["min_ms"], hi = j["max_ms"];
+      EXPECT_GT(lo, 0) << extra;
+      EXPECT_LE(lo, med) << extra;
+      EXPECT_LE(med, hi) << extra;
+      // Times printed to 6 significant digits, the rest to 0.1, 0.01 and 0.001.
+      EXPECT_NEAR(j["spread_pct"].get<double>(), 100 * (hi / lo - 1), 0.06 + 1e-3 * hi / lo)
+          << extra;
+      const double gflops = 2 * sh.M * sh.N * sh.K / (med * 1e6);
+      EXPECT_NEAR(j["gflops"].get<double>(), gflops, 0.006 + gflops * 1e-5) << extra;
+      const double blas = j["blas_median_ms"];
+      if (blas > 0) {
+        EXPECT_NEAR(j["vs_blas"].get<double>(), blas / med, 6e-4 + blas / med * 1e-5) << extra;
+      } else {
+        EXPECT_EQ(j["vs_blas"].get<double>(), 0) << extra;
+      }
+    }
+  CliRun wrong = grux_cli(tmp.path, "bench gemm m9n9k9 --threads 1 --reps 1 --inject-mismatch");
+  EXPECT_EQ(wrong.code, 3);
+  EXPECT_EQ(wrong.out, "");
+  EXPECT_THAT(wrong.err, HasSubstr("reference"));
+  for (const char* bad : {"m0n5k5", "m5n5", "m5n5k5tc", "n5m5k5", "m5n5k2000000", "m5n5k5ta2"})
+    expect_user_error(grux_cli(tmp.path, std::string("bench gemm ") + bad), {bad});
+  expect_user_error(grux_cli(tmp.path, "bench gemm m900000n900000k900000"), {"GiB", "memory"});
+}
+
 TEST(CliBench, RefusesToTimeAWrongResult) {
   test::TempDir tmp;
   CliRun r = grux_cli(tmp.path, "bench gru t5n2i3h4 --threads 1 --reps 1 --inject-mismatch");

@@ -130,20 +130,24 @@ TEST(GemmPacked, MatchesReferenceAtTileEdgesF64) {
 // K is chunked only where op(A) is larger than half the L2 (the size the OS reports): there, a
 // chunked product (the whole A) still gives every row the bits it gets alone (unchunked),
 // with and without the old C kept aside (accumulate), one and three units per panel.
+// K 520: three chunks of kKc (whole panels in registers, AVX-512); K 4200: three of kWindowKc
+// (panels in windows, AVX2 and below), each kernel's K whole at the other size.
 TEST(GemmPacked, ChunkedAlongKOnlyChangesTheBlockingNotTheBits) {
   std::mt19937_64 rng(4);
-  const int64_t K = 520;  // three chunks
-  const int64_t M = cpu::l2_cache_bytes() / 2 / (K * int64_t(sizeof(float))) + 9;
-  for (int64_t units : {1, 3})
-    for (bool accumulate : {false, true})
-      check_packed<float>({M, 49, K}, units, false, true, accumulate, false, rng);
+  for (const int64_t K : {520, 4200}) {
+    const int64_t M = cpu::l2_cache_bytes() / 2 / (K * int64_t(sizeof(float))) + 9;
+    for (int64_t units : {1, 3})
+      for (bool accumulate : {false, true})
+        check_packed<float>({M, 49, K}, units, false, true, accumulate, false, rng);
+  }
 }
 
-// Where a panel is computed in windows (16-register targets), each window's chunk of B stays in
-// L1 while the row blocks pass, in groups of rows whose chunk of A takes half the L2: more rows
-// than one group (K 520: chunks of 174) give the reference's values, the bits of B packed in
-// blocks of a unit, and (A untransposed) every row the bits it gets alone; transposed or not,
-// with and without the old C.
+// Where a panel is computed in windows (16-register targets), the row blocks pass each window
+// of B in groups of rows whose chunk of A takes half the L2, and with more rows in a group than
+// columns in a call, the groups run outermost, each against every panel: more rows than one
+// group (K 520, whole: groups of about L2 / 4160 rows) give the reference's values, the bits of
+// B packed in blocks of a unit, and (A untransposed) every row the bits it gets alone;
+// transposed (copied back to rows) or not, with and without the old C.
 TEST(GemmPacked, RowGroupsOfTheWindowsKeepTheBits) {
   std::mt19937_64 rng(7);
   const int64_t K = 520;
@@ -153,11 +157,6 @@ TEST(GemmPacked, RowGroupsOfTheWindowsKeepTheBits) {
       check_packed<float>({M, 49, K}, 3, ta, true, accumulate, false, rng);
 }
 
-// A transposed op(A) larger than half the L2 (the weight gradients' dL/dg^T) is copied chunk by
-// chunk of K into a k-major buffer before the panels read it: every row still gets the bits
-// it gets alone (one row of op(A), read in place, unchunked), and the bits of the same op(A)
-// stored untransposed. One and three units per panel, with and without bias; with the old C
-// added (accumulate: that path keeps K whole and reads A in place).
 TEST(GemmPacked, PanelForPadsLeastPreferringTwoUnitsThenThree) {
   constexpr int64_t U = cpu::kUnit<float>;
   EXPECT_EQ(cpu::gemm_panel_for<float>(256), 2 * U);  // W4's dW_ih: not 3 units (288 columns)
@@ -176,9 +175,14 @@ TEST(GemmPacked, PanelForPadsLeastPreferringTwoUnitsThenThree) {
   }
 }
 
-TEST(GemmPacked, ChunkedTransposedAIsCopiedChunkByChunkWithTheSameBits) {
-  std::mt19937_64 rng(5);
-  const int64_t K = 520, N = 53;
+// A transposed op(A) larger than half the L2 (the weight gradients' dL/dg^T) is copied chunk by
+// chunk of K (k-major, or back to rows where panels are taken in windows) before the panels
+// read it: every row still gets the bits it gets alone (one row of op(A), read in place,
+// unchunked), and the bits of the same op(A) stored untransposed. One, two and three units per
+// panel, with and without bias; with the old C added (accumulate: that path keeps K whole and
+// reads A in place).
+void check_transposed_chunks(int64_t K, std::mt19937_64& rng) {
+  const int64_t N = 53;
   const int64_t M = cpu::l2_cache_bytes() / 2 / (K * int64_t(sizeof(float))) + 13;
   auto A = random_vec<float>(K * M, rng), src = random_vec<float>(K * N, rng);
   auto b = random_vec<float>(N, rng);
@@ -216,6 +220,13 @@ TEST(GemmPacked, ChunkedTransposedAIsCopiedChunkByChunkWithTheSameBits) {
           ASSERT_NEAR(C[i], R[i], gemm_tol<float>(K)) << where << " at " << i;
       }
   }
+}
+
+// K 520 and 4200: one chunk and three where the kernels take panels in windows (copied back to
+// rows), several at both where they hold whole panels (copied k-major).
+TEST(GemmPacked, ChunkedTransposedAIsCopiedChunkByChunkWithTheSameBits) {
+  std::mt19937_64 rng(5);
+  for (const int64_t K : {520, 4200}) check_transposed_chunks(K, rng);
 }
 
 // Row blocks for a thread's many rows: a multiple of 8 up to 96, the most that fit beside the

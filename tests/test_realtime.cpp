@@ -10,6 +10,7 @@
 // tests say so and skip.)
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -24,6 +25,7 @@
 #include <new>
 #include <thread>
 
+#include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"  // l2_cache_bytes
 #include "cpu/gru_stream.h"
 #include "grux/gru.h"
@@ -172,6 +174,25 @@ TEST(Realtime, TheCounterSeesAllocations) {
   EXPECT_GT(allocations_in([] { ::operator delete(::operator new(16)); }), 0);
   EXPECT_GT(allocations_in([] { free(malloc(64)); }), 0);
   EXPECT_GT(allocations_in([] { Tensor::zeros({3}, DType::f32); }), 0);
+}
+
+// cpu::gemm packs op(B) into a buffer its thread keeps (cpu/gemm.h): after one call, calls
+// with an op(B) of up to 32 MiB (here 1.5 MiB and 12 KiB) allocate nothing; a larger one (33
+// MiB) gets a buffer for the call.
+TEST(Realtime, GemmKeepsItsPackingBuffer) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);  // the product's own thread only: no OpenMP team to start
+  std::vector<float> a(4096 * 2), b(4096 * 2112), c(2 * 2112);
+  const auto product = [&](int64_t N, int64_t K) {
+    cpu::gemm<float>(false, false, 2, N, K, a.data(), K, b.data(), N, nullptr, false, c.data(), N);
+  };
+  product(768, 512);
+  EXPECT_EQ(allocations_in([&] { product(768, 512); }), 0);
+  EXPECT_EQ(allocations_in([&] { product(48, 64); }), 0);
+  EXPECT_GT(allocations_in([&] { product(2112, 4096); }), 0);
+  EXPECT_EQ(allocations_in([&] { product(768, 512); }), 0);
+  omp_set_num_threads(before);
 }
 
 TEST(Realtime, TheCounterSeesLocksThreadsAndSleeps) {

@@ -12,7 +12,9 @@ namespace grux::cpu {
 // read. Each element is the sum over k = 0..K-1, in order, of fused multiply-adds from zero,
 // then + bias, then + the old C (cpu/gemm_packed.h): the result of a row never depends on the
 // other rows, M, the thread count or the machine's BLAS. op(B) is packed on every call (K x N
-// copies); callers that reuse B pack it once themselves (cpu::pack_b, cpu::gemm_packed).
+// copies) into a buffer the calling thread keeps (it grows to the largest packed op(B) up to
+// 32 MiB; a larger one gets a buffer of its own for the call); callers that reuse B pack it
+// once themselves (cpu::pack_b, cpu::gemm_packed).
 // Threads: the OpenMP threads when called outside a parallel region and the product is large
 // enough to share; inside one, the calling thread alone.
 template <typename T>

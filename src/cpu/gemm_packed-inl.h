@@ -28,13 +28,23 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // A product whose op(A) (M x K) is larger than half the L2 is processed in equal chunks of K
-// of at most kKc (a transposed A, copied chunk by chunk, in longer ones:
-// TransposedChunkLength), so that a chunk of A's rows stays in L2 while every panel passes
-// (GemmPanelsChunked) and a panel's chunk stays near L1. Partial sums pass between chunks
-// through C exactly (they are already rounded to T), so chunking does not change results.
-// A smaller op(A) stays in L2 whole, and there chunks only cost: the recurrent product of W3
-// (M 64, K 512) runs 3% faster unchunked alone and 5% faster between the gates.
+// of at most kKc (kWindowKc where the kernels take a panel in windows; a transposed A, copied
+// chunk by chunk, in longer ones: TransposedChunkLength), so that a chunk of A's rows stays in
+// L2 while every panel passes (GemmPanelsChunked) and a panel's chunk stays near L1. Partial
+// sums pass between chunks through C exactly (they are already rounded to T), so chunking does
+// not change results. A smaller op(A) stays in L2 whole, and there chunks only cost: the
+// recurrent product of W3 (M 64, K 512) runs 3% faster unchunked alone and 5% faster between
+// the gates.
 constexpr int64_t kKc = 256;
+// Where a micro-kernel takes a panel in windows of two vectors (AVX2 and below: WindowVectors),
+// a window's chunk of B is one contiguous block of 64 bytes a k, which streams from L2 at the
+// FMAs' rate, and each chunk boundary costs a pass of partial sums through C and rows of A
+// read in runs too short for the prefetchers (a kKc chunk of a row is 16 lines). On an AVX2
+// core with a 512 KiB L2, f32 at one thread: 1536^3 at 0.73x OpenBLAS's rate in chunks of 256,
+// 0.96x unchunked; K 4096 and 8192 as fast in chunks of 2048 as unchunked, a third slower in
+// chunks of 256-512.
+constexpr int64_t kWindowKc = 2048;
+constexpr bool kWindowed = HWY_MAX_BYTES < 64;  // WindowsPanels() of this target
 // K in equal chunks of at most `most`.
 inline int64_t EqualChunks(int64_t K, int64_t most) {
   const int64_t chunks = (K + most - 1) / most;
@@ -43,7 +53,7 @@ inline int64_t EqualChunks(int64_t K, int64_t most) {
 template <typename T>
 int64_t ChunkLength(int64_t M, int64_t K) {
   if (M * K * int64_t(sizeof(T)) <= l2_cache_bytes() / 2) return K;
-  return EqualChunks(K, kKc);
+  return EqualChunks(K, kWindowed ? kWindowKc : kKc);
 }
 // The chunks of a transposed A copied k-major (GemmPanelsChunked): as long as the copy (M x kc)
 // takes at most a quarter of the L2, and at least kKc. Every chunk ends with C written and the
@@ -86,6 +96,20 @@ struct AChunkT {
     return *this;
   }
   T at(int r, int64_t k) const { return P[(k - k0) * ld + r]; }
+};
+
+// A chunk of a transposed A, k0 <= k < k0 + kc, copied back to rows: element (r, k) of op(A)
+// at P[r * ld + k - k0] (GemmPanelsChunked, windowed targets).
+template <typename T>
+struct AChunkRows {
+  const T* P;
+  int64_t ld, k0;
+  AChunkRows from_row(int64_t m) const { return {P + m * ld, ld, k0}; }
+  template <int MR>
+  const AChunkRows& block() const {
+    return *this;
+  }
+  T at(int r, int64_t k) const { return P[r * ld + (k - k0)]; }
 };
 
 template <typename T>
@@ -271,6 +295,14 @@ constexpr int WindowVectors(int nvt, int regs, bool few) {
   return w;
 }
 
+// Rows of A whose chunk of kc columns takes at most half the L2: a group of rows that stays
+// there while windows of B pass (RowsTimesPanels, GemmPanels), a multiple of mr (at least mr).
+template <typename T>
+int64_t WindowGroupRows(int64_t kc, int64_t mr) {
+  return std::max<int64_t>(
+      mr, l2_cache_bytes() / 2 / (std::max<int64_t>(kc, 1) * int64_t(sizeof(T))) / mr * mr);
+}
+
 // Rows [0, M) against NP consecutive panels (or one), for the K chunks that start in
 // [kb, ke) (all of them by default); `few`: M is 1 or 2.
 template <int NP, int S, bool kFew, class AOp, class BOp, typename T>
@@ -337,8 +369,7 @@ void RowsTimesPanels(int64_t M, int64_t K, const AOp& a_op, const BOp& b_op, int
     // 48-column panel's chunk is 48 KB): 64 bytes a k, where A's rows bring 24 (large products
     // 3-6% faster this way). The same chains in the same order: the same bits. (With the old C
     // kept aside across chunks, blocks keep the order below.)
-    const int64_t group = std::max<int64_t>(
-        kMr, l2_cache_bytes() / 2 / (std::max<int64_t>(kc, 1) * int64_t(sizeof(T))) / kMr * kMr);
+    const int64_t group = WindowGroupRows<T>(kc, kMr);
     for (int64_t g0 = 0; g0 < M; g0 += group) {
       const int64_t g1 = std::min(M, g0 + group);
       for (int64_t k0 = kb; k0 < ke || k0 == 0; k0 += kc) {
@@ -364,6 +395,24 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
                 bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1, int64_t kb, int64_t ke,
                 int64_t kc) {
   constexpr int64_t P = S * kUnit<T>;
+  if constexpr (kWindowed) {
+    // Each call of RowsTimesPanels below reads all of A's rows (in groups that stay in L2,
+    // WindowGroupRows) against its cols columns of B. With the groups outermost instead, each
+    // group's rows are read from beyond L2 once and B once per group: less traffic where a
+    // group has more rows than a call has columns (short K: M 6400, K 256, N 1536 on an AVX2
+    // core with a 512 KiB L2, 0.53-0.69x OpenBLAS's rate panel by panel, 0.98-1.05x group by
+    // group), more where it has fewer (M 2048, K 4096 in chunks of 2048: 0.88 -> 0.72x).
+    // Rows get the same chains in any grouping: the same bits.
+    constexpr int64_t cols = (S == 1 ? 3 : S == 2 ? 2 : 1) * P;
+    constexpr int64_t kMr = 6;  // every windowed kernel's row block (16 vector registers)
+    const int64_t group = WindowGroupRows<T>(kc, kMr);
+    if (M > 2 && M > group && group > cols) {
+      for (int64_t g0 = 0; g0 < M; g0 += group)
+        GemmPanels<S>(std::min(group, M - g0), K, N, a.from_row(g0), b, bias, accumulate,
+                      C + g0 * ldc, ldc, p0, p1, kb, ke, kc);
+      return;
+    }
+  }
   int64_t p = p0;
   auto run = [&](auto np_tag, auto few_tag) {
     constexpr int NP = decltype(np_tag)::value;
@@ -402,23 +451,47 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
 // of A, rows 3H apart: a new page at almost every k, which the prefetchers do not follow.
 // Each chunk is copied once into a k-major buffer (M kc values, allocated here) that the
 // panels then read in sequence (A^T B of W4's dW_hh, M 1536, K 6400, N 512: about a fifth
-// faster than reading A in place). The same values in the same order: the same bits.
+// faster than reading A in place). Where the kernels take panels in windows, the chunks are
+// copied back to rows instead (M x kc, kc up to kWindowKc), read as a plain A (on an AVX2 core
+// with a 512 KiB L2, K 6400 at one thread: M 768 0.79 -> 0.93x OpenBLAS's rate, M 256 0.89 ->
+// 0.97x). The same values in the same order: the same bits.
 template <int S, class AOp, class BOp, typename T>
 void GemmPanelsChunked(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, const T* bias,
                        bool accumulate, T* C, int64_t ldc, int64_t p0, int64_t p1) {
   const int64_t kc = ChunkLength<T>(M, K);
-  if (accumulate || kc == K || M < 12)
+  // The copy back to rows pays where op(A) does not fit in L2 even when K is one chunk.
+  constexpr bool kRowCopies = kWindowed && std::is_same_v<AOp, APlain<true, T>>;
+  const bool whole = kRowCopies ? M * K * int64_t(sizeof(T)) <= l2_cache_bytes() / 2 : kc == K;
+  if (accumulate || whole || M < 12)
     return GemmPanels<S>(M, K, N, a, b, bias, accumulate, C, ldc, p0, p1, 0, K, kc);
   if constexpr (std::is_same_v<AOp, APlain<true, T>>) {
-    const int64_t kt = TransposedChunkLength<T>(M, K);
-    auto chunk = hwy::AllocateAligned<T>(static_cast<size_t>(M * kt));
-    if (!chunk) throw std::bad_alloc();
-    for (int64_t k0 = 0; k0 < K; k0 += kt) {
-      const int64_t k1 = std::min(K, k0 + kt);
-      for (int64_t k = k0; k < k1; ++k)
-        std::memcpy(chunk.get() + (k - k0) * M, a.A + k * a.lda, M * sizeof(T));
-      GemmPanels<S>(M, K, N, AChunkT<T>{chunk.get(), M, k0}, b, bias, false, C, ldc, p0, p1, k0,
-                    k0 + 1, kt);
+    if constexpr (kRowCopies) {
+      const int64_t kt = EqualChunks(K, kWindowKc);
+      auto chunk = hwy::AllocateAligned<T>(static_cast<size_t>(M * kt));
+      if (!chunk) throw std::bad_alloc();
+      for (int64_t k0 = 0; k0 < K; k0 += kt) {
+        const int64_t k1 = std::min(K, k0 + kt);
+        // Tiles of 32 x 32: each source and destination line used whole while in L1.
+        constexpr int64_t kTile = 32;
+        for (int64_t kb = k0; kb < k1; kb += kTile)
+          for (int64_t mb = 0; mb < M; mb += kTile)
+            for (int64_t k = kb; k < std::min(k1, kb + kTile); ++k)
+              for (int64_t m = mb; m < std::min(M, mb + kTile); ++m)
+                chunk[m * kt + (k - k0)] = a.A[k * a.lda + m];
+        GemmPanels<S>(M, K, N, AChunkRows<T>{chunk.get(), kt, k0}, b, bias, false, C, ldc, p0, p1,
+                      k0, k0 + 1, kt);
+      }
+    } else {
+      const int64_t kt = TransposedChunkLength<T>(M, K);
+      auto chunk = hwy::AllocateAligned<T>(static_cast<size_t>(M * kt));
+      if (!chunk) throw std::bad_alloc();
+      for (int64_t k0 = 0; k0 < K; k0 += kt) {
+        const int64_t k1 = std::min(K, k0 + kt);
+        for (int64_t k = k0; k < k1; ++k)
+          std::memcpy(chunk.get() + (k - k0) * M, a.A + k * a.lda, M * sizeof(T));
+        GemmPanels<S>(M, K, N, AChunkT<T>{chunk.get(), M, k0}, b, bias, false, C, ldc, p0, p1, k0,
+                      k0 + 1, kt);
+      }
     }
   } else {
     for (int64_t k0 = 0; k0 < K; k0 += kc)

@@ -10,12 +10,15 @@
 #include <cmath>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "cpu/gemm.h"
+#include "cpu/ref/gemm_ref.h"
 #include "grux/calibrate.h"
 #include "grux/conv.h"
 #include "grux/cost.h"
@@ -639,10 +642,159 @@ void run_bench_mingru(const MinGruBenchArgs& a) {
       tb.median_ms, tg.median_ms / tb.median_ms);
 }
 
+// A GEMM problem of `grux bench gemm DESCRIPTOR`: m{M}n{N}k{K}[ta][tb].
+struct GemmShape {
+  int64_t M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  std::string descriptor() const {
+    return fmt::format("m{}n{}k{}{}{}", M, N, K, trans_a ? "ta" : "", trans_b ? "tb" : "");
+  }
+};
+
+GemmShape parse_gemm_shape(const std::string& d) {
+  const auto bad = [&] {
+    return Error(fmt::format(
+        "bench gemm: descriptor '{}' (expected m{{M}}n{{N}}k{{K}}[ta][tb] with sizes from 1 to "
+        "1000000, e.g. m6400n1536k256 or m256n768k6400ta)",
+        d));
+  };
+  GemmShape g;
+  size_t i = 0;
+  const auto number = [&](char c) {
+    if (i >= d.size() || d[i] != c) throw bad();
+    ++i;
+    int64_t v = 0;
+    const size_t start = i;
+    while (i < d.size() && d[i] >= '0' && d[i] <= '9' && i - start < 8) v = v * 10 + (d[i++] - '0');
+    if (i == start || v < 1 || v > 1000000) throw bad();
+    return v;
+  };
+  g.M = number('m'), g.N = number('n'), g.K = number('k');
+  const std::string rest = d.substr(i);
+  if (rest == "ta" || rest == "tatb") g.trans_a = true;
+  if (rest == "tb" || rest == "tatb") g.trans_b = true;
+  if (!rest.empty() && !g.trans_a && !g.trans_b) throw bad();
+  return g;
+}
+
+struct Spread {
+  double median_ms, min_ms, max_ms;
+};
+Spread spread_of(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), ms.back()};
+}
+
+// grux's general GEMM (cpu::gemm: op(B) packed on every call, as Linear and conv call it)
+// against the BLAS on one shape, the two alternating rep by rep on the same operands.
+template <typename T>
+void bench_gemm_shape(const GemmShape& g, const BenchArgs& a, int threads) {
+  const double elems = double(g.M) * g.K + double(g.K) * g.N + 2.0 * g.M * g.N;
+  const double avail = available_bytes();
+  if (avail > 0 && elems * sizeof(T) > 0.8 * avail)
+    throw Error(
+        fmt::format("bench gemm: {} needs about {:.1f} GiB, more than the {:.1f} GiB of "
+                    "memory available",
+                    g.descriptor(), elems * sizeof(T) / (1 << 30), avail / (1 << 30)));
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> A(g.M * g.K), B(g.K * g.N), C(g.M * g.N), Cb(g.M * g.N);
+  for (auto& x : A) x = static_cast<T>(u(rng));
+  for (auto& x : B) x = static_cast<T>(u(rng));
+  const int64_t lda = g.trans_a ? g.M : g.K, ldb = g.trans_b ? g.K : g.N;
+  const auto run = [&] {
+    cpu::gemm<T>(g.trans_a, g.trans_b, g.M, g.N, g.K, A.data(), lda, B.data(), ldb, nullptr, false,
+                 C.data(), g.N);
+  };
+  run();
+  if (a.inject_mismatch) C[0] += T(1);
+  // Rows 0-3 and the last against the reference (rows are independent: row invariance), each
+  // element within the FMA chain's bound, (K + 2) eps times the sum of |a_k b_kn|.
+  {
+    std::vector<T> absA(A.size()), absB(B.size()), want(g.N), bound(g.N);
+    for (size_t i = 0; i < A.size(); ++i) absA[i] = std::abs(A[i]);
+    for (size_t i = 0; i < B.size(); ++i) absB[i] = std::abs(B[i]);
+    const double eps = std::numeric_limits<T>::epsilon();
+    for (int64_t m : {int64_t(0), int64_t(1), int64_t(2), int64_t(3), g.M - 1}) {
+      if (m >= g.M) continue;
+      const int64_t off = g.trans_a ? m : m * lda;
+      cpu::ref::gemm<T>(g.trans_a, g.trans_b, 1, g.N, g.K, A.data() + off, lda, B.data(), ldb,
+                        nullptr, false, want.data(), g.N);
+      cpu::ref::gemm<T>(g.trans_a, g.trans_b, 1, g.N, g.K, absA.data() + off, lda, absB.data(), ldb,
+                        nullptr, false, bound.data(), g.N);
+      for (int64_t n = 0; n < g.N; ++n) {
+        const double got = C[m * g.N + n], e = want[n];
+        if (!(std::abs(got - e) <= (g.K + 2) * eps * double(bound[n]) + 1e-30))
+          throw ResultMismatch(fmt::format(
+              "bench gemm {}: element ({}, {}) is {} where the reference gives {} (no time "
+              "reported)",
+              g.descriptor(), m, n, got, e));
+      }
+    }
+  }
+  const bool blas = measure::blas_available();
+  const auto run_blas = [&] {
+    measure::blas_gemm<T>(g.trans_a, g.trans_b, g.M, g.N, g.K, T(1), A.data(), lda, B.data(), ldb,
+                          T(0), Cb.data(), g.N);
+  };
+  if (blas) run_blas();
+  std::vector<double> ms, blas_ms;
+  const auto ms_of = [](const std::function<void()>& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int r = 0; r < a.reps; ++r) {
+    ms.push_back(ms_of(run));
+    if (blas) blas_ms.push_back(ms_of(run_blas));
+  }
+  const Spread t = spread_of(ms);
+  const Spread b = blas ? spread_of(blas_ms) : Spread{0, 0, 0};
+  const double gflop = 2.0 * g.M * g.N * g.K / 1e9;
+  const auto rate = [&](double m) { return m > 0 ? gflop / (m / 1e3) : 0.0; };
+  fmt::print(
+      "{{\"op\":\"gemm\",\"problem\":\"{}\",\"trans_a\":{},\"trans_b\":{},\"threads\":{},"
+      "\"dtype\":\"{}\",\"reps\":{},\"median_ms\":{:.6g},\"min_ms\":{:.6g},\"max_ms\":{:.6g},"
+      "\"gflops\":{:.2f},\"spread_pct\":{:.1f},\"blas_median_ms\":{:.6g},\"blas_min_ms\":{:.6g},"
+      "\"blas_max_ms\":{:.6g},\"blas_gflops\":{:.2f},\"blas_spread_pct\":{:.1f},"
+      "\"vs_blas\":{:.3f},\"blas_core\":\"{}\",\"blas_fallback\":{},\"simd\":\"{}\","
+      "\"checked\":\"rows\"}}\n",
+      g.descriptor(), g.trans_a, g.trans_b, threads, dtype_name(dtype_of<T>()), a.reps, t.median_ms,
+      t.min_ms, t.max_ms, rate(t.median_ms), 100 * (t.max_ms / t.min_ms - 1), b.median_ms, b.min_ms,
+      b.max_ms, rate(b.median_ms), blas ? 100 * (b.max_ms / b.min_ms - 1) : 0.0,
+      blas ? b.median_ms / t.median_ms : 0.0, measure::blas_core(),
+      measure::blas_core_is_fallback(), simd_target());
+}
+
+void print_blas_notes() {
+  if (!measure::blas_available())
+    fmt::print(stderr,
+               "grux: note: OpenBLAS (libopenblas.so.0) is not installed, so the BLAS's figures "
+               "are 0 and gflops is grux's own GEMM (install libopenblas0-openmp to measure the "
+               "peer)\n");
+  if (measure::blas_core_is_fallback())
+    fmt::print(stderr,
+               "grux: note: OpenBLAS picked its generic {} kernel on this AVX2 CPU (it does not "
+               "recognise the CPU), so the BLAS's rate is several times below the machine; "
+               "grux's operators do not use the BLAS. To measure the BLAS at its best, set "
+               "OPENBLAS_CORETYPE (e.g. Haswell, SkylakeX or Zen).\n",
+               measure::blas_core());
+}
+
 void run_bench_gemm(const BenchArgs& a) {
   const DType dtype = parse_dtype(a.dtype);
-  const int threads = set_threads(a.threads);
   if (a.reps < 1) throw Error(fmt::format("--reps {} (expected >= 1)", a.reps));
+  if (!a.descriptor.empty()) {
+    const GemmShape g = parse_gemm_shape(a.descriptor);
+    const int threads = set_threads(a.threads);
+    if (dtype == DType::f64)
+      bench_gemm_shape<double>(g, a, threads);
+    else
+      bench_gemm_shape<float>(g, a, threads);
+    print_blas_notes();
+    return;
+  }
+  const int threads = set_threads(a.threads);
   const GemmRates peak = measure_gemm_rates(dtype, a.reps);
   fmt::print(
       "{{\"op\":\"gemm\",\"problem\":\"m{}n{}k{}\",\"threads\":{},\"dtype\":\"{}\",\"reps\":{},"
@@ -650,18 +802,7 @@ void run_bench_gemm(const BenchArgs& a) {
       "\"blas_fallback\":{},\"simd\":\"{}\"}}\n",
       peak.n, peak.n, peak.n, threads, dtype_name(dtype), a.reps, peak.best(), peak.blas, peak.grux,
       measure::blas_core(), measure::blas_core_is_fallback(), simd_target());
-  if (!measure::blas_available())
-    fmt::print(stderr,
-               "grux: note: OpenBLAS (libopenblas.so.0) is not installed, so blas_gflops is 0 "
-               "and gflops is grux's own GEMM (install libopenblas0-openmp to measure the "
-               "peer)\n");
-  if (measure::blas_core_is_fallback())
-    fmt::print(stderr,
-               "grux: note: OpenBLAS picked its generic {} kernel on this AVX2 CPU (it does not "
-               "recognise the CPU), so blas_gflops is several times below the machine; grux's "
-               "operators do not use the BLAS. To measure the BLAS at its best, set "
-               "OPENBLAS_CORETYPE (e.g. Haswell, SkylakeX or Zen).\n",
-               measure::blas_core());
+  print_blas_notes();
 }
 
 // ---- conv2d ------------------------------------------------------------------------------
@@ -851,15 +992,25 @@ Action add_bench_command(CLI::App& app) {
   mg->add_flag("--inject-mismatch", ma->inject_mismatch)->group("");  // hidden: for tests
   CLI::App* m = c->add_subcommand(
       "gemm",
-      "Large square GEMM rates of the BLAS (OpenBLAS, a peer: no grux operator computes "
-      "through it) and of grux's packed GEMM; gflops is the better of the two (the peak other "
-      "benches divide by). blas_core names the kernel OpenBLAS picked for this CPU; "
-      "blas_fallback is true when that is a generic one on a CPU with AVX2 (OpenBLAS did not "
-      "recognise it: its rate is then several times lower; a note on stderr says so). simd is "
-      "the SIMD target grux's kernels run on.");
+      "GEMM rates of grux and of the BLAS (OpenBLAS, a peer: no grux operator computes through "
+      "it). Without DESCRIPTOR: the large square peak (best of --reps): blas_gflops, "
+      "grux_gflops (its packed GEMM, B packed once) and gflops, the better of the two (the peak "
+      "other benches divide by). With DESCRIPTOR m{M}n{N}k{K}[ta][tb] (C = op(A) op(B), op(A) "
+      "M x K, op(B) K x N; ta, tb: A or B stored transposed), e.g. m6400n1536k256 or "
+      "m256n768k6400ta: grux's general GEMM (B packed on every call, as Linear and conv2d call "
+      "it) and the BLAS's on the same operands, alternating rep by rep; median, min and max ms "
+      "of each, gflops at the median, spread_pct = max / min - 1, vs_blas = the BLAS's median "
+      "time over grux's (above 1: grux is faster); rows 0-3 and the last are first checked "
+      "against the reference GEMM (a wrong result exits with code 3 and prints no time). "
+      "blas_core names the kernel OpenBLAS picked for this CPU; blas_fallback is true when that "
+      "is a generic one on a CPU with AVX2 (OpenBLAS did not recognise it: its rate is then "
+      "several times lower; a note on stderr says so). simd is the SIMD target grux's kernels "
+      "run on.");
+  m->add_option("DESCRIPTOR", a->descriptor, "problem, e.g. m6400n1536k256 (default: the peak)");
   m->add_option("--threads", a->threads, "threads (default: all cores)");
   m->add_option("--reps", a->reps, "timed runs after one warm-up")->capture_default_str();
   m->add_option("--dtype", a->dtype, "f32 or f64")->capture_default_str();
+  m->add_flag("--inject-mismatch", a->inject_mismatch)->group("");  // hidden: for tests
   CLI::App* cv = c->add_subcommand(
       "conv2d",
       "Time a conv2d problem. DESCRIPTOR is n{N}c{C}h{H}w{W}d{D}k{K}[s{S}][p{P}][r{R}][g{G}] "
