@@ -399,14 +399,15 @@ void GemmPanels(int64_t M, int64_t K, int64_t N, const AOp& a, const BOp& b, con
     // Each call of RowsTimesPanels below reads all of A's rows (in groups that stay in L2,
     // WindowGroupRows) against its cols columns of B. With the groups outermost instead, each
     // group's rows are read from beyond L2 once and B once per group: less traffic where a
-    // group has more rows than a call has columns (short K: M 6400, K 256, N 1536 on an AVX2
-    // core with a 512 KiB L2, 0.53-0.69x OpenBLAS's rate panel by panel, 0.98-1.05x group by
-    // group), more where it has fewer (M 2048, K 4096 in chunks of 2048: 0.88 -> 0.72x).
-    // Rows get the same chains in any grouping: the same bits.
+    // group has more rows than a call has columns, and B, then read again and again, is the
+    // smaller operand (more likely to stay in L3). On an AVX2 core with a 512 KiB L2 (B packed
+    // once): M 6400, K 256, N 1536 0.53-0.69x OpenBLAS's rate panel by panel, 0.98-1.05x group
+    // by group; M 2048, K 4096 (chunks of 2048: groups of 30) 0.88x -> 0.72x; M 512, K 512, N
+    // 4096 1.01-1.02x -> 0.68-0.97x. Rows get the same chains in any grouping: the same bits.
     constexpr int64_t cols = (S == 1 ? 3 : S == 2 ? 2 : 1) * P;
     constexpr int64_t kMr = 6;  // every windowed kernel's row block (16 vector registers)
     const int64_t group = WindowGroupRows<T>(kc, kMr);
-    if (M > 2 && M > group && group > cols) {
+    if (M > 2 && M > group && group > cols && M >= (p1 - p0) * P) {
       for (int64_t g0 = 0; g0 < M; g0 += group)
         GemmPanels<S>(std::min(group, M - g0), K, N, a.from_row(g0), b, bias, accumulate,
                       C + g0 * ldc, ldc, p0, p1, kb, ke, kc);
