@@ -93,10 +93,13 @@ HWY_INLINE void Bf16Block(int64_t groups, const float* a, int64_t as, const uint
     for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], df, out + (r * W + w) * L);
 }
 
-#if HWY_TARGET != HWY_SCALAR  // one-lane vectors hold no i16 pairs
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128
 // int8 with signed quads of A (the header's first int8 route).
-constexpr bool kSignedQuads = true;
+#define GRUX_INT8_SIGNED_QUADS \
+  (HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128)
+constexpr bool kSignedQuads = GRUX_INT8_SIGNED_QUADS;
+
+#if HWY_TARGET != HWY_SCALAR  // one-lane vectors hold no i16 pairs
+#if GRUX_INT8_SIGNED_QUADS
 // Lane j of the result: the sum over the 4 bytes e of lane j of s[e] * b[e] (signed bytes),
 // exact. u holds |s| (as unsigned bytes: 128 for -128).
 template <class V>
@@ -113,8 +116,6 @@ HWY_INLINE V QuadDots(V s, V u, V b) {
       _mm_madd_epi16(_mm_maddubs_epi16(u.raw, _mm_sign_epi8(b.raw, s.raw)), _mm_set1_epi16(1))};
 #endif
 }
-#else
-constexpr bool kSignedQuads = false;
 #endif
 
 // The same for int8. Signed quads: row r's quad q as the words s (q - 128 a byte) and |s| at
@@ -123,7 +124,7 @@ constexpr bool kSignedQuads = false;
 template <int MR, int W>
 HWY_INLINE void Int8Block(int64_t groups, const uint32_t* a, int64_t as, const uint32_t* b,
                           int64_t P, int32_t* out) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128
+#if GRUX_INT8_SIGNED_QUADS
   if constexpr (kSignedQuads) {
     const hn::ScalableTag<int32_t> d32;
     const int64_t L = hn::Lanes(d32);
@@ -190,11 +191,13 @@ HWY_INLINE void WithConstant(int64_t n, F&& f) {
   }
 }
 
-// Vectors a window for a slab of `rows`: bf16 6 for one row, 3 for two, 2 otherwise; int8 2
-// (its sums have no chains of latency to hide).
+// Vectors a window for a slab of `rows`: 6 for one row, 3 for two, 2 otherwise; int8's i16
+// route 2 (its shifts of B take the registers). With one row and 2 vectors a window, a group's
+// B loads, A broadcasts and loop take as long as its products (int8 signed quads at batch 1,
+// K 640, N 1920, B in L2: 73 GFLOP/s with windows of 6, 45 with 2).
 template <bool kInt8>
 constexpr int LowpWindow(int64_t rows) {
-  return kInt8 ? 2 : rows == 1 ? 6 : rows == 2 ? 3 : 2;
+  return (kInt8 && !kSignedQuads) ? 2 : rows == 1 ? 6 : rows == 2 ? 3 : 2;
 }
 
 #if HWY_TARGET != HWY_SCALAR
