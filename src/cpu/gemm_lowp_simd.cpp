@@ -1,6 +1,6 @@
 // The low-precision packed GEMMs (cpu/gemm_lowp.h) on CPUs without the AVX-512 instructions
-// (AVX2, SSE4, ...): Highway kernels over the same packed bf16 / int8 B, with the same
-// arithmetic as the plain C++ kernels of gemm_lowp.cpp, so the same bits.
+// (AVX2, SSE4, ...): Highway kernels over the same packed bf16 / int8 B, with the bits of the
+// plain C++ kernels of gemm_lowp.cpp (bf16: the same operations; int8: exact integer sums).
 // - bf16: each word of B (a k pair of one column) widened to two f32 vectors (a shift, a
 //   mask); every product of two bf16 values is exact in f32, so an FMA rounds once, as the
 //   plain kernel's separate multiply and add do; the pairs in the same order.
@@ -10,12 +10,14 @@
 //   int32 (vpmaddwd by 1); sum q b = sum s b + 128 colsum. Four instructions a vector of
 //   quads and row, where the i16 route below takes four and a quarter of 3 shifts of B
 //   (blocks of 4 rows on an AVX2 core, B in L1: 1.2-1.3x the f32 kernel's rate, this one
-//   1.25-1.6x; the whole product at M 48, K 640, N 1920: 1.65-2.0x f32's, the i16 route 1.35x).
+//   1.25-1.6x; the whole product at M 48, K 640, N 1920 in one process: 1.6-1.8x f32's, the
+//   i16 route 1.4-1.5x).
 // - int8 elsewhere: each quad of B split into two i16 pairs, (b0, b2) and (b1, b3), against A's
 //   quantized bytes likewise paired (vpmaddwd on x86): exact int32 sums, as vpdpbusd's.
 // Register blocks of 5 (bf16) or 4 (int8) rows x 2 vectors (16 columns on AVX2), the panel's
 // vectors in windows of 2 (and 1 left over); a window of B (K x 16 columns) stays in L1
-// across the row blocks. bf16 with one or two rows: windows of 6 or 3 vectors (LowpSimd).
+// across the row blocks. One or two rows (but int8's i16 route): windows of 6 or 3 vectors
+// (LowpWindow).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/gemm_lowp_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -205,7 +207,8 @@ constexpr int LowpWindow(int64_t rows) {
 // a last one of 1), each against the slab's rows in blocks of up to kSimdMr, whose results
 // (rows x window columns) then go to C as the plain kernels write them. A slab of one or two
 // rows (batch 1 and 2's recurrent products, a stream's frames) takes windows of 6 or 3
-// vectors: with 2, one row's bf16 sums would be 2 chains of dependent FMAs (slower than f32).
+// vectors: with 2, one row's bf16 sums would be 2 chains of dependent FMAs (slower than f32),
+// and int8's loads and broadcasts as many instructions as its products.
 // False when one row does not fit the buffer.
 template <bool kInt8>
 bool LowpSimd(int64_t M, const float* A, int64_t lda, const PackedB<float>& B, const float* bias,
