@@ -317,6 +317,7 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
         << extra;
   }
   // bf16 and int8: checked against the reference twins, with the kernel and the error vs f32.
+  int peak_as_f32 = 0;  // runs whose peak printed equal to the f32 GEMM's best rate
   for (const char* extra :
        {" --precision bf16", " --precision bf16 --train --lengths uniform:2:7:3",
         " --precision bf16 --train --reset-before", " --precision int8 --cell",
@@ -330,17 +331,19 @@ TEST(CliBench, GruPrintsOneCheckedJsonLine) {
     EXPECT_THAT(r.out, HasSubstr(std::string(extra).find("bf16") != std::string::npos
                                      ? "\"precision\":\"bf16\""
                                      : "\"precision\":\"int8\""));
-    // The peak is the low-precision GEMM's (its own measurement), not the f32 rates.
+    // The peak is the low-precision GEMM's (its own measurement), not the f32 rates. Where bf16
+    // runs at f32's rate (AVX2 widens it to f32) one run's two may print alike; all five not.
     const nlohmann::json j = nlohmann::json::parse(r.out);
     const double peak = j["gemm_peak_gflops"].get<double>();
-    EXPECT_NE(peak, std::max(j["blas_gflops"].get<double>(), j["grux_gemm_gflops"].get<double>()))
-        << extra;
+    if (peak == std::max(j["blas_gflops"].get<double>(), j["grux_gemm_gflops"].get<double>()))
+      ++peak_as_f32;
     // Within the printed digits: pct to 0.1, gflops and the peak to 0.01 (a sanitized build
     // runs this tiny problem at a few hundredths of a GFLOP/s).
     const double gflops = j["gflops"].get<double>(), pct = j["pct_of_gemm_peak"].get<double>();
     ASSERT_GT(gflops, 0) << extra;
     EXPECT_NEAR(pct, 100 * gflops / peak, 0.1 + pct * (0.006 / gflops + 0.006 / peak)) << extra;
   }
+  EXPECT_LT(peak_as_f32, 5) << "every low-precision run printed the f32 GEMM's rate as its peak";
   CliRun cell = grux_cli(tmp.path, "bench gru t9n2i3h5 --cell --threads 1 --reps 2");
   ASSERT_EQ(cell.code, 0) << cell.err;
   EXPECT_THAT(cell.out, HasSubstr("\"mode\":\"cell\""));

@@ -208,7 +208,9 @@ TEST(LstmCliBench, PrintsOneCheckedJsonLine) {
     // The cost model's roofline at this process's rates (grux cost lstm's phases).
     EXPECT_GT(j["bound_ms"].get<double>(), 0);
     EXPECT_THAT(j["bound"].get<std::string>(), testing::AnyOf("compute", "traffic"));
-    if (j["precision"] != "f32") EXPECT_GT(j["max_abs_diff_vs_f32"].get<double>(), 0) << args;
+    if (j["precision"] != "f32") {
+      EXPECT_GT(j["max_abs_diff_vs_f32"].get<double>(), 0) << args;
+    }
     if (j["mode"] == "cell" && j["precision"] == "f32") {
       EXPECT_EQ(j["block"], 7);
       EXPECT_GT(j["predicted_ms"].get<double>(), 0);

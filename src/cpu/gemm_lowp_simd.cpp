@@ -8,10 +8,10 @@
 //   quad of B against s's quad: |s| (unsigned) times b with s's sign (vpsignb) summed in
 //   pairs (vpmaddubsw: |pair| <= 2 * 128 * 127 < 2^15, never saturated) and the pairs to
 //   int32 (vpmaddwd by 1); sum q b = sum s b + 128 colsum. Four instructions a vector of
-//   quads and row, where the i16 route below takes four and a quarter of 3 shifts of B
-//   (blocks of 4 rows on an AVX2 core, B in L1: 1.2-1.3x the f32 kernel's rate, this one
-//   1.25-1.6x; the whole product at M 48, K 640, N 1920 in one process: 1.6-1.8x f32's, the
-//   i16 route 1.4-1.5x).
+//   quads and row; the i16 route below takes four and, in blocks of 4 rows, a quarter of
+//   B's 3 shifts. Blocks of 4 rows on an AVX2 core, B in L1: the i16 route 1.2-1.3x the f32
+//   kernel's rate, this one 1.25-1.6x; the whole product at M 48, K 640, N 1920 in one
+//   process: the i16 route 1.4-1.5x f32's, this one 1.6-1.8x.
 // - int8 elsewhere: each quad of B split into two i16 pairs, (b0, b2) and (b1, b3), against A's
 //   quantized bytes likewise paired (vpmaddwd on x86): exact int32 sums, as vpdpbusd's.
 // Register blocks of 5 (bf16) or 4 (int8) rows x 2 vectors (16 columns on AVX2), the panel's
