@@ -127,28 +127,25 @@ template <int MR, int W>
 HWY_INLINE void Int8Block(int64_t groups, const uint32_t* a, int64_t as, const uint32_t* b,
                           int64_t P, int32_t* out) {
 #if GRUX_INT8_SIGNED_QUADS
-  if constexpr (kSignedQuads) {
-    const hn::ScalableTag<int32_t> d32;
-    const int64_t L = hn::Lanes(d32);
-    using V = hn::Vec<decltype(d32)>;
-    V acc[MR][W];
-    for (int r = 0; r < MR; ++r)
-      for (int w = 0; w < W; ++w) acc[r][w] = hn::Zero(d32);
-    const int32_t* bq = reinterpret_cast<const int32_t*>(b);
-    for (int64_t g = 0; g < groups; ++g, bq += P) {
-      V bv[W];
-      for (int w = 0; w < W; ++w) bv[w] = hn::LoadU(d32, bq + w * L);
-      for (int r = 0; r < MR; ++r) {
-        const V s = hn::Set(d32, static_cast<int32_t>(a[r * as + 2 * g]));
-        const V u = hn::Set(d32, static_cast<int32_t>(a[r * as + 2 * g + 1]));
-        for (int w = 0; w < W; ++w) acc[r][w] = hn::Add(acc[r][w], QuadDots(s, u, bv[w]));
-      }
+  const hn::ScalableTag<int32_t> d32;
+  const int64_t L = hn::Lanes(d32);
+  using V = hn::Vec<decltype(d32)>;
+  V acc[MR][W];
+  for (int r = 0; r < MR; ++r)
+    for (int w = 0; w < W; ++w) acc[r][w] = hn::Zero(d32);
+  const int32_t* bq = reinterpret_cast<const int32_t*>(b);
+  for (int64_t g = 0; g < groups; ++g, bq += P) {
+    V bv[W];
+    for (int w = 0; w < W; ++w) bv[w] = hn::LoadU(d32, bq + w * L);
+    for (int r = 0; r < MR; ++r) {
+      const V s = hn::Set(d32, static_cast<int32_t>(a[r * as + 2 * g]));
+      const V u = hn::Set(d32, static_cast<int32_t>(a[r * as + 2 * g + 1]));
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::Add(acc[r][w], QuadDots(s, u, bv[w]));
     }
-    for (int r = 0; r < MR; ++r)
-      for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], d32, out + (r * W + w) * L);
-    return;
   }
-#endif
+  for (int r = 0; r < MR; ++r)
+    for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], d32, out + (r * W + w) * L);
+#else
   const hn::ScalableTag<int32_t> d32;
   const hn::Repartition<int16_t, decltype(d32)> d16;
   const int64_t L = hn::Lanes(d32);
@@ -178,6 +175,7 @@ HWY_INLINE void Int8Block(int64_t groups, const uint32_t* a, int64_t as, const u
   for (int r = 0; r < MR; ++r)
     for (int w = 0; w < W; ++w)
       hn::StoreU(hn::Add(acc[r][w], acc1[r][w]), d32, out + (r * W + w) * L);
+#endif
 }
 
 #endif
