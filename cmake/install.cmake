@@ -12,7 +12,8 @@ set(GRUX_ENGINE_HEADERS
   include/grux/conv.h include/grux/cost.h include/grux/cost_format.h include/grux/cost_predict.h
   include/grux/cost_profile.h include/grux/cost_registry.h include/grux/error.h
   include/grux/export.h include/grux/gru.h include/grux/grux.h include/grux/io.h include/grux/lstm.h
-  include/grux/mingru.h include/grux/nn.h include/grux/optim.h include/grux/precision.h
+  include/grux/mingru.h include/grux/model.h include/grux/nn.h include/grux/optim.h
+  include/grux/precision.h
   include/grux/rearrange.h include/grux/runtime.h include/grux/scan.h include/grux/sequence.h
   include/grux/tensor.h include/grux/tensor_ops.h
   ${GRUX_GENERATED_INCLUDE}/grux/version.h)

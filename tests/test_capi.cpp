@@ -469,6 +469,54 @@ TEST(CApi, StreamErrorsNameTheProblem) {
   EXPECT_EQ(grux_model_output_size(nullptr), -1);
 }
 
+// A model file (grux_model_load_file): NAM Core's example LSTM, its stored initial state and
+// sample rate, against NAM Core's own output; the stream's reset returns to that state.
+TEST(CApi, ModelFileMatchesItsEngine) {
+  const std::string dir = std::string(GRUX_MODELS_DIR);
+  char err[256];
+  grux_model* m =
+      grux_model_load_file((dir + "/files/nam_core_lstm.nam").c_str(), 0, err, sizeof err);
+  ASSERT_NE(m, nullptr) << err;
+  EXPECT_EQ(grux_model_sample_rate(m), 48000);
+  EXPECT_EQ(grux_model_input_size(m), 1);
+  EXPECT_EQ(grux_model_output_size(m), 1);
+  const Tensor x = read_npy(dir + "/golden/signal_i1.npy");
+  const Tensor want = read_npy(dir + "/golden/nam_core_lstm.npy");
+  grux_stream* s = grux_stream_create(m, 1, 0, err, sizeof err);
+  ASSERT_NE(s, nullptr) << err;
+  grux_model_free(m);  // the stream keeps what it needs
+  const int64_t T = x.size(0);
+  std::vector<float> y(static_cast<size_t>(T)), again(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    ASSERT_EQ(grux_stream_process(s, x.data<float>() + t, &y[t], 1), GRUX_OK);
+  for (int64_t t = 0; t < T; ++t)
+    ASSERT_NEAR(y[t], want.data<float>()[t], 1e-5 + 1e-4 * std::fabs(want.data<float>()[t])) << t;
+  grux_stream_reset(s);
+  ASSERT_EQ(grux_stream_process(s, x.data<float>(), again.data(), T), GRUX_OK);
+  EXPECT_EQ(std::memcmp(y.data(), again.data(), y.size() * 4), 0);
+  grux_stream_free(s);
+}
+
+TEST(CApi, ModelFileErrorsNameTheProblem) {
+  char err[256] = "x";
+  EXPECT_EQ(grux_model_load_file(nullptr, 0, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("path is NULL"));
+  const std::string nam = std::string(GRUX_MODELS_DIR) + "/files/nam_core_lstm.nam";
+  EXPECT_EQ(grux_model_load_file(nam.c_str(), GRUX_RESIDUAL, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("expected GRUX_BF16 or GRUX_INT8 or 0"));
+  EXPECT_EQ(grux_model_load_file(nam.c_str(), GRUX_BF16 | GRUX_INT8, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("choose one precision"));
+  const std::string bad = std::string(GRUX_MODELS_DIR) + "/files/rtneural_bad_lstm.json";
+  EXPECT_EQ(grux_model_load_file(bad.c_str(), 0, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("layer 0 (lstm)"));
+  EXPECT_EQ(grux_model_load_file("/nonexistent.json", 0, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("/nonexistent.json"));
+  EXPECT_EQ(grux_model_sample_rate(nullptr), -1);
+  grux_model* m = grux_model_load_file(nam.c_str(), GRUX_INT8, err, sizeof err);
+  ASSERT_NE(m, nullptr) << err;
+  grux_model_free(m);
+}
+
 TEST(CApi, Version) {
   EXPECT_STREQ(grux_version(), GRUX_VERSION_STRING);
   EXPECT_EQ(std::string(grux_version()), std::to_string(GRUX_VERSION_MAJOR) + "." +

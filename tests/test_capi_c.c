@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   CHECK(strstr(err, "/nonexistent/model.safetensors") != NULL);
   CHECK(grux_stream_create(NULL, 1, 1, err, sizeof err) == NULL);
   CHECK(strstr(err, "model is NULL") != NULL);
+  CHECK(grux_model_load_file("/nonexistent/model.nam", 0, err, sizeof err) == NULL);
+  CHECK(strstr(err, "/nonexistent/model.nam") != NULL);
+  CHECK(grux_model_sample_rate(NULL) == -1);
   grux_model_free(NULL);
   grux_stream_free(NULL);
 

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "grux/gru.h"
 #include "grux/grux.h"
 #include "grux/lstm.h"
+#include "grux/model.h"
 #include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -391,6 +393,59 @@ TEST(Realtime, LstmStreamsNeitherAllocateNorBlock) {
 // GruCell's step from raw memory on the real-time kernel (one thread, or any number where
 // the weights take less than a quarter of the L2): nothing allocated or blocked on, into
 // other memory or in place, from h or zeros.
+// A model file's stream (grux/model.h): its dense, activation and skip stages between the
+// streams, a stored initial state restored by reset(), batches and threads.
+TEST(Realtime, ModelStreamsNeitherAllocateNorBlock) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns these functions here";
+  const std::string dir = std::string(GRUX_MODELS_DIR) + "/files/";
+  struct Case {
+    const char* file;
+    int64_t batch;
+    int threads;
+    Precision precision = Precision::f32;
+  };
+  for (const Case& k :
+       {Case{"rtneural_gru.json", 1, 0}, Case{"rtneural_dense.json", 1, 0},
+        Case{"nam_core_lstm.nam", 1, 0}, Case{"neuralseed_gru7_ts9.json", 1, 0},
+        Case{"rtneural_lstm_torch.json", 3, 2}, Case{"nam_core_lstm.nam", 2, 1, Precision::int8}}) {
+    const Model model = load_model(dir + k.file);
+    ModelStream stream(model, k.batch, k.precision, k.threads);
+    const int64_t T = 200, I = model.input_size(), O = model.output_size();
+    std::vector<float> x(size_t(T * k.batch * I), 0.25f), y(size_t(T * k.batch * O));
+    auto run = [&] {
+      for (int64_t t = 0; t < 8; ++t)
+        stream.process(x.data() + t * k.batch * I, y.data() + t * k.batch * O, 1);
+      stream.process(x.data(), y.data(), T);
+      stream.reset();
+    };
+    run();
+    const std::string what = std::string(k.file) + " batch " + std::to_string(k.batch) +
+                             " threads " + std::to_string(k.threads);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_EQ(allocations_in(run), 0) << what;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_EQ(blocking_calls_in(run), 0) << what;
+  }
+}
+
+// A stream's reset to a given state of its own layout copies it in place.
+TEST(Realtime, ResetToAGivenStateAllocatesNothing) {
+  if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
+  LstmConfig c;
+  c.input_size = 2;
+  c.hidden_size = 16;
+  c.num_layers = 2;
+  const Lstm lstm(c, DType::f32, 3);
+  const Tensor h0 = Tensor::full({2, 1, 16}, 0.1, DType::f32);
+  const Tensor c0 = Tensor::full({2, 1, 16}, -0.2, DType::f32);
+  LstmStream stream(lstm, 1, h0, c0);
+  const Tensor x = Tensor::full({5, 1, 2}, 0.3, DType::f32);
+  const Tensor first = stream.step(x);
+  EXPECT_EQ(allocations_in([&] { stream.reset(h0, c0); }), 0);
+  const Tensor again = stream.step(x);
+  EXPECT_EQ(std::memcmp(first.data<float>(), again.data<float>(), first.numel() * 4), 0);
+}
+
 TEST(Realtime, GruCellRawStepAllocatesNothing) {
   if (!GRUX_COUNT_ALLOCATIONS) GTEST_SKIP() << "the sanitizer owns the allocator here";
   for (int64_t H : {8, 24, 64, 128, 256}) {

@@ -301,15 +301,16 @@ class GruCell {
 //
 // Real time: after construction, step_into() and process() allocate nothing, take no lock,
 // start no thread and make no system call, whatever the number of frames (a call longer than
-// the workspace runs in blocks of it); reset() without h0 likewise. step() and state()
-// allocate their results. A single-threaded stream never waits on another thread. With
-// threads > 1 the stream starts its worker threads in the constructor; between frames they
-// spin (x86 `pause`) on an atomic counter for the stream's whole life, never sleeping, and
-// the caller spins until they finish each step: give them their own cores and the caller's
-// real-time priority, or the caller waits whenever the OS preempts one. The destructor joins
-// them (it locks a mutex and makes system calls: not on the audio thread). The constructor
-// throws grux::Error if they cannot be started. In a child process forked after the stream
-// was made, the workers do not exist: there the caller runs every frame alone (same bits).
+// the workspace runs in blocks of it); reset() without h0 likewise, and reset(h0) with an h0
+// of the state's own shape, dtype and layout (contiguous (L, N, H)), which it copies in place.
+// step() and state() allocate their results. A single-threaded stream never waits on another
+// thread. With threads > 1 the stream starts its worker threads in the constructor; between frames
+// they spin (x86 `pause`) on an atomic counter for the stream's whole life, never sleeping, and the
+// caller spins until they finish each step: give them their own cores and the caller's real-time
+// priority, or the caller waits whenever the OS preempts one. The destructor joins them (it locks a
+// mutex and makes system calls: not on the audio thread). The constructor throws grux::Error if
+// they cannot be started. In a child process forked after the stream was made, the workers do not
+// exist: there the caller runs every frame alone (same bits).
 //
 // Kernels and results. One sequence (batch 1 or unbatched) in f32 on one thread runs the
 // real-time kernel (hidden sizes up to 256): a fused step per group of units, its results

@@ -7,7 +7,9 @@
  *
  *   y_t = head(rnn(x)_t)            or, with GRUX_RESIDUAL,   y_t = x_t + head(rnn(x)_t)
  *
- * (no head: head(h) = h). A model is immutable once loaded and may be shared by any number of
+ * (no head: head(h) = h); or any sequential model of a model file people already have (RTNeural
+ * JSON, GuitarML JSON, .nam: grux_model_load_file), as the file describes it.
+ * A model is immutable once loaded and may be shared by any number of
  * threads and streams. A stream holds the state of `batch` independent sequences; one thread
  * at a time may use it. A stream copies what it needs from its model: the model may be freed
  * before its streams.
@@ -70,10 +72,25 @@ typedef struct grux_stream grux_stream; /* state of one stream; one thread at a 
 GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix,
                                      const char* head_prefix, unsigned flags, char* err,
                                      size_t err_len);
+/* Loads a model file: RTNeural's JSON, GuitarML's (or a bare) PyTorch state-dict JSON, a Neural
+ * Amp Modeler .nam (LSTM), or safetensors (an nn.GRU / nn.LSTM state dict with an optional
+ * nn.Linear after it, or what `grux model convert` writes); the format is told from the content.
+ * The file says the layers, the GRU's form, the skip connection, the initial state and the
+ * sample rate (docs/formats.md). flags: 0, GRUX_BF16 or GRUX_INT8 (the recurrent layers'
+ * products; dense layers stay f32). Streams start from the file's initial state (zeros where it
+ * stores none), and grux_stream_reset returns to it. Returns NULL on error with a one-line
+ * message in err, as grux_model_load: a missing, malformed or oversized file, a misshapen or
+ * non-finite weight, sizes that do not chain, a layer grux does not run (named by its position
+ * and type), unknown flags. */
+GRUX_API grux_model* grux_model_load_file(const char* path, unsigned flags, char* err,
+                                          size_t err_len);
 /* Floats per frame and sequence going in (the GRU's input size) and coming out (the head's
  * output size, or the GRU's hidden size without a head). -1 when m is NULL. */
 GRUX_API int64_t grux_model_input_size(const grux_model* m);
 GRUX_API int64_t grux_model_output_size(const grux_model* m);
+/* The sample rate (Hz) the model was trained at, as its file says; 0 where it does not say (and
+ * for grux_model_load's models); -1 when m is NULL. */
+GRUX_API double grux_model_sample_rate(const grux_model* m);
 /* Frees a model; NULL is a no-op. */
 GRUX_API void grux_model_free(grux_model* m);
 
@@ -94,7 +111,7 @@ GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int
 GRUX_API int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t frames);
 /* The message of the last failed call on s ("" if none); valid until the next call on s. */
 GRUX_API const char* grux_stream_error(const grux_stream* s);
-/* Sets every sequence's state back to zero. */
+/* Sets every sequence's state back to its start: zero, or a model file's stored initial state. */
 GRUX_API void grux_stream_reset(grux_stream* s);
 /* Frees a stream; NULL is a no-op. */
 GRUX_API void grux_stream_free(grux_stream* s);

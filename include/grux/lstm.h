@@ -250,8 +250,9 @@ class LstmCell {
 // The stream packs its own copy of the weights and sizes all its workspace when constructed
 // (`lstm` may go away afterwards). After construction, step_into() and process() allocate
 // nothing, take no lock, start no thread and make no system call, whatever the number of
-// frames; reset() without arguments likewise. step(), state() and cell_state() allocate their
-// results. With threads > 1 the stream's own team (started here, spinning between frames, as
+// frames; reset() without arguments likewise, and reset(h0, c0) with states of the stream's own
+// shapes, dtype and layout (contiguous), copied in place. step(), state() and cell_state() allocate
+// their results. With threads > 1 the stream's own team (started here, spinning between frames, as
 // GruStream's) shares each step's units; 0 or 1: every step runs on the calling thread.
 //
 // Kernels and results. One sequence (batch 1 or unbatched) in f32 without a projection (hidden

@@ -252,9 +252,11 @@ from ._mingru import *  # noqa: E402,F401,F403
 from ._conv import *  # noqa: E402,F401,F403
 from ._cost import *  # noqa: E402,F401,F403
 from ._lstm import *  # noqa: E402,F401,F403
-from . import _scan, _mingru, _conv, _cost, _lstm  # noqa: E402
+from ._model import *  # noqa: E402,F401,F403
+from . import _scan, _mingru, _conv, _cost, _lstm, _model  # noqa: E402
 
-__all__ += _scan.__all__ + _mingru.__all__ + _conv.__all__ + _cost.__all__ + _lstm.__all__
+__all__ += (_scan.__all__ + _mingru.__all__ + _conv.__all__ + _cost.__all__ + _lstm.__all__ +
+            _model.__all__)
 
 
 def __getattr__(name):

@@ -627,3 +627,94 @@ class MinGRU(nn.Module):
                                             self.batch_first, self.log_space)
         out, h_n = core.forward(_np(input, "input"), _np(h0, "h0"), lengths)
         return torch.from_numpy(out), torch.from_numpy(h_n)
+
+
+class _Scale(nn.Module):
+    """Inference batch norm as a model file holds it: (x - mean) * scale + shift."""
+
+    def __init__(self, mean, scale, shift):
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("scale", scale)
+        self.register_buffer("shift", shift)
+
+    def forward(self, x):
+        return (x - self.mean) * self.scale + self.shift
+
+
+class FileModel(nn.Module):
+    """A model file (grux.load: RTNeural JSON, GuitarML JSON, .nam, safetensors) as a
+    torch.nn.Module made of grux.torch.GRU / LSTM and torch.nn layers, its weights parameters
+    (trainable; load_state_dict works), its stored initial states buffers. forward(x): x
+    (T, input_size) or (T, N, input_size), from the initial state, returns (T, output_size)
+    or (T, N, output_size): the numbers of grux.load(path).process(x) within f32 rounding."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.input_size, self.output_size, self.skip = (model.input_size, model.output_size,
+                                                        model.skip)
+        self.sample_rate = model.sample_rate
+        self.layers = nn.ModuleList()
+        acts = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "elu": nn.ELU,
+                "softmax": lambda: nn.Softmax(dim=-1)}
+        for k, layer in enumerate(model.layers):
+            kind, t = layer["kind"], {n: torch.from_numpy(a.copy()) for n, a in
+                                      layer["tensors"].items()}
+            I, O = layer["in_size"], layer["out_size"]
+            if kind in ("gru", "lstm"):
+                bias = "b_ih" in t
+                m = GRU(I, O, bias=bias, reset_before=layer.get("form") == "reset_before") \
+                    if kind == "gru" else LSTM(I, O, bias=bias)
+                with torch.no_grad():
+                    m.weight_ih_l0.copy_(t["w_ih"])
+                    m.weight_hh_l0.copy_(t["w_hh"])
+                    if bias:
+                        m.bias_ih_l0.copy_(t["b_ih"])
+                        m.bias_hh_l0.copy_(t["b_hh"])
+                m.register_buffer("h0", t.get("h0", torch.zeros(O)))
+                if kind == "lstm":
+                    m.register_buffer("c0", t.get("c0", torch.zeros(O)))
+            elif kind == "dense":
+                m = nn.Linear(I, O, bias="bias" in t)
+                with torch.no_grad():
+                    m.weight.copy_(t["weight"])
+                    if "bias" in t:
+                        m.bias.copy_(t["bias"])
+            elif kind == "activation":
+                m = acts[layer["activation"]]()
+            elif kind == "prelu":
+                m = nn.PReLU(O)
+                with torch.no_grad():
+                    m.weight.copy_(t["weight"])
+            else:
+                m = _Scale(t["mean"], t["weight"], t["bias"])
+            m.grux_kind = kind
+            self.layers.append(m)
+
+    def forward(self, x):
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
+            raise Error(f"x: shape {tuple(x.shape)}, expected (T, {self.input_size}) or "
+                        f"(T, N, {self.input_size})")
+        batched = x.dim() == 3
+        y = x if batched else x.unsqueeze(1)
+        N = y.shape[1]
+        for m in self.layers:
+            if m.grux_kind in ("gru", "lstm"):
+                h0 = m.h0.to(y.dtype).expand(1, N, -1).contiguous()
+                hx = h0 if m.grux_kind == "gru" else (h0, m.c0.to(y.dtype).expand(1, N, -1)
+                                                      .contiguous())
+                y = m(y, hx)[0]
+            else:
+                y = m(y)
+        if self.skip:
+            y = y + (x if batched else x.unsqueeze(1))[..., :self.skip]
+        return y if batched else y.squeeze(1)
+
+
+def from_file(path):
+    """grux.torch.FileModel of the model file at `path` (see grux.load)."""
+    from ._model import load
+    return FileModel(load(path))
+
+
+__all__ += ["FileModel", "from_file"]

@@ -79,5 +79,6 @@ void bind_scan(py::module_& m);    // scan.cpp
 void bind_mingru(py::module_& m);  // mingru.cpp
 void bind_conv(py::module_& m);    // conv.cpp
 void bind_cost(py::module_& m);    // cost.cpp
+void bind_model(py::module_& m);   // model.cpp
 
 }  // namespace grux_py

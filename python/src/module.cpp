@@ -543,6 +543,7 @@ PYBIND11_MODULE(_grux, m) {
   bind_mingru(m);
   bind_conv(m);
   bind_cost(m);
+  bind_model(m);
 }
 
 // Gru, GruCell.

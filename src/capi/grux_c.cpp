@@ -1,7 +1,7 @@
 // The C API (include/grux/grux.h) over the C++ engine's public API: a GRU or LSTM stack
 // (grux::Gru run by grux::GruStream, grux::Lstm run by grux::LstmStream) and an optional Linear
-// head and skip (grux::GruStreamHead). Every entry
-// point catches everything: no exception crosses into C.
+// head and skip (grux::GruStreamHead), or a model file (grux::Model run by grux::ModelStream).
+// Every entry point catches everything: no exception crosses into C.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "grux/grux.h"
 #include "grux/io.h"
 #include "grux/lstm.h"
+#include "grux/model.h"
 #include "grux/version.h"
 
 namespace {
@@ -67,15 +68,17 @@ std::string current_error(const char* fn) {
 }  // namespace
 
 struct grux_model {
-  std::optional<grux::Gru> gru;  // the model's stack: one of the two
+  std::optional<grux::Gru> gru;  // the model's stack and head (grux_model_load): one of the two
   std::optional<grux::Lstm> lstm;
   Head head;
+  std::optional<grux::Model> file;  // or a model file (grux_model_load_file)
   grux::Precision precision = grux::Precision::f32;
 };
 
 struct grux_stream {
-  std::optional<grux::GruStream> gru;  // with the model's head (set_head); one of the two
+  std::optional<grux::GruStream> gru;  // with the model's head (set_head); one of the three
   std::optional<grux::LstmStream> lstm;
+  std::optional<grux::ModelStream> file;
   std::string error{};
 };
 
@@ -191,11 +194,40 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
   return nullptr;
 }
 
+grux_model* grux_model_load_file(const char* path, unsigned flags, char* err, size_t err_len) {
+  set_error(err, err_len, "");
+  try {
+    if (!path) throw Error("grux_model_load_file: path is NULL");
+    if (flags & ~(GRUX_BF16 | GRUX_INT8))
+      throw Error(fmt::format(
+          "grux_model_load_file: flags 0x{:x}, expected GRUX_BF16 or GRUX_INT8 or 0 (the file "
+          "itself says the GRU's form and the skip connection)",
+          flags));
+    if ((flags & GRUX_BF16) && (flags & GRUX_INT8))
+      throw Error("grux_model_load_file: GRUX_BF16 and GRUX_INT8 both given; choose one precision");
+    auto m = std::make_unique<grux_model>();
+    m->file.emplace(grux::load_model(path));
+    m->head.input_size = m->file->input_size();
+    m->head.O = m->file->output_size();
+    m->precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
+                   : (flags & GRUX_INT8) ? grux::Precision::int8
+                                         : grux::Precision::f32;
+    return m.release();
+  } catch (...) {
+    set_error(err, err_len, current_error("grux_model_load_file"));
+  }
+  return nullptr;
+}
+
 int64_t grux_model_input_size(const grux_model* m) {
   return m ? m->head.input_size : -1;
 }
 int64_t grux_model_output_size(const grux_model* m) {
   return m ? m->head.O : -1;
+}
+double grux_model_sample_rate(const grux_model* m) {
+  if (!m) return -1;
+  return m->file ? m->file->spec().sample_rate : 0;
 }
 void grux_model_free(grux_model* m) {
   delete m;
@@ -216,7 +248,9 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
     auto s = std::make_unique<grux_stream>();
     const Head& h = m->head;
     const bool head = h.layer.weight.defined() || h.layer.residual;
-    if (m->gru) {
+    if (m->file) {
+      s->file.emplace(*m->file, batch, m->precision, threads);
+    } else if (m->gru) {
       s->gru.emplace(*m->gru, batch, Tensor(), m->precision, threads);
       if (head) s->gru->set_head(h.layer);
     } else {
@@ -243,7 +277,9 @@ int grux_stream_process(grux_stream* s, const float* in, float* out, int64_t fra
       s->error = fmt::format("grux_stream_process: {} is NULL", in ? "out" : "in");
       return GRUX_EINVAL;
     }
-    if (s->gru)
+    if (s->file)
+      s->file->process(in, out, frames);
+    else if (s->gru)
       s->gru->process<float>(in, out, frames);
     else
       s->lstm->process<float>(in, out, frames);
@@ -261,7 +297,9 @@ const char* grux_stream_error(const grux_stream* s) {
 void grux_stream_reset(grux_stream* s) {
   if (!s) return;
   try {
-    if (s->gru)
+    if (s->file)
+      s->file->reset();
+    else if (s->gru)
       s->gru->reset();
     else
       s->lstm->reset();

@@ -425,6 +425,29 @@ void StreamCore::reset(const Tensor& h0, const Tensor& c0) {
     if (fast) state_to_fast();
     return;
   }
+  // States given in the stream's own layout are copied in place, allocating nothing (a model's
+  // stored initial state, restored by ModelStream::reset on the audio thread).
+  const auto fits = [&](const Tensor& t, int64_t width) {  // compared without making a Shape
+    if (!t.defined()) return true;
+    const Shape& s = t.shape();
+    const bool shape = unbatched ? s.size() == 2 && s[0] == L && s[1] == width
+                                 : s.size() == 3 && s[0] == L && s[1] == N && s[2] == width;
+    return shape && t.dtype() == dtype && t.is_contiguous() && t.device() == Device::cpu();
+  };
+  if (state.defined() && fits(h0, P) && (!lstm || fits(c0, H)) && (lstm || !c0.defined())) {
+    const auto put = [&](Tensor& s, const Tensor& given) {
+      const size_t bytes = s.numel() * dtype_size(dtype);
+      if (given.defined())
+        std::memcpy(s.raw_data(), given.raw_data(), bytes);
+      else
+        std::memset(s.raw_data(), 0, bytes);
+    };
+    put(state, h0);
+    if (lstm) put(cstate, c0);
+    steps = 0;
+    if (fast) state_to_fast();
+    return;
+  }
   // Checked before anything changes: a failed reset leaves the stream as it was.
   const auto initial = [&](const char* name, const Tensor& given, int64_t width) {
     Tensor s = Tensor::zeros({L, N, width}, dtype);

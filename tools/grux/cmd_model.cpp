@@ -1,14 +1,23 @@
-// `grux model show`: a trained model's architecture, parameter counts and the cost of one
-// training step; `--dot` writes the network as a Graphviz graph. `grux model eval`: its
+// `grux model show`: a model file's layers, parameters, operations per frame and real-time
+// factor (RTNeural JSON, GuitarML JSON, .nam, safetensors: grux/model.h), or a trained
+// checkpoint's architecture, parameter counts and the cost of one training step (`--dot`
+// writes that network as a Graphviz graph). `grux model run`: a model file over an input
+// .npy. `grux model convert`: a model file to safetensors. `grux model eval`: a checkpoint's
 // validation loss in each precision.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "commands.h"
+#include "grux/cost.h"
+#include "grux/cost_predict.h"
 #include "grux/gru.h"
 #include "grux/io.h"
+#include "grux/lstm.h"
+#include "grux/model.h"
 #include "grux/train.h"
 
 namespace grux::cli {
@@ -18,6 +27,10 @@ namespace {
 struct ModelArgs {
   std::string checkpoint, dot, data, precision = "all";
   int threads = 0;
+  // run, convert
+  std::string input, out, run_precision = "f32";
+  int64_t block = 0;
+  bool no_measure = false;
 };
 
 std::string with_commas(int64_t v) {
@@ -64,7 +77,127 @@ std::string dot_graph(const TrainedModel& tm) {
   return g;
 }
 
+// Whether `path` is a checkpoint written by grux train (safetensors with the trainer's
+// metadata) rather than a model file.
+bool is_checkpoint(const std::string& path) {
+  const std::string head = read_file(path, size_t(1) << 36).substr(0, 1 << 16);
+  return head.size() > 8 && head[8] == '{' && head.find("\"train\"") != std::string::npos &&
+         head.find("\"vocab\"") != std::string::npos;
+}
+
+std::string layer_details(const ModelLayer& l) {
+  switch (l.kind) {
+    case ModelLayer::Kind::gru:
+      return fmt::format("{}{}{}", gru_form_name(l.form), l.b_ih.defined() ? "" : ", no bias",
+                         l.h0.defined() ? ", stored initial state" : "");
+    case ModelLayer::Kind::lstm:
+      return fmt::format("{}{}", l.b_ih.defined() ? "i, f, g, o" : "i, f, g, o, no bias",
+                         l.h0.defined() || l.c0.defined() ? ", stored initial state" : "");
+    case ModelLayer::Kind::dense:
+      return l.bias.defined() ? "weight, bias" : "weight, no bias";
+    case ModelLayer::Kind::activation:
+      return ModelLayer::activation_name(l.activation);
+    case ModelLayer::Kind::prelu:
+      return "alpha per feature";
+    case ModelLayer::Kind::batchnorm:
+      return "inference: (x - mean) * scale + shift";
+  }
+  return "";
+}
+
+// FLOPs of one frame of a layer (a multiply-add is 2) and the cost model's time for one second
+// of frames at `rate` (ms), on one thread through the stream.
+struct FrameCost {
+  double flops = 0, predicted_ms = 0;
+};
+FrameCost layer_cost(const ModelLayer& l, double rate, const MachineProfile& profile) {
+  FrameCost c;
+  const int64_t T = std::max<int64_t>(1, int64_t(rate));
+  if (l.recurrent()) {
+    const std::string d = fmt::format("l1d1t{}n1i{}h{}", T, l.in_size, l.out_size);
+    CostReport r;
+    if (l.kind == ModelLayer::Kind::gru) {
+      GruProblem p = GruProblem::parse(d);
+      p.form = l.form;
+      p.bias = l.b_ih.defined();
+      r = gru_stream_cost(p);
+    } else {
+      LstmProblem p = LstmProblem::parse(d);
+      p.bias = l.b_ih.defined();
+      r = lstm_stream_cost(p);
+    }
+    c.flops = double(r.fwd(CountMode::gemm).total()) / double(T);
+    c.predicted_ms = predict(r.inference_phases, DType::f32, profile, 1, true).ms;
+  } else if (l.kind == ModelLayer::Kind::dense) {
+    c.flops = 2.0 * l.in_size * l.out_size;
+  } else {
+    c.flops = double(l.out_size);
+  }
+  return c;
+}
+
+// Nanoseconds a frame of one sequence takes through a stream, one frame per call, one thread
+// (median of 5 runs of `frames` frames).
+double measure_ns_per_frame(const Model& m, int64_t frames) {
+  ModelStream s(m, 1);
+  std::vector<float> x(size_t(frames * m.input_size())), y(size_t(m.output_size()));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * std::sin(0.01f * float(i));
+  std::vector<double> ns;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t t = 0; t < frames; ++t) s.process(x.data() + t * m.input_size(), y.data(), 1);
+    const double e =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) ns.push_back(e / double(frames));  // the first warms the caches
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
+
+void run_show_model(const ModelArgs& a) {
+  const ModelSpec spec = read_model(a.checkpoint);
+  const Model model(spec);
+  fmt::print("model: {} ({}{})\n", a.checkpoint, model_format_name(spec.format),
+             spec.name.empty() ? "" : fmt::format(", \"{}\"", spec.name));
+  const double rate = spec.sample_rate > 0 ? spec.sample_rate : 48000;
+  fmt::print("input: {} feature{} a frame; output: {}{}; sample rate: {}\n", spec.input_size,
+             spec.input_size == 1 ? "" : "s", spec.output_size(),
+             spec.skip > 0 ? fmt::format(" (plus the first {} input feature{}: skip)", spec.skip,
+                                         spec.skip == 1 ? "" : "s")
+                           : "",
+             spec.sample_rate > 0 ? fmt::format("{:g} Hz", spec.sample_rate)
+                                  : "not in the file (48000 Hz assumed below)");
+  const MachineProfile profile = load_profile("");
+  fmt::print("  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}  {}\n", "layer", "kind", "in", "out",
+             "parameters", "FLOPs/frame", "details");
+  double flops = 0, predicted_ms = 0;
+  for (size_t k = 0; k < spec.layers.size(); ++k) {
+    const ModelLayer& l = spec.layers[k];
+    const FrameCost c = layer_cost(l, rate, profile);
+    flops += c.flops;
+    predicted_ms += c.predicted_ms;
+    fmt::print("  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}  {}\n", k, l.kind_name(), l.in_size,
+               l.out_size, with_commas(l.parameters()), with_commas(int64_t(std::llround(c.flops))),
+               layer_details(l));
+  }
+  fmt::print("  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}\n", "total", "", "", "",
+             with_commas(spec.parameters()), with_commas(int64_t(std::llround(flops))));
+  if (predicted_ms > 0)
+    fmt::print(
+        "predicted (cost model, recurrent layers, one thread): {:.0f} ns a frame, {:.1f}x "
+        "real time at {:g} Hz\n",
+        predicted_ms * 1e6 / rate, 1000.0 / predicted_ms, rate);
+  if (!a.no_measure) {
+    const double ns = measure_ns_per_frame(model, std::max<int64_t>(4800, int64_t(rate) / 4));
+    fmt::print(
+        "measured (one frame per call, one thread, median of 5): {:.0f} ns a frame, {:.1f}x "
+        "real time at {:g} Hz\n",
+        ns, 1e9 / (ns * rate), rate);
+  }
+}
+
 void run_show(const ModelArgs& a) {
+  if (!is_checkpoint(a.checkpoint)) return run_show_model(a);
   TrainedModel tm = load_trained_model(a.checkpoint);
   const CharLmConfig& c = tm.model->config();
   const TrainOptions& o = tm.options;
@@ -115,6 +248,48 @@ void run_show(const ModelArgs& a) {
   }
 }
 
+// `grux model run`: X (T, I) for one stream or (T, N, I) for N, f32, through the model from its
+// initial state, in blocks of --block frames (0: all at once; the bits do not depend on it).
+void run_run(const ModelArgs& a) {
+  const Model model = load_model(a.checkpoint);
+  const Precision precision = parse_precision(a.run_precision);
+  set_threads(a.threads);
+  Tensor x = read_npy(a.input);
+  if (x.dtype() != DType::f32)
+    throw Error(fmt::format("{}: dtype {}, expected f32", a.input, dtype_name(x.dtype())));
+  const int64_t I = model.input_size();
+  if ((x.dim() != 2 && x.dim() != 3) || x.size(x.dim() - 1) != I || x.size(0) < 0 ||
+      (x.dim() == 3 && x.size(1) < 1))
+    throw Error(fmt::format("{}: shape {}, expected (T, {}) for one stream or (T, N, {}) for N",
+                            a.input, shape_str(x.shape()), I, I));
+  if (a.block < 0) throw Error(fmt::format("--block {}: expected 0 or more frames", a.block));
+  x = x.contiguous();
+  const int64_t T = x.size(0), N = x.dim() == 3 ? x.size(1) : 1, O = model.output_size();
+  ModelStream s(model, N, precision, a.threads);
+  Tensor y =
+      x.dim() == 3 ? Tensor::empty({T, N, O}, DType::f32) : Tensor::empty({T, O}, DType::f32);
+  const int64_t block = a.block > 0 ? a.block : std::max<int64_t>(T, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < T; t += block)
+    s.process(x.data<float>() + t * N * I, y.data<float>() + t * N * O, std::min(block, T - t));
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string dir = output_dir(a.out);
+  write_npy(dir + "/output.npy", y);
+  fmt::print(
+      "{}: {} frames x {} stream{} through {} ({} layers) in {:.2f} ms; wrote {}/output.npy {}\n",
+      a.input, T, N, N == 1 ? "" : "s", a.checkpoint, model.spec().layers.size(), ms, dir,
+      shape_str(y.shape()));
+}
+
+void run_convert(const ModelArgs& a) {
+  const ModelSpec spec = read_model(a.checkpoint);
+  write_model(a.out, spec);
+  fmt::print("{} ({}) -> {} (safetensors, {} layers, {} parameters)\n", a.checkpoint,
+             model_format_name(spec.format), a.out, spec.layers.size(),
+             with_commas(spec.parameters()));
+}
+
 // `grux model eval`: the validation loss of a checkpoint on the held-out part of the text it
 // was trained on, with the stack's products in each precision asked for.
 void run_eval(const ModelArgs& a) {
@@ -157,14 +332,42 @@ void run_eval(const ModelArgs& a) {
 
 Action add_model_command(CLI::App& app) {
   auto a = std::make_shared<ModelArgs>();
-  CLI::App* sub = app.add_subcommand("model", "Inspect a trained model");
+  CLI::App* sub = app.add_subcommand(
+      "model", "Model files (RTNeural JSON, GuitarML JSON, .nam, safetensors) and checkpoints");
   sub->require_subcommand(1);
   CLI::App* show = sub->add_subcommand(
-      "show", "Print a checkpoint's architecture, parameter counts and training-step cost");
-  show->add_option("checkpoint", a->checkpoint, "checkpoint written by grux train")->required();
+      "show",
+      "A model file's layers, parameters, FLOPs a frame and real-time factor (predicted by the "
+      "cost model and measured here, one frame per call on one thread); or a checkpoint's "
+      "architecture, parameter counts and training-step cost");
+  show->add_option("file", a->checkpoint,
+                   "model file (RTNeural JSON, GuitarML JSON, .nam, safetensors) or checkpoint "
+                   "written by grux train")
+      ->required();
   show->add_option("--dot", a->dot,
-                   "also write the network as a Graphviz graph to FILE (- for "
+                   "checkpoints: also write the network as a Graphviz graph to FILE (- for "
                    "standard output)");
+  show->add_flag("--no-measure", a->no_measure, "model files: skip the timing (about a second)");
+  CLI::App* run = sub->add_subcommand(
+      "run",
+      "Run a model file over an input from its initial state; writes DIR/output.npy, (T, O) or "
+      "(T, N, O)");
+  run->add_option("file", a->checkpoint, "model file")->required();
+  run->add_option("--input", a->input, "X.npy: f32 (T, I) for one stream or (T, N, I) for N")
+      ->required();
+  run->add_option("--out", a->out, "output directory (created)")->required();
+  run->add_option("--precision", a->run_precision,
+                  "the recurrent layers' products: f32, bf16 or int8 (docs/precision.md)")
+      ->capture_default_str();
+  run->add_option("--block", a->block,
+                  "frames per call (0: all at once); the output does not depend on it")
+      ->capture_default_str();
+  run->add_option("--threads", a->threads, "threads of the stream (0 or 1: the calling thread)")
+      ->capture_default_str();
+  CLI::App* convert = sub->add_subcommand(
+      "convert", "Write a model file as safetensors (grux reads it back exactly)");
+  convert->add_option("file", a->checkpoint, "model file")->required();
+  convert->add_option("out", a->out, "OUT.safetensors (written atomically)")->required();
   CLI::App* eval = sub->add_subcommand(
       "eval",
       "Validation loss of a checkpoint (nats/char on the held-out end of its training text) "
@@ -176,9 +379,13 @@ Action add_model_command(CLI::App& app) {
                    "f32, bf16, int8 or all (bf16 and int8 take a float32 model)")
       ->capture_default_str();
   eval->add_option("--threads", a->threads, "threads (default: all cores)");
-  return [a, eval] {
+  return [a, eval, run, convert] {
     if (eval->parsed())
       run_eval(*a);
+    else if (run->parsed())
+      run_run(*a);
+    else if (convert->parsed())
+      run_convert(*a);
     else
       run_show(*a);
   };

@@ -1,0 +1,162 @@
+// Sequential real-time models, as people keep them: RTNeural's JSON (what AIDA-X ships and
+// RTNeural's parseJson reads), the PyTorch state-dict JSON of GuitarML and
+// Automated-GuitarAmpModelling, a bare state-dict JSON (RTNeural's torch_helpers), the Neural
+// Amp Modeler's .nam (architecture "LSTM") and a safetensors nn.GRU / nn.LSTM state dict. One
+// description (ModelSpec) for all of them, read by one call (read_model: the format is told
+// from the content, not the file name), run by one engine (Model, ModelStream) on the GRU's and
+// the LSTM's stream kernels. docs/formats.md gives each format's mapping.
+//
+// A model is an input of I features a frame, then layers in order, each taking the previous
+// one's features: recurrent layers (GRU in either form, LSTM), dense layers (y = W x + b),
+// activations, PReLU and inference batch norm; then, where the file says so, the first `skip`
+// input features added to the output (GuitarML's skip connection).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grux/export.h"
+#include "grux/gru.h"
+#include "grux/precision.h"
+#include "grux/tensor.h"
+
+namespace grux GRUX_API {
+
+enum class ModelFormat { safetensors, rtneural_json, guitarml_json, state_dict_json, nam };
+// "safetensors", "rtneural-json", "guitarml-json", "state-dict-json", "nam".
+const char* model_format_name(ModelFormat format);
+
+// One layer. Every tensor is f32 and contiguous; sizes: in_size features in, out_size out.
+struct ModelLayer {
+  enum class Kind { gru, lstm, dense, activation, prelu, batchnorm };
+  // Elementwise activations (softmax: over a frame's features; elu with alpha 1).
+  enum class Activation { tanh, relu, sigmoid, softmax, elu };
+  Kind kind = Kind::dense;
+  int64_t in_size = 0, out_size = 0;
+  // gru, lstm: one layer in nn.GRU's / nn.LSTM's layout and gate order (r, z, n; i, f, g, o):
+  //   w_ih (G H, in_size), w_hh (G H, H), b_ih and b_hh (G H) or undefined; H = out_size,
+  //   G = 3 (GRU) or 4 (LSTM); `form`: the GRU's candidate form. h0 (and c0, an LSTM's) (H):
+  //   the initial state the file stores; undefined: zeros.
+  Tensor w_ih, w_hh, b_ih, b_hh, h0, c0;
+  GruForm form = GruForm::linear_before_reset;
+  // dense: weight (out_size, in_size), bias (out_size) or undefined.
+  // prelu: weight (out_size): y = x >= 0 ? x : weight x.
+  // batchnorm (inference): y = (x - mean) * weight + bias, where weight = gamma / sqrt(var +
+  //   eps) was computed when the file was read (as RTNeural does) and bias = beta (zero
+  //   without an affine part); mean, weight, bias (out_size).
+  Tensor weight, bias, mean;
+  // activation: which.
+  Activation activation = Activation::tanh;
+
+  // "tanh", "relu", "sigmoid", "softmax", "elu".
+  static const char* activation_name(Activation a);
+  bool recurrent() const { return kind == Kind::gru || kind == Kind::lstm; }
+  // "gru", "lstm", "dense", "activation", "prelu", "batchnorm".
+  const char* kind_name() const;
+  // Numbers it holds: weights, biases, stored initial states (a format's single recurrent
+  // bias is held as b_ih with a b_hh of zeros, counted too).
+  int64_t parameters() const;
+};
+
+struct ModelSpec {
+  ModelFormat format = ModelFormat::safetensors;
+  int64_t input_size = 0;  // features a frame going in
+  std::vector<ModelLayer> layers;
+  // The first `skip` input features are added to the output's features (0: none; otherwise
+  // skip == output_size() <= input_size: GuitarML's skip, an input of audio and knobs whose
+  // audio is added back).
+  int64_t skip = 0;
+  double sample_rate = 0;  // Hz the model was trained at; 0 where the file does not say
+  std::string name;        // the file's own name for the model, where it has one
+
+  // Features a frame going out: the last layer's, or input_size without layers.
+  int64_t output_size() const;
+  int64_t parameters() const;
+  // Throws grux::Error naming the layer (its position and kind) and what was wrong: sizes
+  // that do not chain, tensors of the wrong shape or dtype, a bad skip.
+  void validate() const;
+};
+
+// Reads a model file of any format above, told from its content: a safetensors header, or
+// JSON with RTNeural's "layers", GuitarML's "model_data" and "state_dict", NAM's "architecture"
+// and "weights", or only state-dict keys ("gru.weight_ih_l0", ...). Throws grux::Error with one
+// line naming the file and what was wrong (malformed JSON, a missing or misshapen weight, sizes
+// that do not chain, a layer grux cannot run, named by its position and type, with what is
+// supported). Files over 256 MiB are refused before they are read.
+ModelSpec read_model(const std::string& path);
+// The same from bytes in memory; `what` names the source in messages.
+ModelSpec parse_model(const std::string& bytes, const std::string& what);
+
+// Writes a model as safetensors, atomically: every layer's tensors under "layers.{k}." and the
+// topology as JSON in the metadata's "grux.model"; read_model reads it back exactly.
+void write_model(const std::string& path, const ModelSpec& spec);
+std::string serialize_model(const ModelSpec& spec);
+
+class ModelStream;
+
+// A model ready to run: the spec, checked, and its weights arranged for the stream kernels.
+// Immutable; may be shared by threads and streams. A Model keeps what its streams need, and
+// a stream keeps its own copy: either may go away first.
+class Model {
+ public:
+  explicit Model(ModelSpec spec);  // validates it
+  ~Model();
+  Model(const Model&);
+  Model& operator=(const Model&);
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const ModelSpec& spec() const;
+  int64_t input_size() const;
+  int64_t output_size() const;
+
+  // A whole signal from the initial state: x (T, I) for one sequence or (T, N, I) for N, f32;
+  // returns (T, O) or (T, N, O). The same bits as a ModelStream of that batch over the same
+  // frames (however they are split into calls).
+  Tensor process(const Tensor& x, int threads = 0) const;
+
+  struct Impl;  // opaque: the stages the model runs (src/ops/model.cpp)
+
+ private:
+  friend class ModelStream;
+  std::shared_ptr<const Impl> impl_;
+};
+
+// grux::load_model(path) = Model(read_model(path)).
+Model load_model(const std::string& path);
+
+// A model's state for `batch` sequences, fed frame by frame or in blocks. The guarantees of
+// GruStream (grux/gru.h): after construction process() and reset() allocate nothing, take no
+// lock, start no thread and make no system call; the bits of every output do not depend on
+// how the frames are split into calls. One sequence in f32 on the calling thread runs the
+// real-time kernels, a dense layer right after the top recurrent layer inside its step.
+class ModelStream {
+ public:
+  // batch >= 1. precision: that of the recurrent layers' products (docs/precision.md; dense
+  // layers stay f32). threads: as GruStream's (0 or 1: the calling thread only).
+  ModelStream(const Model& model, int64_t batch, Precision precision = Precision::f32,
+              int threads = 0);
+  ~ModelStream();
+  ModelStream(ModelStream&&) noexcept;
+  ModelStream& operator=(ModelStream&&) noexcept;
+
+  // in: frames x batch x input_size floats, time-major; out: frames x batch x output_size.
+  // in and out must not overlap. frames >= 0.
+  void process(const float* in, float* out, int64_t frames);
+  // frames (t, N, I), or (t, I) for a stream of batch 1; returns (t, N, O) / (t, O).
+  Tensor step(const Tensor& frames);
+  // Back to the initial state (the file's, or zeros).
+  void reset();
+
+  int64_t batch() const;
+  int64_t input_size() const;
+  int64_t output_size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace GRUX_API

@@ -1,0 +1,100 @@
+// grux._grux: Model and ModelStream (model.h): a model file read and run. The Python class
+// grux.Model (python/grux/_model.py) wraps these; this file holds no policy.
+#include "grux/model.h"
+
+#include <cstdint>
+#include <string>
+
+#include "convert.h"
+#include "grux/error.h"
+
+namespace py = pybind11;
+using grux_py::from_array;
+using grux_py::to_array;
+
+namespace {
+
+// A layer as a dict: its kind and sizes, the GRU's form, the activation, its tensors.
+py::dict layer_dict(const grux::ModelLayer& l) {
+  py::dict d;
+  d["kind"] = l.kind_name();
+  d["in_size"] = l.in_size;
+  d["out_size"] = l.out_size;
+  if (l.kind == grux::ModelLayer::Kind::gru) d["form"] = grux::gru_form_name(l.form);
+  if (l.kind == grux::ModelLayer::Kind::activation)
+    d["activation"] = grux::ModelLayer::activation_name(l.activation);
+  py::dict t;
+  const std::pair<const char*, const grux::Tensor*> tensors[] = {
+      {"w_ih", &l.w_ih}, {"w_hh", &l.w_hh},     {"b_ih", &l.b_ih}, {"b_hh", &l.b_hh}, {"h0", &l.h0},
+      {"c0", &l.c0},     {"weight", &l.weight}, {"bias", &l.bias}, {"mean", &l.mean}};
+  for (const auto& [name, tensor] : tensors)
+    if (tensor->defined()) t[name] = to_array(*tensor);
+  d["tensors"] = t;
+  return d;
+}
+
+}  // namespace
+
+void grux_py::bind_model(py::module_& m) {
+  py::class_<grux::Model>(m, "Model")
+      .def(py::init([](const std::string& path) { return grux::load_model(path); }),
+           py::arg("path"))
+      .def_property_readonly("input_size", &grux::Model::input_size)
+      .def_property_readonly("output_size", &grux::Model::output_size)
+      .def_property_readonly(
+          "format", [](const grux::Model& md) { return grux::model_format_name(md.spec().format); })
+      .def_property_readonly("sample_rate",
+                             [](const grux::Model& md) { return md.spec().sample_rate; })
+      .def_property_readonly("skip", [](const grux::Model& md) { return md.spec().skip; })
+      .def_property_readonly("name", [](const grux::Model& md) { return md.spec().name; })
+      .def_property_readonly("parameters",
+                             [](const grux::Model& md) { return md.spec().parameters(); })
+      .def_property_readonly("layers",
+                             [](const grux::Model& md) {
+                               py::list out;
+                               for (const grux::ModelLayer& l : md.spec().layers)
+                                 out.append(layer_dict(l));
+                               return out;
+                             })
+      .def(
+          "process",
+          [](const grux::Model& md, const py::handle& x, int threads) {
+            const grux::Tensor t = from_array(x, "x");
+            grux::Tensor y;
+            {
+              py::gil_scoped_release release;
+              y = md.process(t, threads);
+            }
+            return to_array(y);
+          },
+          py::arg("x"), py::arg("threads") = 0)
+      .def(
+          "save",
+          [](const grux::Model& md, const std::string& path) {
+            grux::write_model(path, md.spec());
+          },
+          py::arg("path"));
+
+  py::class_<grux::ModelStream>(m, "ModelStream")
+      .def(py::init(
+               [](const grux::Model& md, int64_t batch, const std::string& precision, int threads) {
+                 return grux::ModelStream(md, batch, grux::parse_precision(precision), threads);
+               }),
+           py::arg("model"), py::arg("batch"), py::arg("precision"), py::arg("threads"))
+      .def(
+          "step",
+          [](grux::ModelStream& s, const py::handle& x) {
+            const grux::Tensor t = from_array(x, "frames");
+            grux::Tensor y;
+            {
+              py::gil_scoped_release release;
+              y = s.step(t);
+            }
+            return to_array(y);
+          },
+          py::arg("frames"))
+      .def("reset", &grux::ModelStream::reset)
+      .def_property_readonly("batch", &grux::ModelStream::batch)
+      .def_property_readonly("input_size", &grux::ModelStream::input_size)
+      .def_property_readonly("output_size", &grux::ModelStream::output_size);
+}

@@ -1,0 +1,96 @@
+// `grux model show | run | convert` on model files (tools/grux/cmd_model.cpp): what show prints,
+// run's output against the library's, its independence from --block, convert's round trip, and
+// bad input as one line and exit code 2.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "grux/io.h"
+#include "grux/model.h"
+#include "test_util.h"
+
+namespace grux::test_model_cli {
+namespace {
+
+using test::CliRun;
+using test::expect_user_error;
+using test::grux_cli;
+using test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kFiles = std::string(GRUX_MODELS_DIR) + "/files/";
+const std::string kSignal = std::string(GRUX_MODELS_DIR) + "/golden/signal_i1.npy";
+
+TEST(ModelCli, ShowListsTheLayersAndTheRealTimeFactor) {
+  TempDir tmp;
+  CliRun r = grux_cli(tmp.path, "model show " + kFiles + "nam_core_lstm.nam");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(nam, \"Test LSTM\")"));
+  EXPECT_THAT(r.out, HasSubstr("sample rate: 48000 Hz"));
+  EXPECT_THAT(r.out, HasSubstr("stored initial state"));
+  EXPECT_THAT(r.out, HasSubstr("predicted (cost model"));
+  EXPECT_THAT(r.out, HasSubstr("real time at 48000 Hz"));
+  EXPECT_THAT(r.out, HasSubstr("measured (one frame per call"));
+  r = grux_cli(tmp.path, "model show --no-measure " + kFiles + "rtneural_gru.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(rtneural-json)"));
+  EXPECT_THAT(r.out, HasSubstr("not in the file (48000 Hz assumed below)"));
+  EXPECT_THAT(r.out, HasSubstr("sigmoid"));
+  EXPECT_THAT(r.out, Not(HasSubstr("measured")));
+}
+
+TEST(ModelCli, RunWritesTheLibrarysOutputWhateverTheBlock) {
+  TempDir tmp;
+  const std::string file = kFiles + "neuralseed_gru7_ts9.json";
+  const Tensor want = load_model(file).process(read_npy(kSignal));
+  for (const char* block : {"0", "1", "64"}) {
+    const std::string out = tmp.path + "/run" + block;
+    const CliRun r = grux_cli(tmp.path, "model run " + file + " --input " + kSignal + " --out " +
+                                            out + " --block " + block);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const Tensor y = read_npy(out + "/output.npy");
+    ASSERT_EQ(y.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(y.data<float>(), want.data<float>(), y.numel() * 4), 0) << block;
+  }
+}
+
+TEST(ModelCli, ConvertRoundTrips) {
+  TempDir tmp;
+  const std::string out = tmp.path + "/m.safetensors";
+  const CliRun r = grux_cli(tmp.path, "model convert " + kFiles + "rtneural_dense.json " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("rtneural-json"));
+  const Tensor x = read_npy(kSignal);
+  const Tensor a = load_model(kFiles + "rtneural_dense.json").process(x);
+  const Tensor b = load_model(out).process(x);
+  EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), a.numel() * 4), 0);
+}
+
+TEST(ModelCli, BadInputIsOneLineAndExitCode2) {
+  TempDir tmp;
+  const std::string nam = kFiles + "nam_core_lstm.nam";
+  write_npy(tmp.path + "/x2.npy", Tensor::zeros({10, 2}, DType::f32));
+  write_npy(tmp.path + "/x64.npy", Tensor::zeros({10, 1}, DType::f64));
+  expect_user_error(grux_cli(tmp.path, "model run " + nam + " --input " + tmp.path +
+                                           "/x2.npy --out " + tmp.path + "/o"),
+                    {"x2.npy: shape (10, 2), expected (T, 1)"});
+  expect_user_error(grux_cli(tmp.path, "model run " + nam + " --input " + tmp.path +
+                                           "/x64.npy --out " + tmp.path + "/o"),
+                    {"dtype f64, expected f32"});
+  expect_user_error(grux_cli(tmp.path, "model run " + kFiles + "rtneural_bad_lstm.json --input " +
+                                           kSignal + " --out " + tmp.path + "/o"),
+                    {"layer 0 (lstm)"});
+  expect_user_error(grux_cli(tmp.path, "model show " + tmp.path + "/missing.json"),
+                    {"missing.json"});
+  expect_user_error(grux_cli(tmp.path, "model run " + nam + " --input " + kSignal + " --out " +
+                                           tmp.path + "/o --block -3"),
+                    {"--block -3"});
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/o")) << "nothing written on bad input";
+}
+
+}  // namespace
+}  // namespace grux::test_model_cli
