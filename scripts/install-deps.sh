@@ -30,6 +30,7 @@ else
     libgtest-dev libgmock-dev googletest  # tests
     libbenchmark-dev         # benches
     clang-format             # the format check of scripts/test.sh
+    clang libclang-rt-14-dev # libFuzzer: the model-file readers' fuzzers (tests/fuzz)
     python3                  # the browser test's driver and the doc test (standard library)
     python3-dev pybind11-dev # the Python package's extension (python/)
     python3-venv python3-pip python3-setuptools python3-wheel  # pip install . / pip wheel

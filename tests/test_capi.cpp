@@ -497,6 +497,28 @@ TEST(CApi, ModelFileMatchesItsEngine) {
   grux_stream_free(s);
 }
 
+TEST(CApi, StreamAtAnotherRateCorrectsTheModel) {
+  const std::string dir = std::string(GRUX_MODELS_DIR);
+  char err[256];
+  grux_model* m =
+      grux_model_load_file((dir + "/files/rtneural_gru.json").c_str(), 0, err, sizeof err);
+  ASSERT_NE(m, nullptr) << err;
+  grux_stream* s = grux_stream_create_at_rate(m, 1, 0, 96000, err, sizeof err);
+  ASSERT_NE(s, nullptr) << err;
+  const Tensor x = read_npy(dir + "/golden/signal_i1.npy");
+  const Tensor want = read_npy(dir + "/golden/rate/gru_nointerp2.npy");  // RTNeural's, at 2x
+  std::vector<float> y(static_cast<size_t>(x.size(0)));
+  ASSERT_EQ(grux_stream_process(s, x.data<float>(), y.data(), x.size(0)), GRUX_OK);
+  for (int64_t t = 0; t < x.size(0); ++t)
+    ASSERT_NEAR(y[t], want.data<float>()[t], 1e-5 + 1e-4 * std::fabs(want.data<float>()[t])) << t;
+  grux_stream_free(s);
+  EXPECT_EQ(grux_stream_create_at_rate(m, 1, 0, 22050, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("below the model's 48000 Hz"));
+  grux_model_free(m);
+  EXPECT_EQ(grux_stream_create_at_rate(nullptr, 1, 0, 96000, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("model is NULL"));
+}
+
 TEST(CApi, ModelFileErrorsNameTheProblem) {
   char err[256] = "x";
   EXPECT_EQ(grux_model_load_file(nullptr, 0, err, sizeof err), nullptr);

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -56,6 +57,27 @@ TEST(ModelCli, RunWritesTheLibrarysOutputWhateverTheBlock) {
     ASSERT_EQ(y.shape(), want.shape());
     EXPECT_EQ(std::memcmp(y.data<float>(), want.data<float>(), y.numel() * 4), 0) << block;
   }
+}
+
+TEST(ModelCli, RunAtAnotherSampleRate) {
+  TempDir tmp;
+  const std::string file = kFiles + "rtneural_gru.json", out = tmp.path + "/sr";
+  const CliRun r = grux_cli(tmp.path, "model run " + file + " --input " + kSignal + " --out " +
+                                          out + " --sample-rate 96000 --correction no_interp");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Tensor y = read_npy(out + "/output.npy");
+  const Tensor want = read_npy(std::string(GRUX_MODELS_DIR) + "/golden/rate/gru_nointerp2.npy");
+  ASSERT_EQ(y.shape(), want.shape());
+  for (int64_t t = 0; t < y.numel(); ++t)
+    ASSERT_NEAR(y.data<float>()[t], want.data<float>()[t],
+                1e-5 + 1e-4 * std::fabs(want.data<float>()[t]))
+        << t;
+  expect_user_error(grux_cli(tmp.path, "model run " + file + " --input " + kSignal + " --out " +
+                                           out + " --sample-rate 22050"),
+                    {"22050 Hz is below the model's 48000 Hz"});
+  expect_user_error(grux_cli(tmp.path, "model run " + file + " --input " + kSignal + " --out " +
+                                           out + " --sample-rate 88200 --correction no_interp"),
+                    {"no_interp needs a whole ratio"});
 }
 
 TEST(ModelCli, ConvertRoundTrips) {

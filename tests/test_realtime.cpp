@@ -403,13 +403,22 @@ TEST(Realtime, ModelStreamsNeitherAllocateNorBlock) {
     int64_t batch;
     int threads;
     Precision precision = Precision::f32;
+    double sample_rate = 0;  // sample-rate correction where not the model's 48 kHz
   };
   for (const Case& k :
        {Case{"rtneural_gru.json", 1, 0}, Case{"rtneural_dense.json", 1, 0},
         Case{"nam_core_lstm.nam", 1, 0}, Case{"neuralseed_gru7_ts9.json", 1, 0},
-        Case{"rtneural_lstm_torch.json", 3, 2}, Case{"nam_core_lstm.nam", 2, 1, Precision::int8}}) {
+        Case{"rtneural_lstm_torch.json", 3, 2}, Case{"nam_core_lstm.nam", 2, 1, Precision::int8},
+        Case{"rtneural_gru.json", 2, 0}, Case{"nam_core_lstm.nam", 20, 1},
+        Case{"rtneural_gru.json", 1, 0, Precision::f32, 88200},
+        Case{"rtneural_lstm_torch.json", 2, 0, Precision::f32, 96000}}) {
     const Model model = load_model(dir + k.file);
-    ModelStream stream(model, k.batch, k.precision, k.threads);
+    ModelStreamOptions o;
+    o.precision = k.precision;
+    o.threads = k.threads;
+    o.sample_rate = k.sample_rate;
+    o.warmup_frames = 100;
+    ModelStream stream(model, k.batch, o);
     const int64_t T = 200, I = model.input_size(), O = model.output_size();
     std::vector<float> x(size_t(T * k.batch * I), 0.25f), y(size_t(T * k.batch * O));
     auto run = [&] {
@@ -420,7 +429,8 @@ TEST(Realtime, ModelStreamsNeitherAllocateNorBlock) {
     };
     run();
     const std::string what = std::string(k.file) + " batch " + std::to_string(k.batch) +
-                             " threads " + std::to_string(k.threads);
+                             " threads " + std::to_string(k.threads) + " rate " +
+                             std::to_string(k.sample_rate);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     EXPECT_EQ(allocations_in(run), 0) << what;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -84,6 +84,42 @@ GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* g
  * and type), unknown flags. */
 GRUX_API grux_model* grux_model_load_file(const char* path, unsigned flags, char* err,
                                           size_t err_len);
+/* A model as C data, for a program without a file system: what `grux model export-c FILE OUT.h`
+ * writes (the topology and weights of any model file as static const arrays and one
+ * grux_model_desc), or what a program fills in itself. Sizes: H = out_size; G = 3 H for a GRU,
+ * 4 H for an LSTM. Every pointer is read during grux_model_from_desc only (the model keeps its
+ * own copy); NULL where the layer has no such tensor. */
+#define GRUX_MODEL_DESC_VERSION 1
+enum {
+  GRUX_LAYER_GRU = 1,        /* w_ih (G, in) w_hh (G, H) b_ih b_hh (G) h0 (H); option: 0 or
+                                GRUX_RESET_BEFORE (PyTorch's nn.GRU layout and gate order) */
+  GRUX_LAYER_LSTM = 2,       /* w_ih (G, in) w_hh (G, H) b_ih b_hh (G) h0 c0 (H) */
+  GRUX_LAYER_DENSE = 3,      /* weight (out, in) row-major, bias (out) */
+  GRUX_LAYER_ACTIVATION = 4, /* option: one of GRUX_ACT_* */
+  GRUX_LAYER_PRELU = 5,      /* weight = alpha (out) */
+  GRUX_LAYER_BATCHNORM = 6   /* y = (x - mean) * weight + bias, each (out) */
+};
+enum { GRUX_ACT_TANH = 1, GRUX_ACT_RELU, GRUX_ACT_SIGMOID, GRUX_ACT_SOFTMAX, GRUX_ACT_ELU };
+typedef struct grux_layer_desc {
+  int kind; /* GRUX_LAYER_* */
+  int option;
+  int64_t in_size, out_size;
+  const float *w_ih, *w_hh, *b_ih, *b_hh, *h0, *c0;
+  const float *weight, *bias, *mean;
+} grux_layer_desc;
+typedef struct grux_model_desc {
+  int version; /* GRUX_MODEL_DESC_VERSION */
+  int64_t input_size;
+  int64_t num_layers;
+  const grux_layer_desc* layers;
+  int64_t skip;       /* the first `skip` input features added to the output (0: none) */
+  double sample_rate; /* Hz, 0: unknown */
+} grux_model_desc;
+/* Builds a model from a description (checked as a file is: sizes that chain, a known kind and
+ * option, finite weights). flags as grux_model_load_file's. Returns NULL on error with a
+ * one-line message in err naming the layer. */
+GRUX_API grux_model* grux_model_from_desc(const grux_model_desc* desc, unsigned flags, char* err,
+                                          size_t err_len);
 /* Floats per frame and sequence going in (the GRU's input size) and coming out (the head's
  * output size, or the GRU's hidden size without a head). -1 when m is NULL. */
 GRUX_API int64_t grux_model_input_size(const grux_model* m);
@@ -104,6 +140,14 @@ GRUX_API void grux_model_free(grux_model* m);
  * Returns NULL on error, with the message in err as for grux_model_load. */
 GRUX_API grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads, char* err,
                                          size_t err_len);
+/* As grux_stream_create, for a host running at `sample_rate` Hz (0: the model's own rate): a model
+ * file trained at another (lower) rate gets RTNeural's sample-rate correction, each recurrent
+ * layer fed back its state from ratio = sample_rate / trained rate frames before (linearly
+ * interpolated where the ratio is fractional; docs/formats.md). The trained rate is the file's,
+ * or 48000 Hz where it has none. f32 models only; errors as grux_stream_create's, and a
+ * sample_rate below the model's. */
+GRUX_API grux_stream* grux_stream_create_at_rate(const grux_model* m, int64_t batch, int threads,
+                                                 double sample_rate, char* err, size_t err_len);
 /* Runs `frames` (>= 0) time steps. in: frames x batch x input_size floats, time-major
  * (in[(t * batch + n) * input_size + i]); out: frames x batch x output_size floats, the same
  * way. in and out must not overlap. Returns GRUX_OK, or a non-zero code with the message in

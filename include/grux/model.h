@@ -94,6 +94,11 @@ ModelSpec parse_model(const std::string& bytes, const std::string& what);
 void write_model(const std::string& path, const ModelSpec& spec);
 std::string serialize_model(const ModelSpec& spec);
 
+// The model as C source (`grux model export-c`): its weights as static const float arrays and a
+// grux_model_desc named `name` (a C identifier) for grux_model_from_desc (grux/grux.h), which
+// builds the same model without a file. `source` names the file in the header's comment.
+std::string model_as_c(const ModelSpec& spec, const std::string& name, const std::string& source);
+
 class ModelStream;
 
 // A model ready to run: the spec, checked, and its weights arranged for the stream kernels.
@@ -127,17 +132,42 @@ class Model {
 // grux::load_model(path) = Model(read_model(path)).
 Model load_model(const std::string& path);
 
+// Sample-rate correction (RTNeural's): a model trained at rate R run at rate S = r R (r >= 1)
+// feeds each recurrent layer back its state from r frames before instead of the last one, so
+// that its recurrence spans the time it was trained to; each layer's output is that delayed
+// state. no_interp: r must be whole; the state r - 1 frames back. lin_interp: any r >= 1, the
+// two states around the delay mixed linearly (as RTNeural's LinInterp). For a whole r the two
+// give the same numbers.
+enum class SampleRateCorrection { none, no_interp, lin_interp };
+
+struct ModelStreamOptions {
+  Precision precision = Precision::f32;  // the recurrent layers' products (dense stays f32)
+  int threads = 0;                       // as GruStream's (0 or 1: the calling thread only)
+  // The rate the stream runs at (Hz); 0: the model's own (no correction). A rate other than
+  // the model's corrects it with `correction` (f32 only); the model's rate is its file's, or
+  // `trained_rate` where the file has none (0: 48000).
+  double sample_rate = 0;
+  double trained_rate = 0;
+  SampleRateCorrection correction = SampleRateCorrection::lin_interp;
+  // Frames of zeros run through the model when the stream is made, whose final state becomes
+  // the one reset() returns to (NAM's plugins run half a second of zeros; 0: none, as the
+  // formats' engines do without their plugins).
+  int64_t warmup_frames = 0;
+};
+
 // A model's state for `batch` sequences, fed frame by frame or in blocks. The guarantees of
 // GruStream (grux/gru.h): after construction process() and reset() allocate nothing, take no
-// lock, start no thread and make no system call; the bits of every output do not depend on
-// how the frames are split into calls. One sequence in f32 on the calling thread runs the
-// real-time kernels, a dense layer right after the top recurrent layer inside its step.
+// lock, start no thread and make no system call (with sample-rate correction: for recurrent
+// layers of up to 256 units); the bits of every output do not depend on how the frames are
+// split into calls. One sequence in f32 on the calling thread runs the real-time kernels, a
+// dense layer right after the top recurrent layer inside its step.
 class ModelStream {
  public:
   // batch >= 1. precision: that of the recurrent layers' products (docs/precision.md; dense
   // layers stay f32). threads: as GruStream's (0 or 1: the calling thread only).
   ModelStream(const Model& model, int64_t batch, Precision precision = Precision::f32,
               int threads = 0);
+  ModelStream(const Model& model, int64_t batch, const ModelStreamOptions& options);
   ~ModelStream();
   ModelStream(ModelStream&&) noexcept;
   ModelStream& operator=(ModelStream&&) noexcept;
@@ -147,12 +177,14 @@ class ModelStream {
   void process(const float* in, float* out, int64_t frames);
   // frames (t, N, I), or (t, I) for a stream of batch 1; returns (t, N, O) / (t, O).
   Tensor step(const Tensor& frames);
-  // Back to the initial state (the file's, or zeros).
+  // Back to the initial state (the file's, or zeros; after warmup_frames, the state they left).
   void reset();
 
   int64_t batch() const;
   int64_t input_size() const;
   int64_t output_size() const;
+  // The delay r of the sample-rate correction (1: none).
+  double rate_ratio() const;
 
  private:
   struct Impl;

@@ -40,9 +40,15 @@ class Model:
         a, wrap = _to_numpy(x, "x")
         return wrap(self._core.process(a, int(threads)))
 
-    def stream(self, batch=1, precision="f32", threads=0):
-        """A grux.ModelStream of `batch` sequences from the initial state."""
-        return ModelStream(self, batch, precision, threads)
+    def stream(self, batch=1, precision="f32", threads=0, sample_rate=0,
+               correction="lin_interp", warmup_frames=0):
+        """A grux.ModelStream of `batch` sequences from the initial state. sample_rate: the rate
+        the stream runs at (0: the model's); a higher one than the model was trained at gets
+        RTNeural's sample-rate correction ("lin_interp", "no_interp" for whole ratios, or
+        "none"). warmup_frames: zeros run first, their final state the one reset() returns to.
+        """
+        return ModelStream(self, batch, precision, threads, sample_rate, correction,
+                           warmup_frames)
 
     def save(self, path):
         """Writes the model as safetensors (what `grux model convert` writes), atomically."""
@@ -59,10 +65,13 @@ class ModelStream:
     takes (t, batch, input_size) (or (t, input_size) for batch 1) and returns the outputs;
     the bits do not depend on how the frames are split. reset() returns to the initial state."""
 
-    def __init__(self, model, batch=1, precision="f32", threads=0):
-        self._core = _grux.ModelStream(model._core, int(batch), str(precision), int(threads))
+    def __init__(self, model, batch=1, precision="f32", threads=0, sample_rate=0,
+                 correction="lin_interp", warmup_frames=0):
+        self._core = _grux.ModelStream(model._core, int(batch), str(precision), int(threads),
+                                       float(sample_rate), str(correction), int(warmup_frames))
 
     batch = property(lambda self: self._core.batch)
+    rate_ratio = property(lambda self: self._core.rate_ratio)
     input_size = property(lambda self: self._core.input_size)
     output_size = property(lambda self: self._core.output_size)
 

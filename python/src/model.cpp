@@ -33,6 +33,14 @@ py::dict layer_dict(const grux::ModelLayer& l) {
   return d;
 }
 
+grux::SampleRateCorrection parse_correction(const std::string& c) {
+  if (c == "lin_interp") return grux::SampleRateCorrection::lin_interp;
+  if (c == "no_interp") return grux::SampleRateCorrection::no_interp;
+  if (c == "none") return grux::SampleRateCorrection::none;
+  throw grux::Error("correction: \"" + c +
+                    "\", expected \"lin_interp\", \"no_interp\" or \"none\"");
+}
+
 }  // namespace
 
 void grux_py::bind_model(py::module_& m) {
@@ -76,11 +84,20 @@ void grux_py::bind_model(py::module_& m) {
           py::arg("path"));
 
   py::class_<grux::ModelStream>(m, "ModelStream")
-      .def(py::init(
-               [](const grux::Model& md, int64_t batch, const std::string& precision, int threads) {
-                 return grux::ModelStream(md, batch, grux::parse_precision(precision), threads);
-               }),
-           py::arg("model"), py::arg("batch"), py::arg("precision"), py::arg("threads"))
+      .def(py::init([](const grux::Model& md, int64_t batch, const std::string& precision,
+                       int threads, double sample_rate, const std::string& correction,
+                       int64_t warmup_frames) {
+             grux::ModelStreamOptions o;
+             o.precision = grux::parse_precision(precision);
+             o.threads = threads;
+             o.sample_rate = sample_rate;
+             o.correction = parse_correction(correction);
+             o.warmup_frames = warmup_frames;
+             return grux::ModelStream(md, batch, o);
+           }),
+           py::arg("model"), py::arg("batch"), py::arg("precision"), py::arg("threads"),
+           py::arg("sample_rate"), py::arg("correction"), py::arg("warmup_frames"))
+      .def_property_readonly("rate_ratio", &grux::ModelStream::rate_ratio)
       .def(
           "step",
           [](grux::ModelStream& s, const py::handle& x) {

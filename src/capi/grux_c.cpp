@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -219,6 +220,133 @@ grux_model* grux_model_load_file(const char* path, unsigned flags, char* err, si
   return nullptr;
 }
 
+namespace {
+
+// A (n) or (rows, cols) f32 tensor copied from `p` (NULL: undefined), every value finite.
+Tensor desc_tensor(const float* p, const grux::Shape& shape, const std::string& where,
+                   const char* name) {
+  if (!p) return Tensor();
+  Tensor t = Tensor::empty(shape, grux::DType::f32);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(p[i]))
+      throw Error(fmt::format("{}: {}[{}] is {}, expected a finite number", where, name, i, p[i]));
+    t.data<float>()[i] = p[i];
+  }
+  return t;
+}
+
+grux::ModelSpec spec_of(const grux_model_desc& d) {
+  if (d.version != GRUX_MODEL_DESC_VERSION)
+    throw Error(fmt::format("grux_model_from_desc: version {}, expected {}", d.version,
+                            GRUX_MODEL_DESC_VERSION));
+  if (d.num_layers < 0 || (d.num_layers > 0 && !d.layers))
+    throw Error(fmt::format("grux_model_from_desc: num_layers {} with layers {}", d.num_layers,
+                            d.layers ? "set" : "NULL"));
+  constexpr int64_t kMaxSize = int64_t(1) << 20;
+  grux::ModelSpec spec;
+  spec.input_size = d.input_size;
+  spec.skip = d.skip;
+  spec.sample_rate = d.sample_rate;
+  for (int64_t k = 0; k < d.num_layers; ++k) {
+    const grux_layer_desc& l = d.layers[k];
+    const std::string where = fmt::format("grux_model_from_desc: layer {}", k);
+    if (l.in_size < 1 || l.in_size > kMaxSize || l.out_size < 1 || l.out_size > kMaxSize)
+      throw Error(fmt::format("{}: sizes {} -> {}, expected 1..{}", where, l.in_size, l.out_size,
+                              kMaxSize));
+    grux::ModelLayer m;
+    m.in_size = l.in_size;
+    m.out_size = l.out_size;
+    const int64_t I = l.in_size, H = l.out_size;
+    switch (l.kind) {
+      case GRUX_LAYER_GRU:
+      case GRUX_LAYER_LSTM: {
+        const bool gru = l.kind == GRUX_LAYER_GRU;
+        m.kind = gru ? grux::ModelLayer::Kind::gru : grux::ModelLayer::Kind::lstm;
+        if (gru && l.option != 0 && l.option != int(GRUX_RESET_BEFORE))
+          throw Error(
+              fmt::format("{}: option {}, expected 0 or GRUX_RESET_BEFORE", where, l.option));
+        if (gru && l.option) m.form = grux::GruForm::reset_before;
+        const int64_t G = (gru ? 3 : 4) * H;
+        m.w_ih = desc_tensor(l.w_ih, {G, I}, where, "w_ih");
+        m.w_hh = desc_tensor(l.w_hh, {G, H}, where, "w_hh");
+        m.b_ih = desc_tensor(l.b_ih, {G}, where, "b_ih");
+        m.b_hh = desc_tensor(l.b_hh, {G}, where, "b_hh");
+        m.h0 = desc_tensor(l.h0, {H}, where, "h0");
+        if (!gru) m.c0 = desc_tensor(l.c0, {H}, where, "c0");
+        break;
+      }
+      case GRUX_LAYER_DENSE:
+        m.kind = grux::ModelLayer::Kind::dense;
+        m.weight = desc_tensor(l.weight, {H, I}, where, "weight");
+        m.bias = desc_tensor(l.bias, {H}, where, "bias");
+        break;
+      case GRUX_LAYER_ACTIVATION: {
+        m.kind = grux::ModelLayer::Kind::activation;
+        using A = grux::ModelLayer::Activation;
+        static const std::pair<int, A> kActs[] = {{GRUX_ACT_TANH, A::tanh},
+                                                  {GRUX_ACT_RELU, A::relu},
+                                                  {GRUX_ACT_SIGMOID, A::sigmoid},
+                                                  {GRUX_ACT_SOFTMAX, A::softmax},
+                                                  {GRUX_ACT_ELU, A::elu}};
+        bool found = false;
+        for (const auto& [code, a] : kActs)
+          if (l.option == code) m.activation = a, found = true;
+        if (!found)
+          throw Error(
+              fmt::format("{}: activation option {}, expected one of GRUX_ACT_*", where, l.option));
+        break;
+      }
+      case GRUX_LAYER_PRELU:
+        m.kind = grux::ModelLayer::Kind::prelu;
+        m.weight = desc_tensor(l.weight, {H}, where, "weight");
+        break;
+      case GRUX_LAYER_BATCHNORM:
+        m.kind = grux::ModelLayer::Kind::batchnorm;
+        m.mean = desc_tensor(l.mean, {H}, where, "mean");
+        m.weight = desc_tensor(l.weight, {H}, where, "weight");
+        m.bias = desc_tensor(l.bias, {H}, where, "bias");
+        break;
+      default:
+        throw Error(fmt::format("{}: kind {}, expected one of GRUX_LAYER_*", where, l.kind));
+    }
+    spec.layers.push_back(std::move(m));
+  }
+  try {
+    spec.validate();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind("model: ", 0) == 0) msg = msg.substr(7);
+    throw Error("grux_model_from_desc: " + msg);
+  }
+  return spec;
+}
+
+}  // namespace
+
+grux_model* grux_model_from_desc(const grux_model_desc* desc, unsigned flags, char* err,
+                                 size_t err_len) {
+  set_error(err, err_len, "");
+  try {
+    if (!desc) throw Error("grux_model_from_desc: desc is NULL");
+    if (flags & ~(GRUX_BF16 | GRUX_INT8))
+      throw Error(fmt::format(
+          "grux_model_from_desc: flags 0x{:x}, expected GRUX_BF16 or GRUX_INT8 or 0", flags));
+    if ((flags & GRUX_BF16) && (flags & GRUX_INT8))
+      throw Error("grux_model_from_desc: GRUX_BF16 and GRUX_INT8 both given; choose one precision");
+    auto m = std::make_unique<grux_model>();
+    m->file.emplace(spec_of(*desc));
+    m->head.input_size = m->file->input_size();
+    m->head.O = m->file->output_size();
+    m->precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
+                   : (flags & GRUX_INT8) ? grux::Precision::int8
+                                         : grux::Precision::f32;
+    return m.release();
+  } catch (...) {
+    set_error(err, err_len, current_error("grux_model_from_desc"));
+  }
+  return nullptr;
+}
+
 int64_t grux_model_input_size(const grux_model* m) {
   return m ? m->head.input_size : -1;
 }
@@ -260,6 +388,30 @@ grux_stream* grux_stream_create(const grux_model* m, int64_t batch, int threads,
     return s.release();
   } catch (...) {
     set_error(err, err_len, current_error("grux_stream_create"));
+  }
+  return nullptr;
+}
+
+grux_stream* grux_stream_create_at_rate(const grux_model* m, int64_t batch, int threads,
+                                        double sample_rate, char* err, size_t err_len) {
+  set_error(err, err_len, "");
+  try {
+    if (!m) throw Error("grux_stream_create_at_rate: model is NULL");
+    if (!m->file)
+      throw Error(
+          "grux_stream_create_at_rate: the model came from grux_model_load, which keeps no "
+          "sample rate; load it with grux_model_load_file");
+    if (threads < 0)
+      throw Error(fmt::format("grux_stream_create_at_rate: threads is {}, expected >= 0", threads));
+    grux::ModelStreamOptions o;
+    o.precision = m->precision;
+    o.threads = threads;
+    o.sample_rate = sample_rate;
+    auto s = std::make_unique<grux_stream>();
+    s->file.emplace(*m->file, batch, o);
+    return s.release();
+  } catch (...) {
+    set_error(err, err_len, current_error("grux_stream_create_at_rate"));
   }
   return nullptr;
 }

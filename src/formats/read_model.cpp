@@ -12,6 +12,12 @@
 
 namespace grux {
 
+// Declared in grux/gru.h; defined here, with the other names the formats write, so that the
+// readers build without the engine (tests/fuzz).
+const char* gru_form_name(GruForm f) {
+  return f == GruForm::linear_before_reset ? "linear_before_reset" : "reset_before";
+}
+
 const char* model_format_name(ModelFormat format) {
   switch (format) {
     case ModelFormat::safetensors:

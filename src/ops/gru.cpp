@@ -28,10 +28,6 @@ namespace grux {
 
 using ops::SeqLayout;
 
-const char* gru_form_name(GruForm f) {
-  return f == GruForm::linear_before_reset ? "linear_before_reset" : "reset_before";
-}
-
 int64_t GruConfig::layer_input_size(int64_t layer) const {
   return layer == 0 ? input_size : directions() * hidden_size;
 }

@@ -92,6 +92,21 @@ def test_torch_module_has_the_same_numbers(name):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
 
 
+def test_sample_rate_correction_and_warm_up():
+    m = grux.load(os.path.join(FILES, "rtneural_gru.json"))
+    x = _signal(1)
+    s = m.stream(sample_rate=96000)
+    assert s.rate_ratio == 2
+    want = np.load(os.path.join(MODELS, "golden", "rate", "gru_nointerp2.npy"))
+    _within(s.step(x), want.astype(np.float64))
+    w = m.stream(warmup_frames=200)
+    plain = m.stream()
+    plain.step(np.zeros((200, 1), np.float32))
+    assert np.array_equal(w.step(x[:100]), plain.step(x[:100]))
+    with pytest.raises(grux.Error, match="correction"):
+        m.stream(sample_rate=96000, correction="cubic")
+
+
 def test_errors_are_grux_errors(tmp_path):
     with pytest.raises(grux.Error, match="layer 0 \\(lstm\\)"):
         grux.load(os.path.join(FILES, "rtneural_bad_lstm.json"))

@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "commands.h"
@@ -28,8 +30,10 @@ struct ModelArgs {
   std::string checkpoint, dot, data, precision = "all";
   int threads = 0;
   // run, convert
-  std::string input, out, run_precision = "f32";
-  int64_t block = 0;
+  std::string input, out, run_precision = "f32", correction = "lin_interp";
+  int64_t block = 0, warmup = 0;
+  std::string name;  // export-c
+  double sample_rate = 0;
   bool no_measure = false;
 };
 
@@ -184,8 +188,11 @@ void run_show_model(const ModelArgs& a) {
              with_commas(spec.parameters()), with_commas(int64_t(std::llround(flops))));
   if (predicted_ms > 0)
     fmt::print(
-        "predicted (cost model, recurrent layers, one thread): {:.0f} ns a frame, {:.1f}x "
+        "predicted (cost model, recurrent layers, one thread; {}): {:.0f} ns a frame, {:.1f}x "
         "real time at {:g} Hz\n",
+        profile.source == "preset"
+            ? "a preset profile, not this machine's: `grux calibrate` measures it"
+            : "profile " + profile.source,
         predicted_ms * 1e6 / rate, 1000.0 / predicted_ms, rate);
   if (!a.no_measure) {
     const double ns = measure_ns_per_frame(model, std::max<int64_t>(4800, int64_t(rate) / 4));
@@ -265,7 +272,15 @@ void run_run(const ModelArgs& a) {
   if (a.block < 0) throw Error(fmt::format("--block {}: expected 0 or more frames", a.block));
   x = x.contiguous();
   const int64_t T = x.size(0), N = x.dim() == 3 ? x.size(1) : 1, O = model.output_size();
-  ModelStream s(model, N, precision, a.threads);
+  ModelStreamOptions o;
+  o.precision = precision;
+  o.threads = a.threads;
+  o.sample_rate = a.sample_rate;
+  o.correction = a.correction == "no_interp" ? SampleRateCorrection::no_interp
+                 : a.correction == "none"    ? SampleRateCorrection::none
+                                             : SampleRateCorrection::lin_interp;
+  o.warmup_frames = a.warmup;
+  ModelStream s(model, N, o);
   Tensor y =
       x.dim() == 3 ? Tensor::empty({T, N, O}, DType::f32) : Tensor::empty({T, O}, DType::f32);
   const int64_t block = a.block > 0 ? a.block : std::max<int64_t>(T, 1);
@@ -280,6 +295,22 @@ void run_run(const ModelArgs& a) {
       "{}: {} frames x {} stream{} through {} ({} layers) in {:.2f} ms; wrote {}/output.npy {}\n",
       a.input, T, N, N == 1 ? "" : "s", a.checkpoint, model.spec().layers.size(), ms, dir,
       shape_str(y.shape()));
+}
+
+void run_export_c(const ModelArgs& a) {
+  const ModelSpec spec = read_model(a.checkpoint);
+  std::string name = a.name;
+  if (name.empty()) {  // the file's stem as a C identifier
+    std::string stem = std::filesystem::path(a.checkpoint).stem().string();
+    for (char& c : stem)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    name =
+        (stem.empty() || std::isdigit(static_cast<unsigned char>(stem[0])) ? "model_" : "") + stem;
+  }
+  write_file_atomic(a.out, model_as_c(spec, name, a.checkpoint));
+  fmt::print("{} ({}) -> {}: grux_model_desc {} ({} layers, {} parameters)\n", a.checkpoint,
+             model_format_name(spec.format), a.out, name, spec.layers.size(),
+             with_commas(spec.parameters()));
 }
 
 void run_convert(const ModelArgs& a) {
@@ -364,6 +395,17 @@ Action add_model_command(CLI::App& app) {
       ->capture_default_str();
   run->add_option("--threads", a->threads, "threads of the stream (0 or 1: the calling thread)")
       ->capture_default_str();
+  run->add_option("--sample-rate", a->sample_rate,
+                  "the input's rate in Hz (0: the model's own); above the model's, RTNeural's "
+                  "sample-rate correction delays the recurrent state by the ratio")
+      ->capture_default_str();
+  run->add_option("--correction", a->correction,
+                  "lin_interp (any ratio), no_interp (whole ratios) or none")
+      ->check(CLI::IsMember({"lin_interp", "no_interp", "none"}))
+      ->capture_default_str();
+  run->add_option("--warmup", a->warmup,
+                  "frames of zeros run first (NAM's plugins run half a second)")
+      ->capture_default_str();
   CLI::App* convert = sub->add_subcommand(
       "convert", "Write a model file as safetensors (grux reads it back exactly)");
   convert->add_option("file", a->checkpoint, "model file")->required();
@@ -379,13 +421,23 @@ Action add_model_command(CLI::App& app) {
                    "f32, bf16, int8 or all (bf16 and int8 take a float32 model)")
       ->capture_default_str();
   eval->add_option("--threads", a->threads, "threads (default: all cores)");
-  return [a, eval, run, convert] {
+  CLI::App* export_c = sub->add_subcommand(
+      "export-c",
+      "Write a model file as C data (static const arrays and a grux_model_desc) for a program "
+      "without a file system: grux_model_from_desc builds the model from it (grux/grux.h)");
+  export_c->add_option("file", a->checkpoint, "model file")->required();
+  export_c->add_option("out", a->out, "OUT.h (written atomically)")->required();
+  export_c->add_option("--name", a->name,
+                       "the C name of the grux_model_desc (default: the file's name)");
+  return [a, eval, run, convert, export_c] {
     if (eval->parsed())
       run_eval(*a);
     else if (run->parsed())
       run_run(*a);
     else if (convert->parsed())
       run_convert(*a);
+    else if (export_c->parsed())
+      run_export_c(*a);
     else
       run_show(*a);
   };
