@@ -324,6 +324,9 @@ TEST(ModelStream, SampleRateCorrectionErrors) {
   o.sample_rate = 44100;
   EXPECT_THAT([&] { ModelStream(model, 1, o); },
               ::testing::ThrowsMessage<Error>(HasSubstr("below the model's 48000 Hz")));
+  o.sample_rate = 48000 * 20.0;
+  EXPECT_THAT([&] { ModelStream(model, 1, o); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("takes ratios up to 16")));
   o.sample_rate = 88200;
   o.correction = SampleRateCorrection::no_interp;
   EXPECT_THAT([&] { ModelStream(model, 1, o); },
@@ -423,6 +426,14 @@ TEST(ModelFile, HostileRtneuralJsonIsRefused) {
   const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
   EXPECT_THAT(error_of(replaced(g, "[[1.0], [2.0]]", "[" + deep + ", [2.0]]")),
               HasSubstr("the kernel[0][0]: an array is not a number"));
+  // A state dict's matrix of a long first row and a million empty ones (5 MB of JSON): refused
+  // before its rows x columns (10^11 floats) are allocated.
+  std::string ragged = "{\"gru.weight_ih_l0\": [[0";
+  for (int i = 1; i < 100000; ++i) ragged += ",0";
+  ragged += "]";
+  for (int i = 0; i < 1000000; ++i) ragged += ",[]";
+  ragged += "]}";
+  EXPECT_THAT(error_of(ragged), HasSubstr("[1]: expected an array of 100000 numbers (as row 0)"));
   // A file's strings are quoted on one line (control characters escaped).
   EXPECT_THAT(error_of(replaced(g, "\"type\": \"gru\"", "\"type\": \"g\\nru\"")),
               HasSubstr("layer 0 (g\\x0aru): unknown layer type"));

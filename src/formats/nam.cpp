@@ -6,6 +6,7 @@
 // after the layers the head, a Linear of (out_channels, H) row-major and its biases.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string>
 
 #include "formats/readers.h"
@@ -55,8 +56,14 @@ ModelSpec read_nam(const Json& j, const std::string& what) {
   size_t at = 0;
   const auto next = [&](Tensor& t) {
     float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i, ++at)
-      p[i] = number(weights[at], fmt::format("{}: weights[{}]", what, at));
+    for (int64_t i = 0; i < t.numel(); ++i, ++at) {
+      const Json& w = weights[at];
+      if (w.is_number_float() && std::isfinite(w.get<double>()) &&
+          std::fabs(w.get<double>()) <= 3.4028234663852886e38)
+        p[i] = float(w.get<double>());
+      else
+        p[i] = number(w, fmt::format("{}: weights[{}]", what, at));
+    }
   };
   for (int64_t l = 0; l < L; ++l) {
     const int64_t in = l == 0 ? I : H;

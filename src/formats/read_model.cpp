@@ -214,6 +214,20 @@ float number(const Json& v, const std::string& where) {
   return float(d);
 }
 
+namespace {
+
+// v as an f32 when it is a finite number in range (the readers' inner loops: no message built
+// unless it is not).
+bool as_f32(const Json& v, float& out) {
+  if (!v.is_number()) return false;
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > double(std::numeric_limits<float>::max())) return false;
+  out = float(d);
+  return true;
+}
+
+}  // namespace
+
 Tensor vector_of(const Json& v, int64_t n, const std::string& where) {
   if (!v.is_array())
     throw Error(fmt::format("{}: expected an array of {} numbers, found {}", where,
@@ -222,7 +236,8 @@ Tensor vector_of(const Json& v, int64_t n, const std::string& where) {
     throw Error(fmt::format("{}: has {} numbers, expected {}", where, v.size(), n));
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::f32);
   float* p = t.data<float>();
-  for (size_t i = 0; i < v.size(); ++i) p[i] = number(v[i], fmt::format("{}[{}]", where, i));
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!as_f32(v[i], p[i])) number(v[i], fmt::format("{}[{}]", where, i));  // throws
   return t;
 }
 
@@ -236,14 +251,19 @@ Tensor matrix_of(const Json& v, int64_t rows, int64_t cols, const std::string& w
                 C = R > 0 ? int64_t(v[0].size()) : std::max<int64_t>(cols, 0);
   if (cols >= 0 && C != cols)
     throw Error(fmt::format("{}[0]: has {} numbers, expected {}", where, C, cols));
-  Tensor t = Tensor::empty({R, C}, DType::f32);
-  float* p = t.data<float>();
+  // Every row's length before the allocation: R x C is then what the file holds.
   for (int64_t r = 0; r < R; ++r) {
     const Json& row = v[size_t(r)];
     if (!row.is_array() || int64_t(row.size()) != C)
       throw Error(fmt::format("{}[{}]: expected an array of {} numbers (as row 0)", where, r, C));
+  }
+  Tensor t = Tensor::empty({R, C}, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const Json& row = v[size_t(r)];
     for (int64_t c = 0; c < C; ++c)
-      p[r * C + c] = number(row[size_t(c)], fmt::format("{}[{}][{}]", where, r, c));
+      if (!as_f32(row[size_t(c)], p[r * C + c]))
+        number(row[size_t(c)], fmt::format("{}[{}][{}]", where, r, c));  // throws
   }
   return t;
 }

@@ -36,6 +36,9 @@ constexpr int64_t kBlockFrames = 64;
 constexpr int64_t kPerSequenceMax = 8;
 constexpr int64_t kPerSequenceHidden = 40;
 constexpr int64_t kRealTimeMaxHidden = 256;
+// Sample-rate correction keeps a ring of ratio + 1 states a layer: 768 kHz for a 48 kHz model
+// at most.
+constexpr double kMaxRateRatio = 16;
 
 // One layer run on the calling thread: y (rows x out) from x (rows x in).
 void run_layer(const ModelLayer& l, const float* x, float* y, int64_t rows) {
@@ -327,6 +330,11 @@ struct ModelStream::Impl {
                                                 : 48000;
     if (o.sample_rate > 0 && o.sample_rate != trained && o.correction != SampleRateCorrection::none)
       ratio = o.sample_rate / trained;
+    if (ratio > kMaxRateRatio)
+      throw Error(fmt::format(
+          "model stream: sample_rate {} Hz is {} times the model's {} Hz; sample-rate correction "
+          "takes ratios up to {}",
+          o.sample_rate, ratio, trained, kMaxRateRatio));
     if (ratio < 1)
       throw Error(fmt::format(
           "model stream: sample_rate {} Hz is below the model's {} Hz; sample-rate correction "
