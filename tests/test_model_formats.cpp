@@ -343,6 +343,24 @@ TEST(ModelStream, SampleRateCorrectionErrors) {
   EXPECT_EQ(ModelStream(model, 1, o).rate_ratio(), 1);
 }
 
+// A layer of 100,000 features: the buffers between stages stay at 1 MiB (blocks of 2 frames);
+// the result is the same.
+TEST(ModelStream, WideLayersRunInShortBlocks) {
+  constexpr int64_t W = 100000;
+  ModelSpec spec;
+  spec.input_size = 1;
+  ModelLayer up, down;
+  up.kind = down.kind = ModelLayer::Kind::dense;
+  up.in_size = 1, up.out_size = W, up.weight = Tensor::full({W, 1}, 1.0, DType::f32);
+  down.in_size = W, down.out_size = 1, down.weight = Tensor::full({1, W}, 1.0, DType::f32);
+  spec.layers = {up, down};
+  const Model model(spec);
+  // Eighths: every partial sum is exact in f32, so y = W x exactly.
+  const Tensor x = Tensor::from_vector<float>({9, 1}, {0.5f, -1, 2, 0.125f, -3, 0, 1, -0.25f, 4});
+  const Tensor y = model.process(x);
+  for (int64_t t = 0; t < 9; ++t) EXPECT_EQ(y.data<float>()[t], W * x.data<float>()[t]) << t;
+}
+
 // warmup_frames: the state after that many zeros is where the stream starts and resets to.
 TEST(ModelStream, WarmUpStartsFromTheStateZerosLeave) {
   const Model model = load_model(kFiles + "nam_core_lstm.nam");

@@ -26,6 +26,9 @@ namespace {
 // Frames a stage handles at once: the buffers between stages hold this many frames of the batch.
 // 64 frames of the widest layer are a few kilobytes for the real-time sizes (H <= 128).
 constexpr int64_t kBlockFrames = 64;
+// Each buffer between stages holds at most this many floats (1 MiB): wide layers or large
+// batches take fewer frames a block (the bits do not depend on it).
+constexpr int64_t kBufferFloats = int64_t(1) << 18;
 // A batch runs one real-time stream per sequence where the stack allows the real-time kernel
 // (f32, the calling thread, up to kRealTimeMaxHidden units) and that is faster than the
 // batched layer kernels: up to kPerSequenceMax sequences, or any number of stacks of at most
@@ -314,6 +317,7 @@ struct ModelStream::Impl {
   std::vector<Running> run;  // one per stage (empty for a layer on the calling thread)
   std::vector<float> buf[2];
   std::vector<float> seq_in, seq_out;  // one sequence's block, per_sequence stages
+  int64_t block = kBlockFrames;        // frames a block
 
   Impl(const Model& m, int64_t batch, const ModelStreamOptions& o) : model(m.impl_), N(batch) {
     if (batch < 1)
@@ -351,6 +355,7 @@ struct ModelStream::Impl {
                               precision_name(o.precision)));
     if (o.warmup_frames < 0)
       throw Error(fmt::format("model stream: warmup_frames is {}, expected >= 0", o.warmup_frames));
+    block = std::clamp<int64_t>(kBufferFloats / (N * model->widest), 1, kBlockFrames);
     for (const Model::Impl::Stage& st : model->stages) {
       Running r;
       if (correct && !st.layer) {
@@ -381,23 +386,23 @@ struct ModelStream::Impl {
           }
         }
         if (r.per_sequence) {
-          seq_in.resize(std::max(seq_in.size(), size_t(kBlockFrames * st.in)));
-          seq_out.resize(std::max(seq_out.size(), size_t(kBlockFrames * st.out)));
+          seq_in.resize(std::max(seq_in.size(), size_t(block * st.in)));
+          seq_out.resize(std::max(seq_out.size(), size_t(block * st.out)));
         }
       }
       run.push_back(std::move(r));
     }
-    for (auto& b : buf) b.assign(size_t(kBlockFrames * N * model->widest), 0.f);
+    for (auto& b : buf) b.assign(size_t(block * N * model->widest), 0.f);
     if (o.warmup_frames > 0) warm_up(o.warmup_frames);
   }
 
   // Runs `frames` frames of zeros, then keeps the state they leave as the one reset() restores.
   void warm_up(int64_t frames) {
     const ModelSpec& spec = model->spec;
-    const std::vector<float> zeros(size_t(kBlockFrames * N * spec.input_size), 0.f);
-    std::vector<float> out(size_t(kBlockFrames * N * spec.output_size()));
-    for (int64_t t = 0; t < frames; t += kBlockFrames)
-      process(zeros.data(), out.data(), std::min(kBlockFrames, frames - t));
+    const std::vector<float> zeros(size_t(block * N * spec.input_size), 0.f);
+    std::vector<float> out(size_t(block * N * spec.output_size()));
+    for (int64_t t = 0; t < frames; t += block)
+      process(zeros.data(), out.data(), std::min(block, frames - t));
     for (Running& r : run) {
       for (size_t k = 0; k < r.gru.size(); ++k) r.h0[k] = r.gru[k].state();
       for (size_t k = 0; k < r.lstm.size(); ++k)
@@ -444,8 +449,8 @@ struct ModelStream::Impl {
     const ModelSpec& spec = model->spec;
     const int64_t I = spec.input_size, O = spec.output_size();
     const size_t S = model->stages.size();
-    for (int64_t t0 = 0; t0 < frames; t0 += kBlockFrames) {
-      const int64_t t = std::min(kBlockFrames, frames - t0);
+    for (int64_t t0 = 0; t0 < frames; t0 += block) {
+      const int64_t t = std::min(block, frames - t0);
       const float* x = in + t0 * N * I;
       float* y = out + t0 * N * O;
       if (S == 0) std::memcpy(y, x, size_t(t * N * I) * sizeof(float));
