@@ -139,6 +139,8 @@ Model load_model(const std::string& path);
 // two states around the delay mixed linearly (as RTNeural's LinInterp). For a whole r the two
 // give the same numbers.
 enum class SampleRateCorrection { none, no_interp, lin_interp };
+// "lin_interp", "no_interp" or "none"; anything else is an error naming it.
+SampleRateCorrection parse_sample_rate_correction(const std::string& name);
 
 struct ModelStreamOptions {
   Precision precision = Precision::f32;  // the recurrent layers' products (dense stays f32)

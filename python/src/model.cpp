@@ -33,14 +33,6 @@ py::dict layer_dict(const grux::ModelLayer& l) {
   return d;
 }
 
-grux::SampleRateCorrection parse_correction(const std::string& c) {
-  if (c == "lin_interp") return grux::SampleRateCorrection::lin_interp;
-  if (c == "no_interp") return grux::SampleRateCorrection::no_interp;
-  if (c == "none") return grux::SampleRateCorrection::none;
-  throw grux::Error("correction: \"" + c +
-                    "\", expected \"lin_interp\", \"no_interp\" or \"none\"");
-}
-
 }  // namespace
 
 void grux_py::bind_model(py::module_& m) {
@@ -91,7 +83,7 @@ void grux_py::bind_model(py::module_& m) {
              o.precision = grux::parse_precision(precision);
              o.threads = threads;
              o.sample_rate = sample_rate;
-             o.correction = parse_correction(correction);
+             o.correction = grux::parse_sample_rate_correction(correction);
              o.warmup_frames = warmup_frames;
              return grux::ModelStream(md, batch, o);
            }),

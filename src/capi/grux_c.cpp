@@ -66,6 +66,13 @@ std::string current_error(const char* fn) {
   }
 }
 
+// The products' precision that GRUX_BF16 / GRUX_INT8 in `flags` ask for (f32 without either).
+grux::Precision precision_of(unsigned flags) {
+  return (flags & GRUX_BF16)   ? grux::Precision::bf16
+         : (flags & GRUX_INT8) ? grux::Precision::int8
+                               : grux::Precision::f32;
+}
+
 }  // namespace
 
 struct grux_model {
@@ -82,6 +89,30 @@ struct grux_stream {
   std::optional<grux::ModelStream> file;
   std::string error{};
 };
+
+namespace {
+
+// The flags of a model file or description (`fn` names the entry point in messages): a
+// precision at most; `note` follows the expected flags in the message.
+void check_file_flags(const char* fn, unsigned flags, const char* note) {
+  if (flags & ~(GRUX_BF16 | GRUX_INT8))
+    throw Error(
+        fmt::format("{}: flags 0x{:x}, expected GRUX_BF16 or GRUX_INT8 or 0{}", fn, flags, note));
+  if ((flags & GRUX_BF16) && (flags & GRUX_INT8))
+    throw Error(fmt::format("{}: GRUX_BF16 and GRUX_INT8 both given; choose one precision", fn));
+}
+
+// A C model of a model file's description, its products in the precision of `flags`.
+grux_model* file_model(grux::ModelSpec spec, unsigned flags) {
+  auto m = std::make_unique<grux_model>();
+  m->file.emplace(std::move(spec));
+  m->head.input_size = m->file->input_size();
+  m->head.O = m->file->output_size();
+  m->precision = precision_of(flags);
+  return m.release();
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -183,9 +214,7 @@ grux_model* grux_model_load(const char* safetensors_path, const char* gru_prefix
                         "{} features and the output {}",
                         what, head.input_size, head.O));
     }
-    const grux::Precision precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
-                                      : (flags & GRUX_INT8) ? grux::Precision::int8
-                                                            : grux::Precision::f32;
+    const grux::Precision precision = precision_of(flags);
     m->head = std::move(head);
     m->precision = precision;
     return m.release();
@@ -199,21 +228,9 @@ grux_model* grux_model_load_file(const char* path, unsigned flags, char* err, si
   set_error(err, err_len, "");
   try {
     if (!path) throw Error("grux_model_load_file: path is NULL");
-    if (flags & ~(GRUX_BF16 | GRUX_INT8))
-      throw Error(fmt::format(
-          "grux_model_load_file: flags 0x{:x}, expected GRUX_BF16 or GRUX_INT8 or 0 (the file "
-          "itself says the GRU's form and the skip connection)",
-          flags));
-    if ((flags & GRUX_BF16) && (flags & GRUX_INT8))
-      throw Error("grux_model_load_file: GRUX_BF16 and GRUX_INT8 both given; choose one precision");
-    auto m = std::make_unique<grux_model>();
-    m->file.emplace(grux::load_model(path));
-    m->head.input_size = m->file->input_size();
-    m->head.O = m->file->output_size();
-    m->precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
-                   : (flags & GRUX_INT8) ? grux::Precision::int8
-                                         : grux::Precision::f32;
-    return m.release();
+    check_file_flags("grux_model_load_file", flags,
+                     " (the file itself says the GRU's form and the skip connection)");
+    return file_model(grux::read_model(path), flags);
   } catch (...) {
     set_error(err, err_len, current_error("grux_model_load_file"));
   }
@@ -328,19 +345,8 @@ grux_model* grux_model_from_desc(const grux_model_desc* desc, unsigned flags, ch
   set_error(err, err_len, "");
   try {
     if (!desc) throw Error("grux_model_from_desc: desc is NULL");
-    if (flags & ~(GRUX_BF16 | GRUX_INT8))
-      throw Error(fmt::format(
-          "grux_model_from_desc: flags 0x{:x}, expected GRUX_BF16 or GRUX_INT8 or 0", flags));
-    if ((flags & GRUX_BF16) && (flags & GRUX_INT8))
-      throw Error("grux_model_from_desc: GRUX_BF16 and GRUX_INT8 both given; choose one precision");
-    auto m = std::make_unique<grux_model>();
-    m->file.emplace(spec_of(*desc));
-    m->head.input_size = m->file->input_size();
-    m->head.O = m->file->output_size();
-    m->precision = (flags & GRUX_BF16)   ? grux::Precision::bf16
-                   : (flags & GRUX_INT8) ? grux::Precision::int8
-                                         : grux::Precision::f32;
-    return m.release();
+    check_file_flags("grux_model_from_desc", flags, "");
+    return file_model(spec_of(*desc), flags);
   } catch (...) {
     set_error(err, err_len, current_error("grux_model_from_desc"));
   }

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string>
 
+#include "formats/readers.h"
 #include "grux/error.h"
 #include "grux/model.h"
 
@@ -85,10 +86,8 @@ std::string model_as_c(const ModelSpec& spec, const std::string& name, const std
       "#ifndef {}_GRUX_MODEL_H\n#define {}_GRUX_MODEL_H\n\n#include <grux/grux.h>\n\n",
       source, model_format_name(spec.format), spec.layers.size(), spec.parameters(), name, guard,
       guard);
-  const std::pair<const char*, Tensor ModelLayer::*> tensors[] = {
-      {"w_ih", &ModelLayer::w_ih},     {"w_hh", &ModelLayer::w_hh}, {"b_ih", &ModelLayer::b_ih},
-      {"b_hh", &ModelLayer::b_hh},     {"h0", &ModelLayer::h0},     {"c0", &ModelLayer::c0},
-      {"weight", &ModelLayer::weight}, {"bias", &ModelLayer::bias}, {"mean", &ModelLayer::mean}};
+  // In grux_layer_desc's order of its tensor fields.
+  const auto& tensors = formats::layer_tensors();
   for (size_t k = 0; k < spec.layers.size(); ++k)
     for (const auto& [t, m] : tensors)
       if ((spec.layers[k].*m).defined())

@@ -70,8 +70,8 @@ const char* ModelLayer::kind_name() const {
 
 int64_t ModelLayer::parameters() const {
   int64_t n = 0;
-  for (const Tensor* t : {&w_ih, &w_hh, &b_ih, &b_hh, &h0, &c0, &weight, &bias, &mean})
-    if (t->defined()) n += t->numel();
+  for (const auto& [name, t] : formats::layer_tensors())
+    if ((this->*t).defined()) n += (this->*t).numel();
   return n;
 }
 
@@ -170,6 +170,31 @@ void ModelSpec::validate() const {
 }
 
 namespace formats {
+
+const std::vector<std::pair<const char*, Tensor ModelLayer::*>>& layer_tensors() {
+  static const std::vector<std::pair<const char*, Tensor ModelLayer::*>> kTensors = {
+      {"w_ih", &ModelLayer::w_ih},     {"w_hh", &ModelLayer::w_hh}, {"b_ih", &ModelLayer::b_ih},
+      {"b_hh", &ModelLayer::b_hh},     {"h0", &ModelLayer::h0},     {"c0", &ModelLayer::c0},
+      {"weight", &ModelLayer::weight}, {"bias", &ModelLayer::bias}, {"mean", &ModelLayer::mean}};
+  return kTensors;
+}
+
+bool kind_from_name(const std::string& name, ModelLayer::Kind& kind) {
+  using K = ModelLayer::Kind;
+  for (K k : {K::gru, K::lstm, K::dense, K::activation, K::prelu, K::batchnorm}) {
+    ModelLayer l;
+    l.kind = k;
+    if (name == l.kind_name()) return kind = k, true;
+  }
+  return false;
+}
+
+bool activation_from_name(const std::string& name, ModelLayer::Activation& a) {
+  using A = ModelLayer::Activation;
+  for (A x : {A::tanh, A::relu, A::sigmoid, A::softmax, A::elu})
+    if (name == ModelLayer::activation_name(x)) return a = x, true;
+  return false;
+}
 
 std::string describe(const Json& v) {
   if (v.is_number() || v.is_boolean()) return v.dump();

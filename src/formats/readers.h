@@ -7,6 +7,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "grux/io.h"
 #include "grux/model.h"
@@ -23,6 +25,13 @@ ModelSpec read_guitarml_json(const Json& j, const std::string& what);
 ModelSpec read_state_dict_json(const Json& j, const std::string& what);
 ModelSpec read_nam(const Json& j, const std::string& what);
 ModelSpec read_safetensors_model(const SafeTensors& file, const std::string& what);
+
+// Each tensor a ModelLayer may hold, by the name the files grux writes (safetensors keys,
+// C data) give it.
+const std::vector<std::pair<const char*, Tensor ModelLayer::*>>& layer_tensors();
+// The kind or activation of that name (kind_name(), activation_name()); false if none.
+bool kind_from_name(const std::string& name, ModelLayer::Kind& kind);
+bool activation_from_name(const std::string& name, ModelLayer::Activation& a);
 
 // A value as messages quote it: a number or a short string as it is, anything else by its type
 // ("an array", "an object", "null"); never the whole value (a hostile file's values may be

@@ -19,19 +19,6 @@ namespace {
 constexpr const char* kSupported =
     "supported: dense, time-distributed-dense, gru, lstm, prelu, batchnorm, activation";
 
-// An activation's name as the exporter writes it ("" for none).
-bool parse_activation(const std::string& name, ModelLayer::Activation& a) {
-  static const std::pair<const char*, ModelLayer::Activation> kNames[] = {
-      {"tanh", ModelLayer::Activation::tanh},
-      {"relu", ModelLayer::Activation::relu},
-      {"sigmoid", ModelLayer::Activation::sigmoid},
-      {"softmax", ModelLayer::Activation::softmax},
-      {"elu", ModelLayer::Activation::elu}};
-  for (const auto& [n, act] : kNames)
-    if (name == n) return a = act, true;
-  return false;
-}
-
 // (rows, cols) in file order transposed to (cols, rows), gate blocks of `block` rows of the
 // result reordered by `order` (result block g = source block order[g]); order empty: as is.
 Tensor transposed(const Tensor& m, int64_t block, const std::vector<int>& order) {
@@ -97,7 +84,7 @@ ModelSpec read_rtneural_json(const Json& j, const std::string& what) {
       act_name = l["activation"].get<std::string>();
     }
     ModelLayer::Activation act{};
-    if (!act_name.empty() && !parse_activation(act_name, act))
+    if (!act_name.empty() && !activation_from_name(act_name, act))
       throw Error(fmt::format(
           "{}: activation \"{}\" is not one RTNeural runs (tanh, relu, sigmoid, softmax, elu)",
           where, act_name));

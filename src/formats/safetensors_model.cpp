@@ -18,20 +18,6 @@ namespace {
 
 constexpr const char* kMetadataKey = "grux.model";
 
-const char* kind_key(ModelLayer::Kind k) {
-  ModelLayer l;
-  l.kind = k;
-  return l.kind_name();
-}
-
-// The tensors of a layer by name, for writing and reading.
-std::vector<std::pair<const char*, Tensor ModelLayer::*>> layer_tensors() {
-  return {
-      {"w_ih", &ModelLayer::w_ih},     {"w_hh", &ModelLayer::w_hh}, {"b_ih", &ModelLayer::b_ih},
-      {"b_hh", &ModelLayer::b_hh},     {"h0", &ModelLayer::h0},     {"c0", &ModelLayer::c0},
-      {"weight", &ModelLayer::weight}, {"bias", &ModelLayer::bias}, {"mean", &ModelLayer::mean}};
-}
-
 }  // namespace
 
 std::string serialize_model(const ModelSpec& spec) {
@@ -54,7 +40,7 @@ std::string serialize_model(const ModelSpec& spec) {
     if (l.kind == ModelLayer::Kind::activation)
       d["activation"] = ModelLayer::activation_name(l.activation);
     meta["layers"].push_back(d);
-    for (const auto& [name, member] : layer_tensors())
+    for (const auto& [name, member] : formats::layer_tensors())
       if ((l.*member).defined()) tensors.emplace(fmt::format("layers.{}.{}", k, name), l.*member);
   }
   return serialize_safetensors(tensors, {{kMetadataKey, meta.dump()}});
@@ -91,12 +77,7 @@ ModelSpec read_grux_model(const SafeTensors& file, const std::string& what) {
     const Json& d = layers[k];
     const Json& kind = member(d, "kind", at);
     ModelLayer l;
-    bool known = false;
-    for (auto kk :
-         {ModelLayer::Kind::gru, ModelLayer::Kind::lstm, ModelLayer::Kind::dense,
-          ModelLayer::Kind::activation, ModelLayer::Kind::prelu, ModelLayer::Kind::batchnorm})
-      if (kind.is_string() && kind.get<std::string>() == kind_key(kk)) l.kind = kk, known = true;
-    if (!known)
+    if (!kind.is_string() || !kind_from_name(kind.get<std::string>(), l.kind))
       throw Error(fmt::format("{}: kind {} is not gru, lstm, dense, activation, prelu or batchnorm",
                               at, describe(kind)));
     l.in_size = integer(member(d, "in_size", at), 1, 1 << 20, at + ": in_size");
@@ -113,13 +94,7 @@ ModelSpec read_grux_model(const SafeTensors& file, const std::string& what) {
     }
     if (l.kind == ModelLayer::Kind::activation) {
       const Json& a = member(d, "activation", at);
-      bool found = false;
-      for (auto act : {ModelLayer::Activation::tanh, ModelLayer::Activation::relu,
-                       ModelLayer::Activation::sigmoid, ModelLayer::Activation::softmax,
-                       ModelLayer::Activation::elu})
-        if (a.is_string() && a.get<std::string>() == ModelLayer::activation_name(act))
-          l.activation = act, found = true;
-      if (!found)
+      if (!a.is_string() || !activation_from_name(a.get<std::string>(), l.activation))
         throw Error(fmt::format("{}: activation {} is not tanh, relu, sigmoid, softmax or elu", at,
                                 describe(a)));
     }

@@ -214,6 +214,14 @@ int64_t Model::output_size() const {
   return impl_->spec.output_size();
 }
 
+SampleRateCorrection parse_sample_rate_correction(const std::string& name) {
+  if (name == "lin_interp") return SampleRateCorrection::lin_interp;
+  if (name == "no_interp") return SampleRateCorrection::no_interp;
+  if (name == "none") return SampleRateCorrection::none;
+  throw Error(fmt::format(
+      "sample-rate correction \"{}\", expected \"lin_interp\", \"no_interp\" or \"none\"", name));
+}
+
 Model load_model(const std::string& path) {
   return Model(read_model(path));
 }

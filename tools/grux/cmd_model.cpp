@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "commands.h"
@@ -84,7 +85,11 @@ std::string dot_graph(const TrainedModel& tm) {
 // Whether `path` is a checkpoint written by grux train (safetensors with the trainer's
 // metadata) rather than a model file.
 bool is_checkpoint(const std::string& path) {
-  const std::string head = read_file(path, size_t(1) << 36).substr(0, 1 << 16);
+  // The first 64 KiB: the header's metadata (a missing file: not one; read_model says why).
+  std::ifstream f(path, std::ios::binary);
+  std::string head(size_t(1) << 16, '\0');
+  f.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(f.gcount()));
   return head.size() > 8 && head[8] == '{' && head.find("\"train\"") != std::string::npos &&
          head.find("\"vocab\"") != std::string::npos;
 }
@@ -276,9 +281,7 @@ void run_run(const ModelArgs& a) {
   o.precision = precision;
   o.threads = a.threads;
   o.sample_rate = a.sample_rate;
-  o.correction = a.correction == "no_interp" ? SampleRateCorrection::no_interp
-                 : a.correction == "none"    ? SampleRateCorrection::none
-                                             : SampleRateCorrection::lin_interp;
+  o.correction = parse_sample_rate_correction(a.correction);
   o.warmup_frames = a.warmup;
   ModelStream s(model, N, o);
   Tensor y =
