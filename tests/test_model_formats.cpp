@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grux/error.h"
@@ -378,6 +379,24 @@ TEST(ModelStream, WarmUpStartsFromTheStateZerosLeave) {
   EXPECT_NE(std::memcmp(a.data<float>(), model.process(x).data<float>(), a.numel() * 4), 0);
 }
 
+// One Model shared by threads, each with its own streams (model.h: immutable, shareable): every
+// thread gets the bits of the same stream run alone.
+TEST(Model, OneModelManyThreads) {
+  const Model model = load_model(kFiles + "rtneural_lstm_torch.json");
+  const Tensor x = signal(1).slice(0, 0, 1000).contiguous();
+  const Tensor want = model.process(x);
+  std::vector<Tensor> got(4);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < got.size(); ++k)
+    threads.emplace_back([&, k] {
+      ModelStream s(model, 1);
+      got[k] = s.step(x);
+    });
+  for (std::thread& t : threads) t.join();
+  for (const Tensor& g : got)
+    EXPECT_EQ(std::memcmp(g.data<float>(), want.data<float>(), want.numel() * 4), 0);
+}
+
 // ---- hostile files -------------------------------------------------------------------------
 
 std::string error_of(const std::string& bytes) {
@@ -455,6 +474,23 @@ TEST(ModelFile, HostileRtneuralJsonIsRefused) {
   // A file's strings are quoted on one line (control characters escaped).
   EXPECT_THAT(error_of(replaced(g, "\"type\": \"gru\"", "\"type\": \"g\\nru\"")),
               HasSubstr("layer 0 (g\\x0aru): unknown layer type"));
+}
+
+// model.h: files over 256 MiB are refused before they are read (a sparse file of 257 MiB).
+TEST(ModelFile, AnOversizedFileIsRefusedUnread) {
+  const fs::path f = fs::temp_directory_path() / ("grux_big_" + std::to_string(getpid()) + ".json");
+  {
+    std::ofstream o(f, std::ios::binary);
+    o << "{";
+  }
+  fs::resize_file(f, (uintmax_t(257) << 20));
+  try {
+    read_model(f.string());
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("larger than the limit of 268435456 bytes"));
+  }
+  fs::remove(f);
 }
 
 TEST(ModelFile, RtneuralsBadLstmIsRefused) {
