@@ -18,6 +18,7 @@
 
 #include "cpu/gemm_packed.h"
 #include "cpu/gru_stream.h"
+#include "cpu/lstm_stream.h"
 #include "cpu/ref/gru_stream_ref.h"
 #include "grux/gru.h"
 #include "grux/nn.h"
@@ -640,7 +641,8 @@ TEST(StreamKernel, ProjectionBlocksAreBitIdentical) {
           hw(O * H), hb(O), res(T * O);
       for (auto* v : {&wih, &whh, &bih, &bhh, &x, &hw, &hb, &res})
         for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 2.0f);
-      const cpu::StreamHead head = cpu::gru_stream_pack_head(O, H, hw.data(), hb.data());
+      const cpu::StreamHead head =
+          cpu::gru_stream_pack_head(O, H, hw.data(), hb.data(), cpu::stream_target(H).lanes);
       std::vector<float> outs[3], states[3];
       for (int64_t k = 0; k < 3; ++k) {  // all at once; blocks of 4; blocks of 1
         cpu::StreamLayer L =
@@ -780,6 +782,37 @@ TEST(StreamKernel, TilesAreChosenOncePerSize) {
     }
 }
 
+// The lanes a layer is packed for: 8 (the AVX2 kernel) for up to 8 units where the chosen
+// target has more and AVX2 is compiled and supported; otherwise the chosen target's, for every
+// part of a split layer as for the whole; the head packed for the layer's lanes.
+TEST(StreamKernel, SmallLayersTakeTheEightLaneKernel) {
+  const int64_t lanes = cpu::gru_stream_lanes();
+  bool avx2 = false;
+#if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX2)
+  avx2 = (hwy::SupportedTargets() & HWY_AVX2) != 0;
+#endif
+  for (int64_t H : {1, 3, 8, 9, 16, 40}) {
+    const int64_t want = H <= 8 && lanes > 8 && avx2 ? 8 : lanes;
+    std::vector<float> wih(4 * H * 2, 0.1f), whh(4 * H * H, 0.01f);
+    const cpu::StreamLayer gru =
+        cpu::gru_stream_pack(2, H, false, wih.data(), whh.data(), nullptr, nullptr);
+    const cpu::StreamLayer lstm =
+        cpu::lstm_stream_pack(2, H, wih.data(), whh.data(), nullptr, nullptr);
+    EXPECT_EQ(gru.V, want) << "GRU H " << H;
+    EXPECT_EQ(lstm.V, want) << "LSTM H " << H;
+    EXPECT_EQ(gru.Hp % want, 0) << "H " << H;
+    const cpu::StreamHead head = cpu::gru_stream_pack_head(1, H, wih.data(), nullptr, gru.V);
+    EXPECT_EQ(head.Hp, gru.Hp) << "H " << H;
+  }
+  if (lanes > 8 && avx2) {  // a part of a layer of 16 keeps the whole layer's 16 lanes
+    const int64_t H = 16;
+    std::vector<float> wih(3 * H), whh(3 * H * H, 0.01f);
+    const cpu::StreamLayer part =
+        cpu::gru_stream_pack_part(1, H, 0, 8, wih.data(), whh.data(), nullptr, nullptr);
+    EXPECT_EQ(part.V, lanes);
+  }
+}
+
 // The head fused into the kernel's step (the C API's model): out rows of O = b + W h' (+ res),
 // against the reference's h' and a head in f64, for register-resident and tiled states, one or
 // several outputs, with and without bias and residual; and rows of h' + res without a head.
@@ -796,7 +829,7 @@ TEST(StreamKernel, HeadAndResidualInTheStep) {
           for (float& w : *v) w = u(rng) * (v == &whh ? 4.0f / std::sqrt(float(H)) : 1.0f);
         const cpu::StreamLayer L =
             cpu::gru_stream_pack(I, H, false, wih.data(), whh.data(), bih.data(), bhh.data());
-        const cpu::StreamHead head = cpu::gru_stream_pack_head(O, H, hw.data(), hb.data());
+        const cpu::StreamHead head = cpu::gru_stream_pack_head(O, H, hw.data(), hb.data(), L.V);
         std::vector<float> x(T * I), out(T * R);
         for (float& v : x) v = 2 * u(rng);
         auto scratch = hwy::AllocateAligned<float>(cpu::gru_stream_scratch(L, T));

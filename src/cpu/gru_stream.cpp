@@ -443,9 +443,10 @@ StreamLayer pack_units(int64_t I, int64_t K, int64_t u0, int64_t H, bool reset_b
                        std::optional<bool> narrow_tiles) {
   StreamLayer L;
   L.I = I, L.H = H, L.K = K, L.u0 = u0, L.reset_before = reset_before;
-  L.V = gru_stream_lanes();  // also settles the dispatch target read below
-  L.forward = HWY_DISPATCH_TABLE(GruStreamForward)[hwy::GetChosenTarget().GetIndex()];
-  L.part_step = HWY_DISPATCH_TABLE(GruStreamPartStep)[hwy::GetChosenTarget().GetIndex()];
+  const StreamTarget target = stream_target(K);  // the whole layer's: parts run as it does
+  L.V = target.lanes;
+  L.forward = HWY_DISPATCH_TABLE(GruStreamForward)[target.index];
+  L.part_step = HWY_DISPATCH_TABLE(GruStreamPartStep)[target.index];
   L.Hp = (H + L.V - 1) / L.V * L.V;
   const int64_t V = L.V, Hp = L.Hp;
   // Row of gate q, unit u in PyTorch's layout -> offset in a column of `per` vectors per
@@ -518,9 +519,10 @@ StreamLayer gru_stream_pack_part(int64_t I, int64_t H, int64_t u0, int64_t units
   return pack_units(I, H, u0, units, false, w_ih, w_hh, b_ih, b_hh, std::nullopt);
 }
 
-StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b) {
+StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b,
+                                int64_t lanes) {
   StreamHead hd;
-  const int64_t V = gru_stream_lanes();
+  const int64_t V = lanes;
   hd.O = O, hd.H = H, hd.Hp = (H + V - 1) / V * V;
   hd.w = zeros(O * hd.Hp);
   hd.b = zeros(O);

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <hwy/aligned_allocator.h>
+#include <hwy/targets.h>
 
 #include <cstdint>
 #include <optional>
@@ -172,6 +173,29 @@ struct StreamOut {
 // f32 lanes of the SIMD target the kernels run on (dynamic dispatch).
 GRUX_INTERNAL int64_t gru_stream_lanes();
 
+// The kernel a layer of hidden size H runs on: its index in a Highway dispatch table
+// (HWY_DISPATCH_TABLE) and its f32 lanes. The chosen target's, except that a layer of at most
+// 8 units, where the chosen target has 16 lanes and the 8-lane AVX2 target is compiled and
+// supported, runs AVX2's: one unit group's step is a chain of dependent operations, and a
+// 256-bit division takes 11 cycles against 18 for a 512-bit one on processors that split the
+// latter (the GRU at H 8, one frame a call: 31 ns a frame against 38; the LSTM 37 against 45);
+// where 512-bit division is as fast, the two kernels run alike. An inline function: the index
+// depends on the targets compiled in the translation unit whose table it indexes.
+struct StreamTarget {
+  size_t index = 0;
+  int64_t lanes = 0;
+};
+inline StreamTarget stream_target(int64_t H) {
+  const int64_t lanes = gru_stream_lanes();  // also settles the chosen target
+#if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX2)
+  if (H <= 8 && lanes > 8 && (hwy::SupportedTargets() & HWY_AVX2) != 0)
+    return {hwy::Num0BitsBelowLS1Bit_Nonzero64(
+                static_cast<uint64_t>(HWY_CHOSEN_TARGET_SHIFT(HWY_AVX2))),
+            8};
+#endif
+  return {hwy::GetChosenTarget().GetIndex(), lanes};
+}
+
 // Packs PyTorch-layout weights: w_ih (3H x I), w_hh (3H x H) row-major, gate order r, z, n;
 // b_ih, b_hh (3H) or null for no bias. narrow_tiles: stream_narrow_tiles(H, reset_before) unless
 // given (tests take both; the results are the same bits either way); never for up to 2 unit groups.
@@ -201,8 +225,10 @@ inline void gru_stream_part_step(const StreamLayer& part, const float* x, const 
   part.part_step(part, x, h, h_out, scratch);
 }
 
-// Packs a head: w (O x H) row-major, b (O) or null; H the layer's hidden size.
-GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b);
+// Packs a head: w (O x H) row-major, b (O) or null, for a layer of hidden size H packed for
+// `lanes` f32 lanes (its StreamLayer's V).
+GRUX_INTERNAL StreamHead gru_stream_pack_head(int64_t O, int64_t H, const float* w, const float* b,
+                                              int64_t lanes);
 
 // Floats of scratch gru_stream_forward needs for blocks of up to t frames.
 GRUX_INTERNAL int64_t gru_stream_scratch(const StreamLayer& layer, int64_t t);

@@ -24,14 +24,27 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// h' of one unit group from the step's sums for it (i, f, o halved), and c' into c.
+// h' of one unit group from the step's sums for it (i, f, o halved), and c' into c, with three
+// divisions where the gates one by one take five (a zmm division occupies the divider for 10
+// of its 18 cycles: 15 of them a step at H 40). With the rationals of cpu/gate_math-inl.h,
+// sigma = N / D (N = Q + a P, D = 2 Q) and tanh = a P / Q:
+//   c' = f c + (N_i a_g P_g) / (D_i Q_g),   h' = (N_o a_c P_c) / (D_o Q_c),   c' clamped for a_c.
+// The chain is as long as the gates' one by one (the products beside the divisions they
+// replace); every factor is at most 670 in magnitude, so nothing overflows.
 HWY_INLINE V LstmUnit(DF d, const V* sum, V& c) {
-  const V i = StreamSigmoidOfHalf(d, sum[0]);
-  const V f = StreamSigmoidOfHalf(d, sum[1]);
-  const V g = StreamTanh(d, sum[2]);
-  const V o = StreamSigmoidOfHalf(d, sum[3]);
-  c = hn::MulAdd(f, c, hn::Mul(i, g));
-  return hn::Mul(o, StreamTanh(d, c));
+  V ai, pi, qi, af, pf, qf, ag, pg, qg, ao, po, qo;
+  StreamRationalPQ(d, sum[0], ai, pi, qi);
+  StreamRationalPQ(d, sum[1], af, pf, qf);
+  StreamRationalPQ(d, sum[2], ag, pg, qg);
+  StreamRationalPQ(d, sum[3], ao, po, qo);
+  const V f = hn::Div(hn::MulAdd(af, pf, qf), hn::Add(qf, qf));
+  const V ig_num = hn::Mul(hn::MulAdd(ai, pi, qi), hn::Mul(ag, pg));
+  const V ig_den = hn::Mul(hn::Add(qi, qi), qg);
+  c = hn::MulAdd(f, c, hn::Div(ig_num, ig_den));
+  V ac, pc, qc;
+  StreamRationalPQ(d, c, ac, pc, qc);
+  const V o_num = hn::MulAdd(ao, po, qo), o_den = hn::Add(qo, qo);
+  return hn::Div(hn::Mul(o_num, hn::Mul(ac, pc)), hn::Mul(o_den, qc));
 }
 
 // Small states (G <= 2 unit groups): h and c in registers across the block's steps.
@@ -168,8 +181,9 @@ StreamLayer lstm_stream_pack(int64_t I, int64_t H, const float* w_ih, const floa
                              std::optional<bool> narrow_tiles) {
   StreamLayer L;
   L.I = I, L.H = H, L.K = H, L.u0 = 0, L.lstm = true;
-  L.V = gru_stream_lanes();  // also settles the dispatch target read below
-  L.forward = HWY_DISPATCH_TABLE(LstmStreamForward)[hwy::GetChosenTarget().GetIndex()];
+  const StreamTarget target = stream_target(H);
+  L.V = target.lanes;
+  L.forward = HWY_DISPATCH_TABLE(LstmStreamForward)[target.index];
   L.Hp = (H + L.V - 1) / L.V * L.V;
   const int64_t V = L.V, Hp = L.Hp, G = Hp / V;
   // Wide or narrow tiles: the GRU's choice for this H (speed only: the same bits either way).

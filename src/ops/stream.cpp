@@ -395,8 +395,8 @@ void StreamCore::set_head(const GruStreamHead& hd) {
   if (hd.bias.defined()) h.bias = floats_of(hd.bias);
   if (fast) {
     if (!h.w.empty())
-      h.fast =
-          cpu::gru_stream_pack_head(O, P, h.w.data(), h.bias.empty() ? nullptr : h.bias.data());
+      h.fast = cpu::gru_stream_pack_head(O, P, h.w.data(), h.bias.empty() ? nullptr : h.bias.data(),
+                                         fast_layers[0].V);
   } else if (!h.w.empty()) {
     // Blocks of about 256 KiB of model outputs: the head's product over a block stays in cache.
     h.block = std::clamp<int64_t>((int64_t(1) << 16) / (N * P), 1, 512);
