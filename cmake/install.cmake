@@ -82,7 +82,7 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libgrux-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # The headers include nothing outside grux; a static build's consumers link these.
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libhwy-dev, libfmt-dev, pkg-config")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libhwy-dev, libfmt-dev, libonnx-dev, libprotobuf-dev, pkg-config")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME grux-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)
 # The peer that grux bench gemm and grux calibrate measure, loaded when installed.

@@ -16,6 +16,7 @@ packages=(
   libcli11-dev             # command-line parsing
   nlohmann-json3-dev       # JSON (safetensors headers, reports)
   libfmt-dev               # formatting
+  libonnx-dev libprotobuf-dev  # ONNX model files (ONNX's protobuf classes)
 )
 main_only=0
 if [ "${1:-}" = --main ]; then
@@ -35,6 +36,7 @@ else
     python3-dev pybind11-dev # the Python package's extension (python/)
     python3-venv python3-pip python3-setuptools python3-wheel  # pip install . / pip wheel
     python3-numpy python3-torch python3-pytest  # the Python package and its tests
+    python3-onnx             # onnx.checker and onnx.helper: the ONNX files' tests
     libtorch-dev             # torch's C++ headers: grux._torch_access reads tensors through them
     chromium chromium-driver # the HTML cost report opened in headless Chromium (tests)
     openmpi-bin libopenmpi-dev  # MPI: multi-process training and scans, tested with 2 ranks

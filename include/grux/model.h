@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,8 @@
 
 namespace grux GRUX_API {
 
-enum class ModelFormat { safetensors, rtneural_json, guitarml_json, state_dict_json, nam };
-// "safetensors", "rtneural-json", "guitarml-json", "state-dict-json", "nam".
+enum class ModelFormat { safetensors, rtneural_json, guitarml_json, state_dict_json, nam, onnx };
+// "safetensors", "rtneural-json", "guitarml-json", "state-dict-json", "nam", "onnx".
 const char* model_format_name(ModelFormat format);
 
 // One layer. Every tensor is f32 and contiguous; sizes: in_size features in, out_size out.
@@ -60,6 +61,23 @@ struct ModelLayer {
   int64_t parameters() const;
 };
 
+// A graph's named inputs and outputs (ONNX): the frames come in through `input`, their axes
+// in `input_axes` order, and each output is the model's frames, its last frame or the final
+// states of recurrent layers. Axes: 'T' time, 'N' batch, 'F' features, 'L' stacked layers,
+// '1' an axis of size 1 (e.g. "TNF", "NTF", "T1NF", "LNF").
+struct ModelGraphOutput {
+  enum class What { frames, last_frame, hidden, cell };
+  std::string name;
+  What what = What::frames;
+  std::string axes;
+  std::vector<int64_t> layers;  // hidden, cell: the spec's recurrent layers, stacked on 'L'/'1'
+};
+struct ModelGraph {
+  std::string input;  // empty: the model has no graph (the other formats)
+  std::string input_axes;
+  std::vector<ModelGraphOutput> outputs;
+};
+
 struct ModelSpec {
   ModelFormat format = ModelFormat::safetensors;
   int64_t input_size = 0;  // features a frame going in
@@ -70,6 +88,7 @@ struct ModelSpec {
   int64_t skip = 0;
   double sample_rate = 0;  // Hz the model was trained at; 0 where the file does not say
   std::string name;        // the file's own name for the model, where it has one
+  ModelGraph graph;        // ONNX: the graph's inputs and outputs
 
   // Features a frame going out: the last layer's, or input_size without layers.
   int64_t output_size() const;
@@ -88,6 +107,9 @@ struct ModelSpec {
 ModelSpec read_model(const std::string& path);
 // The same from bytes in memory; `what` names the source in messages.
 ModelSpec parse_model(const std::string& bytes, const std::string& what);
+// An ONNX file whose weights are graph inputs (as ONNX's node tests give W, R and B): their
+// values by input name. Other formats ignore `given`.
+ModelSpec read_model(const std::string& path, const std::map<std::string, Tensor>& given);
 
 // Writes a model as safetensors, atomically: every layer's tensors under "layers.{k}." and the
 // topology as JSON in the metadata's "grux.model"; read_model reads it back exactly.
@@ -131,6 +153,12 @@ class Model {
 
 // grux::load_model(path) = Model(read_model(path)).
 Model load_model(const std::string& path);
+
+// Runs a model read from a graph (spec().graph.input not empty) on its frames input x, laid out
+// as spec().graph.input_axes says (f32 or f64, computed in f32), from the initial state:
+// returns each graph output by name, in the graph's order, in the axes it declares.
+std::vector<std::pair<std::string, Tensor>> run_graph(const Model& model, const Tensor& x,
+                                                      int threads = 0);
 
 // Sample-rate correction (RTNeural's): a model trained at rate R run at rate S = r R (r >= 1)
 // feeds each recurrent layer back its state from r frames before instead of the last one, so
@@ -187,6 +215,10 @@ class ModelStream {
   int64_t output_size() const;
   // The delay r of the sample-rate correction (1: none).
   double rate_ratio() const;
+  // The state of the spec's recurrent layer `layer` now: h (batch, H) or an LSTM's c (batch,
+  // H); a copy. Not under sample-rate correction.
+  Tensor hidden_state(int64_t layer) const;
+  Tensor cell_state(int64_t layer) const;
 
  private:
   struct Impl;

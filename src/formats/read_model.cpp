@@ -30,6 +30,8 @@ const char* model_format_name(ModelFormat format) {
       return "state-dict-json";
     case ModelFormat::nam:
       return "nam";
+    case ModelFormat::onnx:
+      return "onnx";
   }
   return "?";
 }
@@ -379,7 +381,8 @@ std::string one_line(const std::string& m) {
   return out;
 }
 
-ModelSpec parse_model_unchecked(const std::string& bytes, const std::string& what) {
+ModelSpec parse_model_unchecked(const std::string& bytes, const std::string& what,
+                                const std::map<std::string, Tensor>& given) {
   ModelSpec spec;
   size_t first = 0;
   while (first < bytes.size() && std::isspace(static_cast<unsigned char>(bytes[first]))) ++first;
@@ -387,9 +390,12 @@ ModelSpec parse_model_unchecked(const std::string& bytes, const std::string& wha
     spec = parse_json_model(bytes, what);
   } else if (bytes.size() >= 9 && bytes[8] == '{') {  // safetensors: 8-byte length, then JSON
     spec = formats::read_safetensors_model(parse_safetensors(bytes, what), what);
+  } else if (formats::looks_like_onnx(bytes)) {
+    spec = formats::read_onnx(bytes, what, given);
   } else {
     throw Error(fmt::format(
-        "{}: not a model file (expected JSON — RTNeural, GuitarML, NAM — or safetensors)", what));
+        "{}: not a model file (expected JSON — RTNeural, GuitarML, NAM — safetensors or ONNX)",
+        what));
   }
   try {
     spec.validate();
@@ -405,20 +411,24 @@ ModelSpec parse_model_unchecked(const std::string& bytes, const std::string& wha
 
 ModelSpec parse_model(const std::string& bytes, const std::string& what) {
   try {
-    return parse_model_unchecked(bytes, what);
+    return parse_model_unchecked(bytes, what, {});
+  } catch (const Error& e) {
+    throw Error(one_line(e.what()));
+  }
+}
+
+ModelSpec read_model(const std::string& path, const std::map<std::string, Tensor>& given) {
+  std::string bytes;
+  try {
+    bytes = read_file(path, kMaxModelBytes);
+    return parse_model_unchecked(bytes, path, given);
   } catch (const Error& e) {
     throw Error(one_line(e.what()));
   }
 }
 
 ModelSpec read_model(const std::string& path) {
-  std::string bytes;
-  try {
-    bytes = read_file(path, kMaxModelBytes);
-  } catch (const Error& e) {
-    throw Error(one_line(e.what()));
-  }
-  return parse_model(bytes, path);
+  return read_model(path, {});
 }
 
 }  // namespace grux

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -25,6 +26,10 @@ ModelSpec read_guitarml_json(const Json& j, const std::string& what);
 ModelSpec read_state_dict_json(const Json& j, const std::string& what);
 ModelSpec read_nam(const Json& j, const std::string& what);
 ModelSpec read_safetensors_model(const SafeTensors& file, const std::string& what);
+// ONNX (src/formats/onnx.cpp): `given` holds values of graph inputs other than the frames.
+bool looks_like_onnx(const std::string& bytes);
+ModelSpec read_onnx(const std::string& bytes, const std::string& what,
+                    const std::map<std::string, Tensor>& given);
 
 // Each tensor a ModelLayer may hold, by the name the files grux writes (safetensors keys,
 // C data) give it.

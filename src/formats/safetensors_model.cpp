@@ -43,7 +43,11 @@ std::string serialize_model(const ModelSpec& spec) {
     for (const auto& [name, member] : formats::layer_tensors())
       if ((l.*member).defined()) tensors.emplace(fmt::format("layers.{}.{}", k, name), l.*member);
   }
-  return serialize_safetensors(tensors, {{kMetadataKey, meta.dump()}});
+  // A name that is not UTF-8 (an ONNX graph's may be any bytes) is kept with U+FFFD in place
+  // of the bytes that are not.
+  return serialize_safetensors(
+      tensors,
+      {{kMetadataKey, meta.dump(-1, ' ', false, formats::Json::error_handler_t::replace)}});
 }
 
 void write_model(const std::string& path, const ModelSpec& spec) {

@@ -404,6 +404,35 @@ struct ModelStream::Impl {
     if (o.warmup_frames > 0) warm_up(o.warmup_frames);
   }
 
+  // The state of spec layer `layer`: (N, H).
+  Tensor state(int64_t layer, bool cell) const {
+    const ModelSpec& spec = model->spec;
+    if (layer < 0 || layer >= int64_t(spec.layers.size()) || !spec.layers[layer].recurrent())
+      throw Error(
+          fmt::format("model stream: layer {} is not one of the model's recurrent layers", layer));
+    if (cell && spec.layers[layer].kind != ModelLayer::Kind::lstm)
+      throw Error(fmt::format("model stream: layer {} is a GRU, which has no cell state", layer));
+    for (size_t s = 0; s < model->stages.size(); ++s) {
+      const Model::Impl::Stage& st = model->stages[s];
+      if (st.layer || size_t(layer) < st.first || size_t(layer) >= st.last) continue;
+      const Running& r = run[s];
+      if (!r.corrected.empty())
+        throw Error("model stream: states are not kept apart under sample-rate correction");
+      const int64_t H = spec.layers[layer].out_size, k = layer - int64_t(st.first);
+      Tensor out = Tensor::empty({N, H}, DType::f32);
+      for (size_t q = 0; q < r.streams(); ++q) {
+        // (L, batch, H) of this stream: one sequence each (per_sequence) or the whole batch.
+        const Tensor t =
+            r.gru.empty() ? (cell ? r.lstm[q].cell_state() : r.lstm[q].state()) : r.gru[q].state();
+        const Tensor mine = t.select(0, k).contiguous();
+        const int64_t rows = r.per_sequence ? 1 : N;
+        std::copy_n(mine.data<float>(), rows * H, out.data<float>() + int64_t(q) * rows * H);
+      }
+      return out;
+    }
+    GRUX_ASSERT(false);
+  }
+
   // Runs `frames` frames of zeros, then keeps the state they leave as the one reset() restores.
   void warm_up(int64_t frames) {
     const ModelSpec& spec = model->spec;
@@ -541,6 +570,13 @@ int64_t ModelStream::output_size() const {
   return impl_->model->spec.output_size();
 }
 
+Tensor ModelStream::hidden_state(int64_t layer) const {
+  return impl_->state(layer, false);
+}
+Tensor ModelStream::cell_state(int64_t layer) const {
+  return impl_->state(layer, true);
+}
+
 Tensor Model::process(const Tensor& x, int threads) const {
   if (x.dtype() != DType::f32)
     throw Error(fmt::format("model: input is {}, expected f32", dtype_name(x.dtype())));
@@ -551,6 +587,93 @@ Tensor Model::process(const Tensor& x, int threads) const {
   if (N < 1) throw Error("model: input has a batch of 0 sequences, expected at least 1");
   ModelStream s(*this, N, Precision::f32, threads);
   return s.step(x);
+}
+
+}  // namespace grux
+
+namespace grux {
+namespace {
+
+// `t`, whose axes are named by `have` (a letter each), laid out as `want` names them: the
+// letters of `have` permuted, axes of size 1 ('1') inserted, an axis `want` lacks dropped (it
+// must have size 1).
+Tensor arrange(Tensor t, std::string have, const std::string& want, const std::string& what) {
+  for (size_t d = have.size(); d-- > 0;)
+    if (want.find(have[d]) == std::string::npos) {
+      if (t.size(int64_t(d)) != 1)
+        throw Error(fmt::format("{}: axis {} has {} entries, but the output has no such axis", what,
+                                have[d], t.size(int64_t(d))));
+      t = t.select(int64_t(d), 0);
+      have.erase(d, 1);
+    }
+  std::vector<int64_t> order;
+  Shape shape;
+  for (char c : want) {
+    const size_t d = c == '1' ? std::string::npos : have.find(c);
+    if (d == std::string::npos) {
+      shape.push_back(1);
+    } else {
+      order.push_back(int64_t(d));
+      shape.push_back(t.size(int64_t(d)));
+    }
+  }
+  return t.permute(order).contiguous().reshape(shape);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> run_graph(const Model& model, const Tensor& x,
+                                                      int threads) {
+  const ModelSpec& spec = model.spec();
+  const ModelGraph& g = spec.graph;
+  if (g.input.empty())
+    throw Error("model: not read from a graph (ONNX), so it has no named outputs");
+  const std::string& ax = g.input_axes;
+  const std::string where = fmt::format("model: input \"{}\"", g.input);
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
+    throw Error(fmt::format("{} is {}, expected f32 or f64", where, dtype_name(x.dtype())));
+  if (x.dim() != int64_t(ax.size()))
+    throw Error(fmt::format("{} has shape {}, expected {} axes ({})", where, shape_str(x.shape()),
+                            ax.size(), ax));
+  const int64_t I = x.size(int64_t(ax.find('F')));
+  if (I != spec.input_size)
+    throw Error(fmt::format("{} has {} features, expected {}", where, I, spec.input_size));
+  Tensor frames = arrange(x, ax, "TNF", where).to(DType::f32);
+  const int64_t T = frames.size(0), N = frames.size(1);
+  if (N < 1) throw Error(fmt::format("{} has a batch of 0 sequences, expected at least 1", where));
+  ModelStream stream(model, N, Precision::f32, threads);
+  const Tensor y = stream.step(frames);  // (T, N, O)
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const ModelGraphOutput& o : g.outputs) {
+    const std::string what = fmt::format("model: output \"{}\"", o.name);
+    Tensor t;
+    switch (o.what) {
+      case ModelGraphOutput::What::frames:
+        t = arrange(y, "TNF", o.axes, what);
+        break;
+      case ModelGraphOutput::What::last_frame:
+        if (T == 0) throw Error(fmt::format("{} is the last frame, and the input has none", what));
+        t = arrange(y.select(0, T - 1), "NF", o.axes, what);
+        break;
+      case ModelGraphOutput::What::hidden:
+      case ModelGraphOutput::What::cell: {
+        const bool cell = o.what == ModelGraphOutput::What::cell;
+        const int64_t L = int64_t(o.layers.size()), H = spec.layers[o.layers[0]].out_size;
+        Tensor s = Tensor::empty({L, N, H}, DType::f32);
+        for (int64_t k = 0; k < L; ++k)
+          s.select(0, k).copy_from(cell ? stream.cell_state(o.layers[k])
+                                        : stream.hidden_state(o.layers[k]));
+        std::string want = o.axes;
+        if (L == 1 && want.find('L') == std::string::npos && want.find('1') != std::string::npos)
+          want[want.find('1')] = 'L';
+        t = arrange(s, "LNF", want, what);
+        break;
+      }
+    }
+    if (x.dtype() == DType::f64) t = t.to(DType::f64);
+    out.emplace_back(o.name, std::move(t));
+  }
+  return out;
 }
 
 }  // namespace grux

@@ -18,6 +18,8 @@ grux::ModelSpec read(const std::string& bytes) {
   using grux::formats::Json;
 #if GRUX_FUZZ_READER_SAFETENSORS
   return grux::formats::read_safetensors_model(grux::parse_safetensors(bytes, "fuzz"), "fuzz");
+#elif GRUX_FUZZ_READER_ONNX
+  return grux::formats::read_onnx(bytes, "fuzz", {});
 #else
   const Json j = Json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw grux::Error("not JSON");

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "commands.h"
@@ -31,7 +32,8 @@ struct ModelArgs {
   std::string checkpoint, dot, data, precision = "all";
   int threads = 0;
   // run, convert
-  std::string input, out, run_precision = "f32", correction = "lin_interp";
+  std::vector<std::string> inputs;
+  std::string out, run_precision = "f32", correction = "lin_interp";
   int64_t block = 0, warmup = 0;
   std::string name;  // export-c
   double sample_rate = 0;
@@ -176,6 +178,20 @@ void run_show_model(const ModelArgs& a) {
                            : "",
              spec.sample_rate > 0 ? fmt::format("{:g} Hz", spec.sample_rate)
                                   : "not in the file (48000 Hz assumed below)");
+  if (!spec.graph.input.empty()) {
+    // The graph's names and what each output is (axes: T time, N batch, F features, L layers).
+    std::vector<std::string> outs;
+    for (const ModelGraphOutput& o : spec.graph.outputs) {
+      const char* what = o.what == ModelGraphOutput::What::frames       ? "frames"
+                         : o.what == ModelGraphOutput::What::last_frame ? "last frame"
+                         : o.what == ModelGraphOutput::What::hidden     ? "final h of layers"
+                                                                        : "final c of layers";
+      outs.push_back(fmt::format("\"{}\" {} ({}{}{})", o.name, o.axes, what,
+                                 o.layers.empty() ? "" : " ", fmt::join(o.layers, ", ")));
+    }
+    fmt::print("graph: input \"{}\" {}; outputs {}\n", spec.graph.input, spec.graph.input_axes,
+               fmt::join(outs, ", "));
+  }
   const MachineProfile profile = load_profile("");
   fmt::print("  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}  {}\n", "layer", "kind", "in", "out",
              "parameters", "FLOPs/frame", "details");
@@ -185,9 +201,13 @@ void run_show_model(const ModelArgs& a) {
     const FrameCost c = layer_cost(l, rate, profile);
     flops += c.flops;
     predicted_ms += c.predicted_ms;
-    fmt::print("  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}  {}\n", k, l.kind_name(), l.in_size,
-               l.out_size, with_commas(l.parameters()), with_commas(int64_t(std::llround(c.flops))),
-               layer_details(l));
+    fmt::print(
+        "  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}  {}\n", k, l.kind_name(), l.in_size, l.out_size,
+        with_commas(l.parameters()), with_commas(int64_t(std::llround(c.flops))),
+        layer_details(l) + (spec.format == ModelFormat::onnx && l.kind == ModelLayer::Kind::gru
+                                ? fmt::format(" (the file's linear_before_reset = {})",
+                                              l.form == GruForm::linear_before_reset ? 1 : 0)
+                                : ""));
   }
   fmt::print("  {:<5} {:<10} {:>6} {:>6} {:>11} {:>13}\n", "total", "", "", "",
              with_commas(spec.parameters()), with_commas(int64_t(std::llround(flops))));
@@ -262,18 +282,92 @@ void run_show(const ModelArgs& a) {
 
 // `grux model run`: X (T, I) for one stream or (T, N, I) for N, f32, through the model from its
 // initial state, in blocks of --block frames (0: all at once; the bits do not depend on it).
+// True for a file whose content is not JSON or safetensors and begins as an ONNX ModelProto
+// does (read_model tells the format the same way).
+bool formats_is_onnx(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char head[9] = {};
+  f.read(head, sizeof head);
+  const std::streamsize n = f.gcount();
+  if (n < 1 || head[0] == '{' || std::isspace(static_cast<unsigned char>(head[0])) ||
+      (n == 9 && head[8] == '{'))
+    return false;
+  const unsigned char b = static_cast<unsigned char>(head[0]);
+  return (b & 7) <= 2 && (b >> 3) >= 1 && (b >> 3) <= 8;
+}
+
+// An ONNX graph: each --input NAME=X.npy names a graph input (one without a name: the frames);
+// each graph output written as DIR/<its name>.npy.
+void run_run_graph(const ModelArgs& a) {
+  std::string frames_path;
+  std::map<std::string, Tensor> given;
+  for (const std::string& in : a.inputs) {
+    const size_t eq = in.find('=');
+    if (eq == std::string::npos) {
+      if (!frames_path.empty())
+        throw Error(
+            fmt::format("--input {} and --input {}: two inputs without a NAME= (only the "
+                        "frames may go without one)",
+                        frames_path, in));
+      frames_path = in;
+    } else {
+      given[in.substr(0, eq)] = read_npy(in.substr(eq + 1));
+    }
+  }
+  const Model model(read_model(a.checkpoint, given));
+  const ModelGraph& g = model.spec().graph;
+  if (frames_path.empty()) {
+    auto it = given.find(g.input);
+    if (it == given.end())
+      throw Error(
+          fmt::format("{}: no --input for the graph's frames input \"{}\" (--input "
+                      "{}=X.npy, or --input X.npy)",
+                      a.checkpoint, g.input, g.input));
+  }
+  if (a.run_precision != "f32" || a.block != 0 || a.sample_rate != 0 || a.warmup != 0)
+    throw Error(
+        fmt::format("{}: an ONNX graph runs whole, in f32, at the model's rate: "
+                    "--precision, --block, --sample-rate and --warmup are for the other "
+                    "formats",
+                    a.checkpoint));
+  set_threads(a.threads);
+  const Tensor x = frames_path.empty() ? given.at(g.input) : read_npy(frames_path);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto outputs = run_graph(model, x, a.threads);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string dir = output_dir(a.out);
+  fmt::print("{}: {} {} through {} ({} layers) in {:.2f} ms; wrote", g.input,
+             frames_path.empty() ? "given" : frames_path, shape_str(x.shape()), a.checkpoint,
+             model.spec().layers.size(), ms);
+  for (const auto& [name, t] : outputs) {
+    std::string file = name;  // a file name of the output's name
+    for (char& c : file)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+    if (file.empty() || file[0] == '.') file = "_" + file;
+    write_npy(dir + "/" + file + ".npy", t);
+    fmt::print(" {}/{}.npy {}", dir, file, shape_str(t.shape()));
+  }
+  fmt::print("\n");
+}
+
 void run_run(const ModelArgs& a) {
+  if (formats_is_onnx(a.checkpoint)) return run_run_graph(a);
+  if (a.inputs.size() != 1 || a.inputs[0].find('=') != std::string::npos)
+    throw Error(fmt::format("{}: expected one --input X.npy (NAME=X.npy is for ONNX graphs)",
+                            a.checkpoint));
+  const std::string& input = a.inputs[0];
   const Model model = load_model(a.checkpoint);
   const Precision precision = parse_precision(a.run_precision);
   set_threads(a.threads);
-  Tensor x = read_npy(a.input);
+  Tensor x = read_npy(input);
   if (x.dtype() != DType::f32)
-    throw Error(fmt::format("{}: dtype {}, expected f32", a.input, dtype_name(x.dtype())));
+    throw Error(fmt::format("{}: dtype {}, expected f32", input, dtype_name(x.dtype())));
   const int64_t I = model.input_size();
   if ((x.dim() != 2 && x.dim() != 3) || x.size(x.dim() - 1) != I || x.size(0) < 0 ||
       (x.dim() == 3 && x.size(1) < 1))
     throw Error(fmt::format("{}: shape {}, expected (T, {}) for one stream or (T, N, {}) for N",
-                            a.input, shape_str(x.shape()), I, I));
+                            input, shape_str(x.shape()), I, I));
   if (a.block < 0) throw Error(fmt::format("--block {}: expected 0 or more frames", a.block));
   x = x.contiguous();
   const int64_t T = x.size(0), N = x.dim() == 3 ? x.size(1) : 1, O = model.output_size();
@@ -296,7 +390,7 @@ void run_run(const ModelArgs& a) {
   write_npy(dir + "/output.npy", y);
   fmt::print(
       "{}: {} frames x {} stream{} through {} ({} layers) in {:.2f} ms; wrote {}/output.npy {}\n",
-      a.input, T, N, N == 1 ? "" : "s", a.checkpoint, model.spec().layers.size(), ms, dir,
+      input, T, N, N == 1 ? "" : "s", a.checkpoint, model.spec().layers.size(), ms, dir,
       shape_str(y.shape()));
 }
 
@@ -387,9 +481,12 @@ Action add_model_command(CLI::App& app) {
   CLI::App* run = sub->add_subcommand(
       "run",
       "Run a model file over an input from its initial state; writes DIR/output.npy, (T, O) or "
-      "(T, N, O)");
+      "(T, N, O); an ONNX graph: DIR/<output name>.npy for each graph output");
   run->add_option("file", a->checkpoint, "model file")->required();
-  run->add_option("--input", a->input, "X.npy: f32 (T, I) for one stream or (T, N, I) for N")
+  run->add_option("--input", a->inputs,
+                  "X.npy: f32 (T, I) for one stream or (T, N, I) for N; an ONNX graph: its frames "
+                  "input laid out as the graph declares it, and NAME=X.npy for each other graph "
+                  "input it needs")
       ->required();
   run->add_option("--out", a->out, "output directory (created)")->required();
   run->add_option("--precision", a->run_precision,

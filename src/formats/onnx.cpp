@@ -1,0 +1,1132 @@
+// The ONNX reader: a graph that torch.onnx.export, tf2onnx or onnx.helper wrote around GRU and
+// LSTM nodes, read into a ModelSpec. Not a general ONNX runtime: the graph is interpreted once,
+// node by node in file order, over a few kinds of value, and every node must turn values of
+// the kinds it expects into one of them:
+//   constant  an initializer, a Constant node or what constants compute (Shape arithmetic);
+//   dims      a shape some of whose dimensions are the frames' time or batch, still unknown
+//             numbers (Shape of the frames, Gather / Unsqueeze / Concat of it);
+//   zeros     a tensor of zeros of such a shape (ConstantOfShape, Expand, Slice of one);
+//   signal    the frames after the spec's first k layers (the graph's frames input: k = 0),
+//             its axes named (time, batch, features, axes of size 1), or only its last frame;
+//   state     final states of recurrent layers (Y_h, Y_c; Concat of them), stacked.
+// A GRU or LSTM node, a Gemm or MatMul (+ Add) on the features and the elementwise activations
+// append a layer to the spec; Transpose, Squeeze, Unsqueeze and Reshape only rename a signal's
+// axes (a node that would move the frames' data otherwise is refused). The graph's outputs
+// must then be the last signal or states. Anything else: one line naming the node (its name,
+// op type and position) and what was expected.
+#include <fmt/format.h>
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "formats/readers.h"
+#include "grux/error.h"
+
+namespace grux::formats {
+namespace {
+
+// Elements a constant may have (a shape's arithmetic or a layer's weights): the file's own
+// size bounds initializers; this bounds what ConstantOfShape and Expand of known sizes build.
+constexpr int64_t kMaxElements = int64_t(1) << 26;
+
+// The labels of a signal's or a shape's axes: 'T' time, 'N' batch, 'F' features, '1' an axis
+// of size 1, 'L' the stacked layers of a state; 'a'-'d' the frames input's axes before a
+// recurrent node tells which of them is time and which batch.
+struct Dim {
+  char label = 0;     // 0: a known size
+  int64_t value = 0;  // the size, where known
+};
+
+struct Const {
+  std::vector<int64_t> dims;
+  bool integer = false;
+  std::vector<double> f;   // floating point values (f16, f32, f64)
+  std::vector<int64_t> i;  // integer values (int32, int64, bool)
+  int64_t numel() const { return integer ? int64_t(i.size()) : int64_t(f.size()); }
+  double at(int64_t k) const { return integer ? double(i[k]) : f[k]; }
+};
+
+struct Value {
+  enum class Kind { constant, dims, zeros, signal, state } kind = Kind::constant;
+  Const c;              // constant
+  std::vector<Dim> d;   // dims (one per element), zeros (its shape)
+  bool scalar = false;  // dims: a 0-D value (one dimension, from Gather of one index)
+  std::string axes;     // signal, state
+  size_t layers = 0;    // signal: the spec's layers it has been through
+  bool last_frame = false;
+  std::vector<int64_t> stacked;  // state: the recurrent layers whose final states, in order
+  bool cell = false;             // state: Y_c
+};
+
+class Reader {
+ public:
+  Reader(const onnx::ModelProto& m, const std::string& what,
+         const std::map<std::string, Tensor>& given)
+      : m_(m), what_(what), given_(given) {}
+
+  ModelSpec read();
+
+ private:
+  const onnx::ModelProto& m_;
+  const std::string what_;
+  const std::map<std::string, Tensor>& given_;
+  ModelSpec spec_;
+  std::map<std::string, Value> values_;
+  std::map<char, char> bound_;  // frames input's axis label -> 'T' or 'N'
+  std::string input_axes_;
+  std::string where_;  // the node being read, for messages
+
+  [[noreturn]] void fail(const std::string& m) const {
+    throw Error(fmt::format("{}: {}{}", what_, where_.empty() ? "" : where_ + ": ", m));
+  }
+  char label(char c) const {
+    auto it = bound_.find(c);
+    return it == bound_.end() ? c : it->second;
+  }
+  std::string labels(const std::string& axes) const {
+    std::string s = axes;
+    for (char& c : s) c = label(c);
+    return s;
+  }
+  int64_t features(const Value& v) const {
+    return v.layers == 0 ? spec_.input_size : spec_.layers[v.layers - 1].out_size;
+  }
+  Const tensor(const onnx::TensorProto& t, const std::string& name) const;
+  Const from_given(const Tensor& t, const std::string& name) const;
+  const Value& in(const onnx::NodeProto& n, int k) const;
+  bool has(const onnx::NodeProto& n, int k) const {
+    return k < n.input_size() && !n.input(k).empty();
+  }
+  const Const& constant(const onnx::NodeProto& n, int k, const char* role) const;
+  std::vector<int64_t> ints(const onnx::NodeProto& n, int k, const char* role) const;
+  void set(const onnx::NodeProto& n, int k, Value v) {
+    if (k < n.output_size() && !n.output(k).empty()) values_[n.output(k)] = std::move(v);
+  }
+  // The signal at the model's end (the only one a layer may follow).
+  const Value& tip(const onnx::NodeProto& n, int k) const;
+  Value append(const Value& s, ModelLayer layer);
+  void node(const onnx::NodeProto& n);
+  void recurrent(const onnx::NodeProto& n, bool lstm);
+  void dense(const onnx::NodeProto& n, const Const& w, bool transposed, const Const* b);
+  void activation(const onnx::NodeProto& n, ModelLayer::Activation a);
+  void rename_axes(const onnx::NodeProto& n);
+  void arithmetic(const onnx::NodeProto& n);
+  void output(const onnx::ValueInfoProto& o);
+};
+
+const onnx::AttributeProto* attr(const onnx::NodeProto& n, const char* name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+int64_t attr_int(const onnx::NodeProto& n, const char* name, int64_t otherwise) {
+  const auto* a = attr(n, name);
+  return a ? a->i() : otherwise;
+}
+
+int64_t checked_numel(const std::vector<int64_t>& dims, const std::string& where) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throw Error(fmt::format("{}: a dimension of {}, expected sizes >= 0", where, d));
+    if (d > 0 && n > kMaxElements / d)
+      throw Error(fmt::format("{}: more than {} elements, expected a model's weights", where,
+                              kMaxElements));
+    n *= d;
+  }
+  return n;
+}
+
+template <typename T>
+std::vector<T> raw_values(const std::string& raw, int64_t n, const std::string& where) {
+  if (int64_t(raw.size()) != n * int64_t(sizeof(T)))
+    throw Error(fmt::format("{}: raw_data holds {} bytes, expected {} ({} elements of {} bytes)",
+                            where, raw.size(), n * int64_t(sizeof(T)), n, sizeof(T)));
+  std::vector<T> v(n);
+  if (n > 0) std::memcpy(v.data(), raw.data(), raw.size());
+  return v;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0) return (sign ? -1.0f : 1.0f) * std::ldexp(float(man), -24);
+  uint32_t bits =
+      exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+Const Reader::tensor(const onnx::TensorProto& t, const std::string& name) const {
+  const std::string where = fmt::format("tensor {}", name);
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0)
+    fail(
+        fmt::format("{} keeps its data in an external file, which grux does not read (save "
+                    "the model with its weights inside: onnx.save(model, path, "
+                    "save_as_external_data=False))",
+                    where));
+  Const c;
+  c.dims.assign(t.dims().begin(), t.dims().end());
+  int64_t n = 0;
+  try {
+    n = checked_numel(c.dims, where);
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  const bool raw = t.has_raw_data();
+  auto count = [&](int64_t have) {
+    if (have != n)
+      fail(fmt::format("{} has {} values, expected {} (dims {})", where, have, n,
+                       fmt::join(c.dims, "x")));
+  };
+  try {
+    switch (t.data_type()) {
+      case onnx::TensorProto::FLOAT:
+        if (raw) {
+          for (float x : raw_values<float>(t.raw_data(), n, where)) c.f.push_back(x);
+        } else {
+          count(t.float_data_size());
+          c.f.assign(t.float_data().begin(), t.float_data().end());
+        }
+        break;
+      case onnx::TensorProto::DOUBLE:
+        if (raw) {
+          c.f = raw_values<double>(t.raw_data(), n, where);
+        } else {
+          count(t.double_data_size());
+          c.f.assign(t.double_data().begin(), t.double_data().end());
+        }
+        break;
+      case onnx::TensorProto::FLOAT16:
+        if (raw) {
+          for (uint16_t x : raw_values<uint16_t>(t.raw_data(), n, where))
+            c.f.push_back(half_to_float(x));
+        } else {
+          count(t.int32_data_size());
+          for (int32_t x : t.int32_data()) c.f.push_back(half_to_float(uint16_t(x)));
+        }
+        break;
+      case onnx::TensorProto::INT64:
+        c.integer = true;
+        if (raw) {
+          c.i = raw_values<int64_t>(t.raw_data(), n, where);
+        } else {
+          count(t.int64_data_size());
+          c.i.assign(t.int64_data().begin(), t.int64_data().end());
+        }
+        break;
+      case onnx::TensorProto::INT32:
+      case onnx::TensorProto::BOOL:
+        c.integer = true;
+        if (raw && t.data_type() == onnx::TensorProto::INT32) {
+          for (int32_t x : raw_values<int32_t>(t.raw_data(), n, where)) c.i.push_back(x);
+        } else if (raw) {
+          for (uint8_t x : raw_values<uint8_t>(t.raw_data(), n, where)) c.i.push_back(x != 0);
+        } else {
+          count(t.int32_data_size());
+          c.i.assign(t.int32_data().begin(), t.int32_data().end());
+        }
+        break;
+      default:
+        fail(
+            fmt::format("{} has element type {}, expected float, double, float16, int64, "
+                        "int32 or bool",
+                        where, onnx::TensorProto::DataType_Name(t.data_type())));
+    }
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    if (m.rfind(what_, 0) == 0) throw;
+    fail(m);
+  }
+  for (double x : c.f)
+    if (!std::isfinite(x)) fail(fmt::format("{} holds {}, expected finite numbers", where, x));
+  return c;
+}
+
+Const Reader::from_given(const Tensor& t, const std::string& name) const {
+  Const c;
+  for (int64_t k = 0; k < t.dim(); ++k) c.dims.push_back(t.size(k));
+  const Tensor x = t.contiguous();
+  switch (x.dtype()) {
+    case DType::f32:
+      for (int64_t k = 0; k < x.numel(); ++k) c.f.push_back(x.data<float>()[k]);
+      break;
+    case DType::f64:
+      for (int64_t k = 0; k < x.numel(); ++k) c.f.push_back(x.data<double>()[k]);
+      break;
+    case DType::i64:
+      c.integer = true;
+      for (int64_t k = 0; k < x.numel(); ++k) c.i.push_back(x.data<int64_t>()[k]);
+      break;
+    default:
+      fail(fmt::format("input {} is {}, expected f32, f64 or int64", name, dtype_name(x.dtype())));
+  }
+  return c;
+}
+
+const Value& Reader::in(const onnx::NodeProto& n, int k) const {
+  if (!has(n, k)) fail(fmt::format("input {} is missing", k));
+  auto it = values_.find(n.input(k));
+  if (it == values_.end())
+    fail(
+        fmt::format("input {} (\"{}\") is neither a graph input, an initializer nor an earlier "
+                    "node's output (the nodes must come in order, without cycles)",
+                    k, n.input(k)));
+  return it->second;
+}
+
+const Const& Reader::constant(const onnx::NodeProto& n, int k, const char* role) const {
+  const Value& v = in(n, k);
+  if (v.kind != Value::Kind::constant)
+    fail(
+        fmt::format("{} (\"{}\") must be a constant (an initializer, a Constant node or a "
+                    "given input), found one computed from the frames",
+                    role, n.input(k)));
+  return v.c;
+}
+
+std::vector<int64_t> Reader::ints(const onnx::NodeProto& n, int k, const char* role) const {
+  const Const& c = constant(n, k, role);
+  if (!c.integer) fail(fmt::format("{} must be integers", role));
+  return c.i;
+}
+
+const Value& Reader::tip(const onnx::NodeProto& n, int k) const {
+  const Value& v = in(n, k);
+  if (v.kind != Value::Kind::signal)
+    fail(
+        fmt::format("input {} (\"{}\") is not the frames (the graph input or what layers made "
+                    "of it)",
+                    k, n.input(k)));
+  if (v.layers != spec_.layers.size())
+    fail(
+        fmt::format("input \"{}\" is the frames after {} of the model's {} layers: grux runs "
+                    "one chain of layers, and this branches from it",
+                    n.input(k), v.layers, spec_.layers.size()));
+  if (v.last_frame && (n.op_type() == "GRU" || n.op_type() == "LSTM"))
+    fail("the input is one frame (Gather of a time step): a recurrent layer needs the frames");
+  return v;
+}
+
+Value Reader::append(const Value& s, ModelLayer layer) {
+  spec_.layers.push_back(std::move(layer));
+  Value v = s;
+  v.layers = spec_.layers.size();
+  return v;
+}
+
+// ONNX's gate blocks (GRU z, r, h; LSTM i, o, f, c) in PyTorch's order (r, z, n; i, f, g, o).
+Tensor gates(const Const& c, int64_t offset, int64_t G, int64_t H, int64_t cols, bool lstm) {
+  static const int64_t gru_order[3] = {1, 0, 2}, lstm_order[4] = {0, 2, 3, 1};
+  const int64_t* order = lstm ? lstm_order : gru_order;
+  Tensor t = Tensor::empty(cols == 0 ? Shape{G * H} : Shape{G * H, cols}, DType::f32);
+  float* p = t.data<float>();
+  const int64_t row = std::max<int64_t>(cols, 1);
+  for (int64_t q = 0; q < G; ++q)
+    for (int64_t r = 0; r < H * row; ++r)
+      p[q * H * row + r] = float(c.f[offset + order[q] * H * row + r]);
+  return t;
+}
+
+void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
+  const int64_t G = lstm ? 4 : 3;
+  const Value& x = tip(n, 0);
+  const int64_t layout = attr_int(n, "layout", 0);
+  if (layout != 0 && layout != 1) fail(fmt::format("layout is {}, expected 0 or 1", layout));
+  if (x.axes.size() != 3 || labels(x.axes)[2] != 'F')
+    fail(fmt::format("X has axes {}, expected {} and features last", x.axes,
+                     layout == 0 ? "time, batch" : "batch, time"));
+  // Bind the frames input's axes: which is time and which batch.
+  const std::string ax = labels(x.axes);
+  const char want[2] = {layout == 0 ? 'T' : 'N', layout == 0 ? 'N' : 'T'};
+  for (int k = 0; k < 2; ++k) {
+    const char c = ax[k];
+    if (c == want[k]) continue;
+    if (c >= 'a' && c <= 'd') {
+      bound_[x.axes[k]] = want[k];
+    } else if (!(c == '1' && want[k] == 'N')) {
+      fail(fmt::format("X's axis {} is {}, expected {} (layout {})", k,
+                       c == 'T'   ? "time"
+                       : c == 'N' ? "batch"
+                                  : "of size 1",
+                       want[k] == 'T' ? "time" : "batch", layout));
+    }
+  }
+  const auto* hs = attr(n, "hidden_size");
+  if (!hs || hs->i() < 1) fail("hidden_size is missing or below 1");
+  const int64_t H = hs->i(), I = features(x);
+  const auto* dir = attr(n, "direction");
+  const std::string direction = dir ? dir->s() : "forward";
+  if (direction != "forward")
+    fail(
+        fmt::format("direction is \"{}\": grux's model runs forward layers only (a reverse "
+                    "direction needs the whole sequence before its first output)",
+                    direction));
+  if (const auto* c = attr(n, "clip"))
+    fail(
+        fmt::format("clip is {}: grux's recurrent kernels do not clip (expected no clip "
+                    "attribute)",
+                    c->f()));
+  if (const auto* a = attr(n, "activations")) {
+    std::vector<std::string> want_acts = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                              : std::vector<std::string>{"Sigmoid", "Tanh"};
+    bool ok = a->strings_size() == int(want_acts.size());
+    for (int k = 0; ok && k < a->strings_size(); ++k) {
+      std::string s = a->strings(k);
+      std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+      std::string w = want_acts[k];
+      std::transform(w.begin(), w.end(), w.begin(), ::tolower);
+      ok = s == w;
+    }
+    if (!ok) {
+      std::vector<std::string> have(a->strings().begin(), a->strings().end());
+      fail(fmt::format("activations [{}]: grux runs the default [{}] only", fmt::join(have, ", "),
+                       fmt::join(want_acts, ", ")));
+    }
+  }
+  if (lstm && attr_int(n, "input_forget", 0) != 0)
+    fail("input_forget is 1: grux's LSTM has independent input and forget gates (expected 0)");
+  const int64_t lbr = attr_int(n, "linear_before_reset", 0);
+  if (!lstm && lbr != 0 && lbr != 1)
+    fail(fmt::format("linear_before_reset is {}, expected 0 or 1", lbr));
+
+  const auto shaped = [&](int k, const char* role, std::vector<int64_t> dims) -> const Const& {
+    const Const& c = constant(n, k, role);
+    if (c.integer) fail(fmt::format("{} is integers, expected float", role));
+    if (c.dims != dims)
+      fail(fmt::format("{} has shape [{}], expected [{}] (hidden_size {}, {} input features)", role,
+                       fmt::join(c.dims, ", "), fmt::join(dims, ", "), H, I));
+    return c;
+  };
+  const Const& W = shaped(1, "W", {1, G * H, I});
+  const Const& R = shaped(2, "R", {1, G * H, H});
+  ModelLayer l;
+  l.kind = lstm ? ModelLayer::Kind::lstm : ModelLayer::Kind::gru;
+  l.in_size = I;
+  l.out_size = H;
+  l.form = lbr == 1 || lstm ? GruForm::linear_before_reset : GruForm::reset_before;
+  l.w_ih = gates(W, 0, G, H, I, lstm);
+  l.w_hh = gates(R, 0, G, H, H, lstm);
+  if (has(n, 3)) {
+    const Const& B = shaped(3, "B", {1, 2 * G * H});
+    l.b_ih = gates(B, 0, G, H, 0, lstm);
+    l.b_hh = gates(B, G * H, G, H, 0, lstm);
+  }  // without B the biases are zeros: the layer keeps none
+  if (has(n, 4)) {
+    fail(
+        fmt::format("sequence_lens (\"{}\") is given: grux's model runs every sequence for all "
+                    "its frames (expected no sequence_lens)",
+                    n.input(4)));
+  }
+  const auto state = [&](int k, const char* role, Tensor ModelLayer::*slot) {
+    if (!has(n, k)) return;
+    const Value& v = in(n, k);
+    if (v.kind == Value::Kind::zeros) {
+      const auto& d = v.d;
+      const bool ok =
+          d.size() == 3 && d[0].label == 0 && d[0].value == 1 && d[2].label == 0 &&
+          d[2].value == H &&
+          (d[1].label == 0 ? d[1].value == 1 : label(d[1].label) == label(x.axes[1 - layout]));
+      if (!ok) fail(fmt::format("{} is zeros of another shape than [1, batch, {}]", role, H));
+      return;
+    }
+    if (v.kind != Value::Kind::constant)
+      fail(fmt::format("{} (\"{}\") must be zeros or a constant of [1, 1, {}]", role, n.input(k),
+                       H));
+    if (v.c.integer || v.c.dims != std::vector<int64_t>{1, 1, H})
+      fail(
+          fmt::format("{} has shape [{}], expected [1, 1, {}] (a model's stored state for one "
+                      "stream)",
+                      role, fmt::join(v.c.dims, ", "), H));
+    Tensor t = Tensor::empty({H}, DType::f32);
+    for (int64_t u = 0; u < H; ++u) t.data<float>()[u] = float(v.c.f[u]);
+    l.*slot = t;
+  };
+  state(5, "initial_h", &ModelLayer::h0);
+  if (lstm) {
+    state(6, "initial_c", &ModelLayer::c0);
+    if (has(n, 7)) {
+      const Const& P = shaped(7, "P", {1, 3 * H});
+      for (double p : P.f)
+        if (p != 0)
+          fail(
+              "P (peephole weights) is not zero: grux's LSTM has no peepholes (expected no P, "
+              "or zeros)");
+    }
+  }
+  const size_t layer = spec_.layers.size();
+  Value y = append(x, std::move(l));
+  // Y: (time, 1, batch, H) or, layout 1, (batch, time, 1, H); Y_h and Y_c: (1, batch, H) or
+  // (batch, 1, H).
+  y.axes = layout == 0 ? std::string{x.axes[0], '1', x.axes[1], 'F'}
+                       : std::string{x.axes[0], x.axes[1], '1', 'F'};
+  set(n, 0, y);
+  Value h;
+  h.kind = Value::Kind::state;
+  h.stacked = {int64_t(layer)};
+  h.axes = layout == 0 ? std::string{'1', x.axes[1], 'F'} : std::string{x.axes[0], '1', 'F'};
+  set(n, 1, h);
+  if (lstm) {
+    h.cell = true;
+    set(n, 2, h);
+  }
+}
+
+void Reader::dense(const onnx::NodeProto& n, const Const& w, bool transposed, const Const* b) {
+  const Value& x = tip(n, 0);
+  const std::string ax = labels(x.axes);
+  if (ax.empty() || ax.back() != 'F')
+    fail(fmt::format("the features are not the last axis ({})", ax));
+  const int64_t I = features(x);
+  if (w.integer || w.dims.size() != 2 || w.dims[transposed ? 1 : 0] != I)
+    fail(fmt::format("the weight has shape [{}], expected [{}, outputs]{}", fmt::join(w.dims, ", "),
+                     I, transposed ? " transposed" : ""));
+  const int64_t O = w.dims[transposed ? 0 : 1];
+  ModelLayer l;
+  l.kind = ModelLayer::Kind::dense;
+  l.in_size = I;
+  l.out_size = O;
+  l.weight = Tensor::empty({O, I}, DType::f32);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i)
+      l.weight.data<float>()[o * I + i] = float(transposed ? w.f[o * I + i] : w.f[i * O + o]);
+  if (b) {
+    if (b->integer || b->numel() != O)
+      fail(fmt::format("the bias has {} values, expected {}", b->numel(), O));
+    l.bias = Tensor::empty({O}, DType::f32);
+    for (int64_t o = 0; o < O; ++o) l.bias.data<float>()[o] = float(b->f[o]);
+  }
+  set(n, 0, append(x, std::move(l)));
+}
+
+void Reader::activation(const onnx::NodeProto& n, ModelLayer::Activation a) {
+  const Value& x = tip(n, 0);
+  if (a == ModelLayer::Activation::softmax) {
+    const std::string ax = labels(x.axes);
+    int64_t axis = attr_int(n, "axis", m_.opset_import_size() > 0 ? -1 : -1);
+    if (axis < 0) axis += int64_t(ax.size());
+    if (axis != int64_t(ax.size()) - 1)
+      fail(fmt::format("Softmax over axis {}, expected the features' (the last)", axis));
+  }
+  if (a == ModelLayer::Activation::elu &&
+      std::abs((attr(n, "alpha") ? attr(n, "alpha")->f() : 1.0f) - 1.0f) > 0)
+    fail("Elu's alpha is not 1: grux's elu has alpha 1");
+  ModelLayer l;
+  l.kind = ModelLayer::Kind::activation;
+  l.activation = a;
+  l.in_size = l.out_size = features(x);
+  set(n, 0, append(x, std::move(l)));
+}
+
+// Transpose, Squeeze, Unsqueeze, Reshape, Flatten of a signal or a state: the same frames, their
+// axes renamed; a node that would reorder time, batch and features refused.
+void Reader::rename_axes(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  Value v = in(n, 0);
+  if (v.kind != Value::Kind::signal && v.kind != Value::Kind::state) {
+    arithmetic(n);
+    return;
+  }
+  const std::string a = v.axes;
+  const int64_t r = int64_t(a.size());
+  const auto norm = [&](int64_t axis, int64_t rank) {
+    if (axis < -rank || axis >= rank)
+      fail(fmt::format("axis {} is out of range for rank {}", axis, rank));
+    return axis < 0 ? axis + rank : axis;
+  };
+  std::string out;
+  if (op == "Transpose") {
+    std::vector<int64_t> perm;
+    if (const auto* p = attr(n, "perm"))
+      perm.assign(p->ints().begin(), p->ints().end());
+    else
+      for (int64_t k = r - 1; k >= 0; --k) perm.push_back(k);
+    if (int64_t(perm.size()) != r)
+      fail(fmt::format("perm has {} axes, the input {}", perm.size(), r));
+    std::vector<bool> seen(r);
+    for (int64_t p : perm) {
+      p = norm(p, r);
+      if (seen[p]) fail("perm repeats an axis");
+      seen[p] = true;
+      out += a[p];
+    }
+  } else if (op == "Squeeze" || op == "Unsqueeze") {
+    std::vector<int64_t> axes;
+    if (has(n, 1))
+      axes = ints(n, 1, "axes");
+    else if (const auto* p = attr(n, "axes"))
+      axes.assign(p->ints().begin(), p->ints().end());
+    if (op == "Squeeze") {
+      if (axes.empty())
+        for (int64_t k = 0; k < r; ++k)
+          if (a[k] == '1') axes.push_back(k);
+      std::vector<bool> drop(r);
+      for (int64_t x : axes) {
+        x = norm(x, r);
+        if (a[x] != '1' && !(labels(a)[x] == 'N' && false))
+          fail(fmt::format("squeezes axis {} ({}), expected an axis of size 1", x, labels(a)));
+        drop[x] = true;
+      }
+      for (int64_t k = 0; k < r; ++k)
+        if (!drop[k]) out += a[k];
+    } else {
+      const int64_t rank = r + int64_t(axes.size());
+      std::vector<bool> ins(rank);
+      for (int64_t x : axes) ins[norm(x, rank)] = true;
+      for (int64_t k = 0, j = 0; k < rank; ++k) out += ins[k] ? '1' : a[j++];
+    }
+  } else {  // Reshape: sizes copied (0), inferred (-1), or given; only size-1 axes may change
+    std::vector<Dim> shape;
+    const Value& s = in(n, 1);
+    if (s.kind == Value::Kind::constant) {
+      if (!s.c.integer) fail("the shape is not integers");
+      for (int64_t x : s.c.i) shape.push_back({0, x});
+    } else if (s.kind == Value::Kind::dims) {
+      shape = s.d;
+    } else {
+      fail("the shape is neither a constant nor computed from the frames' shape");
+    }
+    const bool allowzero = attr_int(n, "allowzero", 0) != 0;
+    int64_t infer = -1;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      const Dim& d = shape[k];
+      char c;
+      if (d.label)
+        c = d.label;
+      else if (d.value == 0 && !allowzero) {
+        if (int64_t(k) >= r) fail("a 0 in the shape past the input's rank");
+        c = a[k];
+      } else if (d.value == -1) {
+        if (infer >= 0) fail("the shape has two -1");
+        infer = int64_t(k);
+        c = '?';
+      } else if (d.value == 1)
+        c = '1';
+      else
+        c = '#';  // a known size: the features or the stacked layers
+      out += c;
+    }
+    std::string in_core, out_core;
+    for (char c : a)
+      if (c != '1') in_core += c;
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (out[k] == '1') continue;
+      out_core += out[k];
+    }
+    // Each '#' and '?' takes the input's next non-1 axis in order, which must match its size.
+    if (out_core.size() != in_core.size())
+      fail(fmt::format("reshapes axes {} to {} axes: only axes of size 1 may come or go", labels(a),
+                       out_core.size()));
+    for (size_t k = 0, j = 0; k < out.size(); ++k) {
+      if (out[k] == '1') continue;
+      const char want = in_core[j++];
+      if (out[k] == '#') {
+        const int64_t size = shape[k].value;
+        const int64_t have =
+            labels(std::string(1, want))[0] == 'F'
+                ? (v.kind == Value::Kind::signal ? features(v)
+                                                 : spec_.layers[v.stacked[0]].out_size)
+            : want == 'L' ? int64_t(v.stacked.size())
+                          : -1;
+        if (size != have)
+          fail(fmt::format("reshapes an axis ({}) to {}: only axes of size 1 may come or go",
+                           labels(std::string(1, want)), size));
+        out[k] = want;
+      } else if (out[k] == '?') {
+        out[k] = want;
+      } else if (label(out[k]) != label(want)) {
+        fail(fmt::format("reshapes axes {} to {}: only axes of size 1 may come or go", labels(a),
+                         labels(out)));
+      }
+    }
+  }
+  v.axes = out;
+  set(n, 0, v);
+}
+
+// Shape arithmetic on constants and on the frames' symbolic dimensions.
+void Reader::arithmetic(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  const Value& v0 = in(n, 0);
+  Value out;
+  if (op == "Shape") {
+    if (v0.kind == Value::Kind::signal || v0.kind == Value::Kind::state) {
+      out.kind = Value::Kind::dims;
+      for (char c : v0.axes) {
+        const char l = label(c);
+        if (l == 'F')
+          out.d.push_back({0, v0.kind == Value::Kind::signal
+                                  ? features(v0)
+                                  : spec_.layers[v0.stacked[0]].out_size});
+        else if (l == '1')
+          out.d.push_back({0, 1});
+        else if (l == 'L')
+          out.d.push_back({0, int64_t(v0.stacked.size())});
+        else
+          out.d.push_back({c, 0});
+      }
+    } else if (v0.kind == Value::Kind::constant) {
+      out.c.integer = true;
+      out.c.dims = {int64_t(v0.c.dims.size())};
+      out.c.i = v0.c.dims;
+    } else if (v0.kind == Value::Kind::zeros) {
+      out.kind = Value::Kind::dims;
+      out.d = v0.d;
+    } else {
+      fail("Shape of a shape");
+    }
+    set(n, 0, out);
+    return;
+  }
+  // Every input either a constant or dims: dims where any is.
+  const auto as_dims = [&](const Value& v) {
+    std::vector<Dim> d;
+    if (v.kind == Value::Kind::dims) return v.d;
+    if (v.kind != Value::Kind::constant || !v.c.integer)
+      fail(fmt::format("expected a shape (integers), found {}",
+                       v.kind == Value::Kind::signal ? "the frames" : "values"));
+    for (int64_t x : v.c.i) d.push_back({0, x});
+    return d;
+  };
+  if (op == "Gather") {
+    const std::vector<int64_t> idx = ints(n, 1, "indices");
+    const bool scalar = constant(n, 1, "indices").dims.empty();
+    if (v0.kind == Value::Kind::dims ||
+        (v0.kind == Value::Kind::constant && v0.c.integer && v0.c.dims.size() == 1)) {
+      const std::vector<Dim> d = as_dims(v0);
+      out.kind = Value::Kind::dims;
+      for (int64_t k : idx) {
+        if (k < -int64_t(d.size()) || k >= int64_t(d.size()))
+          fail(fmt::format("index {} is out of range", k));
+        out.d.push_back(d[k < 0 ? k + d.size() : k]);
+      }
+      out.scalar = scalar;
+    } else {
+      fail("Gather of something other than a shape or the frames' time axis");
+    }
+  } else if (op == "Unsqueeze" || op == "Squeeze" || op == "Cast" || op == "Identity" ||
+             op == "Reshape" || op == "Flatten") {
+    if (v0.kind == Value::Kind::dims) {
+      out = v0;
+      out.scalar = op == "Squeeze" ? out.d.size() == 1 : false;
+      if (op == "Unsqueeze" && !v0.scalar) fail("Unsqueeze of a shape (expected of one dimension)");
+    } else if (v0.kind == Value::Kind::constant) {
+      out = v0;
+      if (op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Flatten") {
+        // Elements unchanged; the shape as the op says (only what the patterns need).
+        if (op == "Unsqueeze") {
+          out.c.dims.insert(out.c.dims.begin(), 1);
+        } else if (op == "Squeeze") {
+          out.c.dims.erase(std::remove(out.c.dims.begin(), out.c.dims.end(), 1), out.c.dims.end());
+        } else if (op == "Reshape") {
+          const std::vector<int64_t> s = ints(n, 1, "shape");
+          int64_t known = 1, infer = -1;
+          std::vector<int64_t> dims;
+          for (size_t k = 0; k < s.size(); ++k) {
+            int64_t x = s[k];
+            if (x == 0) x = k < v0.c.dims.size() ? v0.c.dims[k] : 0;
+            if (x == -1) {
+              infer = int64_t(k);
+              dims.push_back(1);
+              continue;
+            }
+            if (x < 0) fail("a negative size in the shape");
+            dims.push_back(x);
+            known *= std::max<int64_t>(x, 1);
+          }
+          if (infer >= 0) dims[infer] = known ? v0.c.numel() / known : 0;
+          out.c.dims = dims;
+          if (checked_numel(dims, "Reshape") != v0.c.numel())
+            fail("the shape does not hold the elements");
+        } else {
+          out.c.dims = {1, v0.c.numel()};
+        }
+      } else if (op == "Cast") {
+        const int64_t to = attr_int(n, "to", 1);
+        const bool integer = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32 ||
+                             to == onnx::TensorProto::BOOL;
+        if (integer && !v0.c.integer) {
+          out.c.integer = true;
+          for (double x : v0.c.f) out.c.i.push_back(int64_t(x));
+          out.c.f.clear();
+        } else if (!integer && v0.c.integer) {
+          out.c.integer = false;
+          for (int64_t x : v0.c.i) out.c.f.push_back(double(x));
+          out.c.i.clear();
+        }
+      }
+    } else if (v0.kind == Value::Kind::zeros && (op == "Cast" || op == "Identity")) {
+      out = v0;
+    } else {
+      fail("expected a shape or a constant");
+    }
+  } else if (op == "Concat") {
+    bool all_const = true;
+    for (int k = 0; k < n.input_size(); ++k) all_const &= in(n, k).kind == Value::Kind::constant;
+    if (all_const) {
+      out.c.integer = true;
+      for (int k = 0; k < n.input_size(); ++k) {
+        const Const& c = in(n, k).c;
+        if (!c.integer || c.dims.size() != 1) fail("Concat of constants other than 1-D integers");
+        out.c.i.insert(out.c.i.end(), c.i.begin(), c.i.end());
+      }
+      out.c.dims = {int64_t(out.c.i.size())};
+    } else {
+      out.kind = Value::Kind::dims;
+      for (int k = 0; k < n.input_size(); ++k) {
+        const std::vector<Dim> d = as_dims(in(n, k));
+        out.d.insert(out.d.end(), d.begin(), d.end());
+      }
+    }
+  } else if (op == "ConstantOfShape" || op == "Expand") {
+    double value = 0;
+    std::vector<Dim> shape;
+    if (op == "ConstantOfShape") {
+      shape = as_dims(v0);
+      if (const auto* a = attr(n, "value")) {
+        const Const c = tensor(a->t(), "value");
+        if (c.numel() != 1) fail("value must hold one element");
+        value = c.at(0);
+      }
+    } else {
+      if (v0.kind == Value::Kind::zeros) {
+        value = 0;
+      } else {
+        const Const& c = constant(n, 0, "input");
+        for (int64_t k = 0; k < c.numel(); ++k)
+          if (c.at(k) != 0) fail("Expand of values other than zeros (expected a zero state)");
+      }
+      shape = as_dims(in(n, 1));
+    }
+    bool known = true;
+    std::vector<int64_t> dims;
+    for (const Dim& d : shape) known &= d.label == 0, dims.push_back(d.value);
+    if (known && value != 0) {
+      out.c.dims = dims;
+      out.c.f.assign(checked_numel(dims, op), value);
+    } else {
+      if (value != 0)
+        fail("a constant other than zeros of the frames' shape (expected a zero state)");
+      out.kind = Value::Kind::zeros;
+      out.d = shape;
+      for (const Dim& d : shape)
+        if (d.label == 0) checked_numel({d.value}, op);
+    }
+  } else if (op == "Slice") {
+    if (v0.kind != Value::Kind::zeros && v0.kind != Value::Kind::dims)
+      fail("Slice of something other than zeros or a shape");
+    const std::vector<int64_t> starts = ints(n, 1, "starts"), ends = ints(n, 2, "ends");
+    std::vector<int64_t> axes, steps;
+    if (has(n, 3))
+      axes = ints(n, 3, "axes");
+    else
+      for (size_t k = 0; k < starts.size(); ++k) axes.push_back(int64_t(k));
+    if (has(n, 4)) steps = ints(n, 4, "steps");
+    if (starts.size() != ends.size() || axes.size() != starts.size())
+      fail("starts, ends and axes differ in length");
+    out = v0;
+    if (v0.kind == Value::Kind::dims) {
+      if (axes.size() != 1 || (axes[0] != 0 && axes[0] != -1))
+        fail("Slice of a shape along another axis than 0");
+      const int64_t size = int64_t(v0.d.size());
+      int64_t s = starts[0], e = ends[0];
+      if (s < 0) s += size;
+      if (e < 0) e += size;
+      s = std::clamp<int64_t>(s, 0, size), e = std::clamp<int64_t>(e, 0, size);
+      out.d.assign(v0.d.begin() + s, v0.d.begin() + std::max(s, e));
+    } else {
+      for (size_t k = 0; k < axes.size(); ++k) {
+        int64_t ax = axes[k];
+        const int64_t rank = int64_t(out.d.size());
+        if (ax < 0) ax += rank;
+        if (ax < 0 || ax >= rank) fail("axis out of range");
+        if (!steps.empty() && steps[k] != 1) fail("a step other than 1");
+        Dim& d = out.d[ax];
+        if (d.label != 0) {
+          if (starts[k] != 0 || ends[k] < std::numeric_limits<int64_t>::max() / 2)
+            fail("Slice of the frames' time or batch axis");
+          continue;
+        }
+        int64_t s = starts[k], e = ends[k];
+        if (s < 0) s += d.value;
+        if (e < 0) e += d.value;
+        s = std::clamp<int64_t>(s, 0, d.value), e = std::clamp<int64_t>(e, 0, d.value);
+        d.value = std::max<int64_t>(e - s, 0);
+      }
+    }
+  } else {
+    fail("unexpected op");
+  }
+  set(n, 0, out);
+}
+
+void Reader::node(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    fail(fmt::format("op domain \"{}\", expected the default ONNX domain", n.domain()));
+  if (op == "Constant") {
+    Value v;
+    if (const auto* a = attr(n, "value"))
+      v.c = tensor(a->t(), "value");
+    else if (const auto* f = attr(n, "value_float"))
+      v.c.f = {f->f()};
+    else if (const auto* fs = attr(n, "value_floats")) {
+      v.c.f.assign(fs->floats().begin(), fs->floats().end());
+      v.c.dims = {int64_t(v.c.f.size())};
+    } else if (const auto* i = attr(n, "value_int")) {
+      v.c.integer = true;
+      v.c.i = {i->i()};
+    } else if (const auto* is = attr(n, "value_ints")) {
+      v.c.integer = true;
+      v.c.i.assign(is->ints().begin(), is->ints().end());
+      v.c.dims = {int64_t(v.c.i.size())};
+    } else
+      fail("a Constant without value, value_float(s) or value_int(s)");
+    set(n, 0, v);
+    return;
+  }
+  if (op == "GRU" || op == "LSTM") return recurrent(n, op == "LSTM");
+  if (op == "Tanh") return activation(n, ModelLayer::Activation::tanh);
+  if (op == "Sigmoid") return activation(n, ModelLayer::Activation::sigmoid);
+  if (op == "Relu") return activation(n, ModelLayer::Activation::relu);
+  if (op == "Softmax") return activation(n, ModelLayer::Activation::softmax);
+  if (op == "Elu") return activation(n, ModelLayer::Activation::elu);
+  if (op == "Dropout" || op == "Identity") {
+    const Value& v = in(n, 0);
+    if (v.kind != Value::Kind::constant && v.kind != Value::Kind::dims) {
+      set(n, 0, v);
+      return;
+    }
+  }
+  if (op == "Gemm") {
+    if (attr_int(n, "transA", 0) != 0) fail("transA is 1, expected 0");
+    const float alpha = attr(n, "alpha") ? attr(n, "alpha")->f() : 1.0f;
+    const float beta = attr(n, "beta") ? attr(n, "beta")->f() : 1.0f;
+    if (alpha != 1.0f || beta != 1.0f) fail("alpha or beta other than 1");
+    if (labels(tip(n, 0).axes).size() != 2) fail("Gemm's input must be 2-D (batch, features)");
+    return dense(n, constant(n, 1, "B"), attr_int(n, "transB", 0) != 0,
+                 has(n, 2) ? &constant(n, 2, "C") : nullptr);
+  }
+  if (op == "MatMul") {
+    const Value& a = in(n, 0);
+    if (a.kind == Value::Kind::signal) return dense(n, constant(n, 1, "B"), false, nullptr);
+  }
+  if (op == "Add") {
+    const Value& a = in(n, 0);
+    const Value& b = in(n, 1);
+    const Value* sig = a.kind == Value::Kind::signal   ? &a
+                       : b.kind == Value::Kind::signal ? &b
+                                                       : nullptr;
+    const Value* other = sig == &a ? &b : &a;
+    if (sig && other->kind == Value::Kind::constant) {
+      // A bias after MatMul: the dense layer just appended takes it.
+      const Value& s = tip(n, sig == &a ? 0 : 1);
+      if (spec_.layers.empty() || spec_.layers.back().kind != ModelLayer::Kind::dense ||
+          spec_.layers.back().bias.defined())
+        fail("Add of a constant to the frames, expected a bias right after MatMul");
+      ModelLayer& l = spec_.layers.back();
+      if (other->c.integer || other->c.numel() != l.out_size)
+        fail(fmt::format("the bias has {} values, expected {}", other->c.numel(), l.out_size));
+      l.bias = Tensor::empty({l.out_size}, DType::f32);
+      for (int64_t o = 0; o < l.out_size; ++o) l.bias.data<float>()[o] = float(other->c.f[o]);
+      set(n, 0, s);
+      return;
+    }
+    if (a.kind == Value::Kind::signal && b.kind == Value::Kind::signal) {
+      const bool a_tip = a.layers == spec_.layers.size();
+      const Value& t = a_tip ? a : b;
+      const Value& x = a_tip ? b : a;
+      tip(n, a_tip ? 0 : 1);
+      if (x.layers != 0 || spec_.skip != 0 || t.last_frame != x.last_frame ||
+          labels(x.axes) != labels(t.axes) || features(x) != features(t))
+        fail(
+            "Add of two signals, expected the frames input added to the model's output "
+            "(a skip connection of the same shape)");
+      spec_.skip = features(t);
+      Value o = t;
+      set(n, 0, o);
+      return;
+    }
+  }
+  if (op == "Gather") {
+    const Value& v = in(n, 0);
+    if (v.kind == Value::Kind::signal) {
+      const Value& s = tip(n, 0);
+      const Const& idx = constant(n, 1, "indices");
+      int64_t axis = attr_int(n, "axis", 0);
+      const std::string ax = labels(s.axes);
+      if (axis < 0) axis += int64_t(ax.size());
+      if (axis < 0 || axis >= int64_t(ax.size()) || ax[axis] != 'T' || !idx.integer ||
+          idx.numel() != 1 || idx.i[0] != -1)
+        fail("Gather of the frames other than of the last time step (index -1 on the time axis)");
+      Value o = s;
+      o.last_frame = true;
+      o.axes.erase(axis, 1);
+      if (!idx.dims.empty()) o.axes.insert(o.axes.begin() + axis, '1');
+      set(n, 0, o);
+      return;
+    }
+  }
+  if (op == "Concat") {
+    const Value& v = in(n, 0);
+    if (v.kind == Value::Kind::state) {
+      int64_t axis = attr_int(n, "axis", 0);
+      if (axis < 0) axis += int64_t(v.axes.size());
+      Value o = v;
+      o.stacked.clear();
+      for (int k = 0; k < n.input_size(); ++k) {
+        const Value& s = in(n, k);
+        if (s.kind != Value::Kind::state || s.cell != v.cell || labels(s.axes) != labels(v.axes) ||
+            spec_.layers[s.stacked[0]].out_size != spec_.layers[v.stacked[0]].out_size)
+          fail("Concat of final states with something else (expected states of one kind and size)");
+        o.stacked.insert(o.stacked.end(), s.stacked.begin(), s.stacked.end());
+      }
+      if (axis < 0 || axis >= int64_t(v.axes.size()) ||
+          (v.axes[axis] != '1' && v.axes[axis] != 'L'))
+        fail("Concat of final states along another axis than the layers'");
+      o.axes[axis] = 'L';
+      set(n, 0, o);
+      return;
+    }
+  }
+  if (op == "Transpose" || op == "Squeeze" || op == "Unsqueeze" || op == "Reshape" ||
+      op == "Identity")
+    return rename_axes(n);
+  if (op == "Shape" || op == "Gather" || op == "Concat" || op == "ConstantOfShape" ||
+      op == "Expand" || op == "Slice" || op == "Cast")
+    return arithmetic(n);
+  fail(
+      "not an op grux reads (expected GRU, LSTM and the nodes exporters put around them: "
+      "docs/format_onnx.md)");
+}
+
+void Reader::output(const onnx::ValueInfoProto& o) {
+  where_ = fmt::format("graph output \"{}\"", o.name());
+  auto it = values_.find(o.name());
+  if (it == values_.end()) fail("no node makes it");
+  const Value& v = it->second;
+  ModelGraphOutput out;
+  out.name = o.name();
+  out.axes = labels(v.axes);
+  if (v.kind == Value::Kind::signal) {
+    if (v.layers != spec_.layers.size())
+      fail(
+          fmt::format("is the frames after {} of the model's {} layers; grux gives the last "
+                      "layer's frames only",
+                      v.layers, spec_.layers.size()));
+    out.what = v.last_frame ? ModelGraphOutput::What::last_frame : ModelGraphOutput::What::frames;
+  } else if (v.kind == Value::Kind::state) {
+    out.what = v.cell ? ModelGraphOutput::What::cell : ModelGraphOutput::What::hidden;
+    out.layers = v.stacked;
+  } else {
+    fail("is not computed from the frames (expected the model's output or final states)");
+  }
+  for (char& c : out.axes)
+    if (c != 'T' && c != 'N' && c != 'F' && c != 'L' && c != '1')
+      fail(fmt::format("has an axis ({}) that no recurrent node tells as time or batch", out.axes));
+  spec_.graph.outputs.push_back(out);
+}
+
+ModelSpec Reader::read() {
+  spec_.format = ModelFormat::onnx;
+  const onnx::GraphProto& g = m_.graph();
+  spec_.name = g.name();
+  for (const auto& op : m_.opset_import())
+    if ((op.domain().empty() || op.domain() == "ai.onnx") && op.version() < 7)
+      fail(fmt::format("opset {}, expected 7 or later", op.version()));
+  for (const auto& t : g.initializer()) {
+    where_ = fmt::format("initializer \"{}\"", t.name());
+    Value v;
+    v.c = tensor(t, t.name());
+    values_[t.name()] = std::move(v);
+  }
+  where_.clear();
+  bool frames = false;
+  for (const auto& i : g.input()) {
+    if (values_.count(i.name())) continue;  // an initializer listed as an input (IR < 4)
+    where_ = fmt::format("graph input \"{}\"", i.name());
+    if (frames) {  // not the frames (the first input): its values given
+      auto given = given_.find(i.name());
+      if (given == given_.end())
+        fail(
+            "is not the frames (the first input) and not given: grux needs its values in the "
+            "file (an initializer) or given with the frames (grux model run --input NAME=X.npy)");
+      Value v;
+      v.c = from_given(given->second, i.name());
+      values_[i.name()] = std::move(v);
+      continue;
+    }
+    frames = true;
+    const auto& type = i.type();
+    if (!type.has_tensor_type() || (type.tensor_type().elem_type() != onnx::TensorProto::FLOAT &&
+                                    type.tensor_type().elem_type() != onnx::TensorProto::DOUBLE))
+      fail("the frames input is not a float tensor");
+    const auto& shape = type.tensor_type().shape();
+    if (shape.dim_size() < 2 || shape.dim_size() > 3)
+      fail(fmt::format("the frames input has rank {}, expected 3 (or 2, one sequence)",
+                       shape.dim_size()));
+    const auto& last = shape.dim(shape.dim_size() - 1);
+    if (!last.has_dim_value() || last.dim_value() < 1)
+      fail("the frames input's last dimension (features) is not a known size");
+    spec_.input_size = last.dim_value();
+    Value v;
+    v.kind = Value::Kind::signal;
+    v.axes = shape.dim_size() == 3 ? "abF" : "aF";
+    input_axes_ = v.axes;
+    spec_.graph.input = i.name();
+    values_[i.name()] = std::move(v);
+  }
+  if (!frames) {
+    where_.clear();
+    fail("the graph has no input of frames");
+  }
+  for (int k = 0; k < g.node_size(); ++k) {
+    const auto& n = g.node(k);
+    where_ = fmt::format("node {} \"{}\" ({})", k, n.name(), n.op_type());
+    node(n);
+  }
+  bool any_recurrent = false;
+  for (const auto& l : spec_.layers) any_recurrent |= l.recurrent();
+  where_.clear();
+  if (!any_recurrent) fail("no GRU or LSTM node (grux reads recurrent models)");
+  for (const auto& o : g.output()) output(o);
+  where_.clear();
+  spec_.graph.input_axes = labels(input_axes_);
+  if (spec_.graph.input_axes.find_first_of("ab") != std::string::npos)
+    fail(fmt::format("the frames input's axes ({}) are not all told as time or batch",
+                     spec_.graph.input_axes));
+  if (spec_.graph.input_axes.find('N') == std::string::npos && input_axes_.size() == 3)
+    fail("the frames input has three axes but none is the batch");
+  return std::move(spec_);
+}
+
+}  // namespace
+
+bool looks_like_onnx(const std::string& bytes) {
+  // A ModelProto begins with a field of it: ir_version (1, varint: 0x08), opset_import (8,
+  // 0x42), producer_name (2, 0x12) ... graph (7, 0x3a).
+  if (bytes.empty()) return false;
+  const unsigned char b = static_cast<unsigned char>(bytes[0]);
+  return b == 0x08 || b == 0x12 || b == 0x1a || b == 0x22 || b == 0x2a || b == 0x32 || b == 0x3a ||
+         b == 0x42;
+}
+
+ModelSpec read_onnx(const std::string& bytes, const std::string& what,
+                    const std::map<std::string, Tensor>& given) {
+  onnx::ModelProto m;
+  if (bytes.size() > size_t(std::numeric_limits<int>::max()))
+    throw Error(fmt::format("{}: {} bytes, over protobuf's limit of 2 GiB", what, bytes.size()));
+  if (!m.ParseFromArray(bytes.data(), int(bytes.size())))
+    throw Error(
+        fmt::format("{}: not a valid ONNX model (protobuf could not parse it: truncated "
+                    "or not ONNX)",
+                    what));
+  if (!m.has_graph()) throw Error(fmt::format("{}: an ONNX model without a graph", what));
+  return Reader(m, what, given).read();
+}
+
+}  // namespace grux::formats
