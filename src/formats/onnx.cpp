@@ -93,7 +93,9 @@ class Reader {
     for (char& c : s) c = label(c);
     return s;
   }
+  // The size of a signal's or a state's 'F' axis.
   int64_t features(const Value& v) const {
+    if (v.kind == Value::Kind::state) return spec_.layers[v.stacked[0]].out_size;
     return v.layers == 0 ? spec_.input_size : spec_.layers[v.layers - 1].out_size;
   }
   Const tensor(const onnx::TensorProto& t, const std::string& name) const;
@@ -177,59 +179,42 @@ Const Reader::tensor(const onnx::TensorProto& t, const std::string& name) const 
   } catch (const Error& e) {
     fail(e.what());
   }
-  const bool raw = t.has_raw_data();
-  auto count = [&](int64_t have) {
-    if (have != n)
-      fail(fmt::format("{} has {} values, expected {} (dims {})", where, have, n,
+  // The values of element type Raw: from raw_data, or else from the typed field, each
+  // converted to what Const keeps.
+  const auto take = [&](auto raw_type, const auto& typed, auto& out, auto convert) {
+    using Raw = decltype(raw_type);
+    if (t.has_raw_data()) {
+      for (Raw x : raw_values<Raw>(t.raw_data(), n, where)) out.push_back(convert(x));
+      return;
+    }
+    if (typed.size() != n)
+      fail(fmt::format("{} has {} values, expected {} (dims {})", where, typed.size(), n,
                        fmt::join(c.dims, "x")));
+    for (const auto x : typed) out.push_back(convert(x));
   };
+  const auto same = [](auto x) { return x; };
   try {
     switch (t.data_type()) {
       case onnx::TensorProto::FLOAT:
-        if (raw) {
-          for (float x : raw_values<float>(t.raw_data(), n, where)) c.f.push_back(x);
-        } else {
-          count(t.float_data_size());
-          c.f.assign(t.float_data().begin(), t.float_data().end());
-        }
+        take(float(), t.float_data(), c.f, same);
         break;
       case onnx::TensorProto::DOUBLE:
-        if (raw) {
-          c.f = raw_values<double>(t.raw_data(), n, where);
-        } else {
-          count(t.double_data_size());
-          c.f.assign(t.double_data().begin(), t.double_data().end());
-        }
+        take(double(), t.double_data(), c.f, same);
         break;
-      case onnx::TensorProto::FLOAT16:
-        if (raw) {
-          for (uint16_t x : raw_values<uint16_t>(t.raw_data(), n, where))
-            c.f.push_back(half_to_float(x));
-        } else {
-          count(t.int32_data_size());
-          for (int32_t x : t.int32_data()) c.f.push_back(half_to_float(uint16_t(x)));
-        }
+      case onnx::TensorProto::FLOAT16:  // typed: the 16 bits in int32_data
+        take(uint16_t(), t.int32_data(), c.f, [](auto x) { return half_to_float(uint16_t(x)); });
         break;
       case onnx::TensorProto::INT64:
         c.integer = true;
-        if (raw) {
-          c.i = raw_values<int64_t>(t.raw_data(), n, where);
-        } else {
-          count(t.int64_data_size());
-          c.i.assign(t.int64_data().begin(), t.int64_data().end());
-        }
+        take(int64_t(), t.int64_data(), c.i, same);
         break;
       case onnx::TensorProto::INT32:
+        c.integer = true;
+        take(int32_t(), t.int32_data(), c.i, same);
+        break;
       case onnx::TensorProto::BOOL:
         c.integer = true;
-        if (raw && t.data_type() == onnx::TensorProto::INT32) {
-          for (int32_t x : raw_values<int32_t>(t.raw_data(), n, where)) c.i.push_back(x);
-        } else if (raw) {
-          for (uint8_t x : raw_values<uint8_t>(t.raw_data(), n, where)) c.i.push_back(x != 0);
-        } else {
-          count(t.int32_data_size());
-          c.i.assign(t.int32_data().begin(), t.int32_data().end());
-        }
+        take(uint8_t(), t.int32_data(), c.i, [](auto x) { return int64_t(x != 0); });
         break;
       default:
         fail(
@@ -567,7 +552,7 @@ void Reader::rename_axes(const onnx::NodeProto& n) {
       std::vector<bool> drop(r);
       for (int64_t x : axes) {
         x = norm(x, r);
-        if (a[x] != '1' && !(labels(a)[x] == 'N' && false))
+        if (a[x] != '1')
           fail(fmt::format("squeezes axis {} ({}), expected an axis of size 1", x, labels(a)));
         drop[x] = true;
       }
@@ -626,15 +611,12 @@ void Reader::rename_axes(const onnx::NodeProto& n) {
       const char want = in_core[j++];
       if (out[k] == '#') {
         const int64_t size = shape[k].value;
-        const int64_t have =
-            labels(std::string(1, want))[0] == 'F'
-                ? (v.kind == Value::Kind::signal ? features(v)
-                                                 : spec_.layers[v.stacked[0]].out_size)
-            : want == 'L' ? int64_t(v.stacked.size())
-                          : -1;
+        const int64_t have = label(want) == 'F' ? features(v)
+                             : want == 'L'      ? int64_t(v.stacked.size())
+                                                : -1;
         if (size != have)
           fail(fmt::format("reshapes an axis ({}) to {}: only axes of size 1 may come or go",
-                           labels(std::string(1, want)), size));
+                           label(want), size));
         out[k] = want;
       } else if (out[k] == '?') {
         out[k] = want;
@@ -659,9 +641,7 @@ void Reader::arithmetic(const onnx::NodeProto& n) {
       for (char c : v0.axes) {
         const char l = label(c);
         if (l == 'F')
-          out.d.push_back({0, v0.kind == Value::Kind::signal
-                                  ? features(v0)
-                                  : spec_.layers[v0.stacked[0]].out_size});
+          out.d.push_back({0, features(v0)});
         else if (l == '1')
           out.d.push_back({0, 1});
         else if (l == 'L')
@@ -981,7 +961,7 @@ void Reader::node(const onnx::NodeProto& n) {
       for (int k = 0; k < n.input_size(); ++k) {
         const Value& s = in(n, k);
         if (s.kind != Value::Kind::state || s.cell != v.cell || labels(s.axes) != labels(v.axes) ||
-            spec_.layers[s.stacked[0]].out_size != spec_.layers[v.stacked[0]].out_size)
+            features(s) != features(v))
           fail("Concat of final states with something else (expected states of one kind and size)");
         o.stacked.insert(o.stacked.end(), s.stacked.begin(), s.stacked.end());
       }

@@ -280,41 +280,11 @@ void run_show(const ModelArgs& a) {
   }
 }
 
-// `grux model run`: X (T, I) for one stream or (T, N, I) for N, f32, through the model from its
-// initial state, in blocks of --block frames (0: all at once; the bits do not depend on it).
-// True for a file whose content is not JSON or safetensors and begins as an ONNX ModelProto
-// does (read_model tells the format the same way).
-bool formats_is_onnx(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  char head[9] = {};
-  f.read(head, sizeof head);
-  const std::streamsize n = f.gcount();
-  if (n < 1 || head[0] == '{' || std::isspace(static_cast<unsigned char>(head[0])) ||
-      (n == 9 && head[8] == '{'))
-    return false;
-  const unsigned char b = static_cast<unsigned char>(head[0]);
-  return (b & 7) <= 2 && (b >> 3) >= 1 && (b >> 3) <= 8;
-}
-
-// An ONNX graph: each --input NAME=X.npy names a graph input (one without a name: the frames);
-// each graph output written as DIR/<its name>.npy.
-void run_run_graph(const ModelArgs& a) {
-  std::string frames_path;
-  std::map<std::string, Tensor> given;
-  for (const std::string& in : a.inputs) {
-    const size_t eq = in.find('=');
-    if (eq == std::string::npos) {
-      if (!frames_path.empty())
-        throw Error(
-            fmt::format("--input {} and --input {}: two inputs without a NAME= (only the "
-                        "frames may go without one)",
-                        frames_path, in));
-      frames_path = in;
-    } else {
-      given[in.substr(0, eq)] = read_npy(in.substr(eq + 1));
-    }
-  }
-  const Model model(read_model(a.checkpoint, given));
+// `grux model run` of an ONNX graph: each --input NAME=X.npy names a graph input (one without a
+// name: the frames); each graph output written as DIR/<its name>.npy.
+void run_run_graph(const ModelArgs& a, ModelSpec spec, const std::string& frames_path,
+                   const std::map<std::string, Tensor>& given) {
+  const Model model(std::move(spec));
   const ModelGraph& g = model.spec().graph;
   if (frames_path.empty()) {
     auto it = given.find(g.input);
@@ -351,13 +321,30 @@ void run_run_graph(const ModelArgs& a) {
   fmt::print("\n");
 }
 
+// `grux model run`: X (T, I) for one stream or (T, N, I) for N, f32, through the model from its
+// initial state, in blocks of --block frames (0: all at once; the bits do not depend on it).
 void run_run(const ModelArgs& a) {
-  if (formats_is_onnx(a.checkpoint)) return run_run_graph(a);
-  if (a.inputs.size() != 1 || a.inputs[0].find('=') != std::string::npos)
+  std::string input;  // the --input without a NAME=
+  std::map<std::string, Tensor> given;
+  for (const std::string& in : a.inputs) {
+    const size_t eq = in.find('=');
+    if (eq == std::string::npos) {
+      if (!input.empty())
+        throw Error(
+            fmt::format("--input {} and --input {}: two inputs without a NAME= (only the "
+                        "frames may go without one)",
+                        input, in));
+      input = in;
+    } else {
+      given[in.substr(0, eq)] = read_npy(in.substr(eq + 1));
+    }
+  }
+  ModelSpec spec = read_model(a.checkpoint, given);
+  if (!spec.graph.input.empty()) return run_run_graph(a, std::move(spec), input, given);
+  if (input.empty() || !given.empty())
     throw Error(fmt::format("{}: expected one --input X.npy (NAME=X.npy is for ONNX graphs)",
                             a.checkpoint));
-  const std::string& input = a.inputs[0];
-  const Model model = load_model(a.checkpoint);
+  const Model model(std::move(spec));
   const Precision precision = parse_precision(a.run_precision);
   set_threads(a.threads);
   Tensor x = read_npy(input);
