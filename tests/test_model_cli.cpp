@@ -92,6 +92,49 @@ TEST(ModelCli, ConvertRoundTrips) {
   EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), a.numel() * 4), 0);
 }
 
+// An ONNX graph: one DIR/<output name>.npy per graph output, the bits of run_graph; weights that
+// are graph inputs given as NAME=X.npy; show prints the graph and the file's
+// linear_before_reset.
+TEST(ModelCli, RunOnnxWritesEveryGraphOutput) {
+  TempDir tmp;
+  const std::string onnx = std::string(GRUX_ONNX_DIR) + "/files/";
+  const std::string golden = std::string(GRUX_ONNX_DIR) + "/golden/";
+  const std::string file = onnx + "torch_lstm_2layers.onnx",
+                    x = golden + "torch_lstm_2layers.x.npy";
+  const auto want = run_graph(load_model(file), read_npy(x));
+  CliRun r =
+      grux_cli(tmp.path, "model run " + file + " --input " + x + " --out " + tmp.path + "/o");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(want.size(), 3u);
+  for (const auto& [name, t] : want) {
+    const Tensor y = read_npy(tmp.path + "/o/" + name + ".npy");
+    ASSERT_EQ(y.shape(), t.shape()) << name;
+    EXPECT_EQ(std::memcmp(y.data<float>(), t.data<float>(), y.numel() * 4), 0) << name;
+  }
+  const std::string w = onnx + "helper_lstm_weights_as_inputs.onnx",
+                    g = golden + "helper_lstm_weights_as_inputs.";
+  r = grux_cli(tmp.path, "model run " + w + " --input X=" + g + "X.npy --input W=" + g +
+                             "W.npy --input R=" + g + "R.npy --input B=" + g + "B.npy --out " +
+                             tmp.path + "/w");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(tmp.path + "/w/Y_c.npy"));
+  r = grux_cli(tmp.path, "model show --no-measure " + onnx + "helper_gru_reset_before.onnx");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("graph: input \"X\" TNF; outputs \"Y\" T1NF (frames)"));
+  EXPECT_THAT(r.out, HasSubstr("the file's linear_before_reset = 0"));
+  expect_user_error(
+      grux_cli(tmp.path, "model run " + w + " --input " + g + "X.npy --out " + tmp.path + "/bad"),
+      {"graph input \"W\": is not the frames"});
+  expect_user_error(grux_cli(tmp.path, "model run " + file + " --input " + x + " --block 4 --out " +
+                                           tmp.path + "/bad"),
+                    {"an ONNX graph runs whole"});
+  expect_user_error(
+      grux_cli(tmp.path, "model run " + kFiles + "nam_core_lstm.nam --input " + kSignal +
+                             " --input W=" + x + " --out " + tmp.path + "/bad"),
+      {"NAME=X.npy is for ONNX graphs"});
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad")) << "nothing written on bad input";
+}
+
 TEST(ModelCli, BadInputIsOneLineAndExitCode2) {
   TempDir tmp;
   const std::string nam = kFiles + "nam_core_lstm.nam";

@@ -57,6 +57,8 @@ const std::vector<Case>& cases() {
       {"helper_gru_no_bias", "X", {}, {"Y", "Y_h"}},
       {"helper_lstm", "X", {}, {"Y", "Y_h", "Y_c"}},
       {"helper_lstm_weights_as_inputs", "X", {"W", "R", "B"}, {"Y", "Y_h", "Y_c"}},
+      {"helper_gru_float16", "X", {}, {"Y", "Y_h"}},
+      {"helper_lstm_float64", "X", {}, {"Y", "Y_h", "Y_c"}},
   };
   return c;
 }
@@ -95,6 +97,21 @@ TEST(Onnx, StreamGivesTheGraphsBits) {
   std::vector<float> y(size_t(T * O));
   for (int64_t t = 0; t < T; ++t) s.process(x.data<float>() + t * I, y.data() + t * O, 1);
   for (int64_t k = 0; k < T * O; ++k) ASSERT_EQ(y[k], whole.data<float>()[k]) << k;
+}
+
+// The states of a stream are there for its recurrent layers, and not under sample-rate
+// correction (its layers' states are delayed ones).
+TEST(Onnx, StreamStatesOfRecurrentLayersOnly) {
+  const Model model = load_model(kFiles + std::string("torch_lstm_tanh_skip.onnx"));
+  ModelStream s(model, 1);
+  EXPECT_EQ(s.cell_state(0).shape(), (Shape{1, 6}));
+  EXPECT_THAT([&] { s.hidden_state(1); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("layer 1 is not one of")));
+  ModelStreamOptions o;
+  o.sample_rate = 96000;
+  ModelStream corrected(model, 1, o);
+  EXPECT_THAT([&] { corrected.hidden_state(0); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("not kept apart under sample-rate")));
 }
 
 // A double frames input gives double outputs of the same values.
@@ -147,6 +164,7 @@ TEST(Onnx, HostileFilesAreRefused) {
       {"bad_huge_dims", "more than 67108864 elements"},
       {"bad_clip", "clip is 3"},
       {"bad_bidirectional", "direction is \"bidirectional\""},
+      {"bad_softmax_opset11", "Softmax over axis 1 of 3 (opset 11)"},
   };
   for (const auto& [name, message] : bad) {
     SCOPED_TRACE(name);

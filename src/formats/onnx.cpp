@@ -80,6 +80,7 @@ class Reader {
   std::map<char, char> bound_;  // frames input's axis label -> 'T' or 'N'
   std::string input_axes_;
   std::string where_;  // the node being read, for messages
+  int64_t opset_ = 0;  // the default domain's opset
 
   [[noreturn]] void fail(const std::string& m) const {
     throw Error(fmt::format("{}: {}{}", what_, where_.empty() ? "" : where_ + ": ", m));
@@ -492,10 +493,12 @@ void Reader::activation(const onnx::NodeProto& n, ModelLayer::Activation a) {
   const Value& x = tip(n, 0);
   if (a == ModelLayer::Activation::softmax) {
     const std::string ax = labels(x.axes);
-    int64_t axis = attr_int(n, "axis", m_.opset_import_size() > 0 ? -1 : -1);
+    // Before opset 13 Softmax flattens the axes from `axis` (default 1) into one.
+    int64_t axis = attr_int(n, "axis", opset_ >= 13 ? -1 : 1);
     if (axis < 0) axis += int64_t(ax.size());
     if (axis != int64_t(ax.size()) - 1)
-      fail(fmt::format("Softmax over axis {}, expected the features' (the last)", axis));
+      fail(fmt::format("Softmax over axis {} of {} (opset {}), expected the features' (the last)",
+                       axis, ax.size(), opset_));
   }
   if (a == ModelLayer::Activation::elu &&
       std::abs((attr(n, "alpha") ? attr(n, "alpha")->f() : 1.0f) - 1.0f) > 0)
@@ -1016,8 +1019,8 @@ ModelSpec Reader::read() {
   const onnx::GraphProto& g = m_.graph();
   spec_.name = g.name();
   for (const auto& op : m_.opset_import())
-    if ((op.domain().empty() || op.domain() == "ai.onnx") && op.version() < 7)
-      fail(fmt::format("opset {}, expected 7 or later", op.version()));
+    if (op.domain().empty() || op.domain() == "ai.onnx") opset_ = op.version();
+  if (opset_ < 7) fail(fmt::format("opset {}, expected 7 or later", opset_));
   for (const auto& t : g.initializer()) {
     where_ = fmt::format("initializer \"{}\"", t.name());
     Value v;

@@ -138,13 +138,16 @@ def onnx_lstm(X, W, R, B, H):
     return Y, h[None], c[None]
 
 
-def helper_case(case, op, X, H, attrs, bias=True, weights_as_inputs=False):
+def helper_case(case, op, X, H, attrs, bias=True, weights_as_inputs=False, dtype=np.float32):
     rng = np.random.default_rng(zlib.crc32(case.encode()))
     G = 3 if op == "GRU" else 4
     I = X.shape[-1]
     W = rng.uniform(-0.6, 0.6, (1, G * H, I)).astype(np.float32)
     R = rng.uniform(-0.6, 0.6, (1, G * H, H)).astype(np.float32)
     B = rng.uniform(-0.4, 0.4, (1, 2 * G * H)).astype(np.float32) if bias else None
+    # Initializers in `dtype` (float16, float64): the expected outputs from the values stored.
+    W, R = W.astype(dtype), R.astype(dtype)
+    B = B.astype(dtype) if B is not None else None
     layout = attrs.get("layout", 0)
     names = ["X", "W", "R"] + (["B"] if bias else [])
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
@@ -195,6 +198,8 @@ def helper_cases():
     helper_case("helper_gru_no_bias", "GRU", X, 4, {}, bias=False)
     helper_case("helper_lstm", "LSTM", X, 3, {})
     helper_case("helper_lstm_weights_as_inputs", "LSTM", X, 4, {}, weights_as_inputs=True)
+    helper_case("helper_gru_float16", "GRU", X, 4, {"linear_before_reset": 1}, dtype=np.float16)
+    helper_case("helper_lstm_float64", "LSTM", X, 3, {}, dtype=np.float64)
 
 
 def hostile_cases():
@@ -229,6 +234,15 @@ def hostile_cases():
     save("bad_huge_dims", [gru()], [big, numpy_helper.from_array(w(1, 15, 5), "R")])
     save("bad_clip", [helper.make_node("GRU", ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5, clip=3.0)],
          [numpy_helper.from_array(w(1, 15, 3), "W"), numpy_helper.from_array(w(1, 15, 5), "R")])
+    # Softmax before opset 13 flattens from axis 1 by default: over batch and features here.
+    g = helper.make_graph(
+        [helper.make_node("GRU", ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5),
+         helper.make_node("Squeeze", ["Y"], ["S"], name="squeeze", axes=[1]),
+         helper.make_node("Softmax", ["S"], ["P"], name="softmax")],
+        "bad_softmax_opset11", [X], [helper.make_tensor_value_info("P", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w(1, 15, 3), "W"), numpy_helper.from_array(w(1, 15, 5), "R")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]),
+              os.path.join(FILES, "bad_softmax_opset11.onnx"))
     path = os.path.join(FILES, "bad_bidirectional.onnx")
     torch.onnx.export(torch.nn.GRU(3, 4, bidirectional=True), (torch.randn(5, 1, 3),), path,
                       input_names=["x"], output_names=["y", "h"], opset_version=14)
