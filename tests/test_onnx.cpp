@@ -1,14 +1,18 @@
-// ONNX files (src/formats/onnx.cpp) against their expected outputs: files that Debian's
-// torch.onnx.export wrote from nn.GRU / nn.LSTM models (PyTorch's float64 outputs) and graphs
-// made with onnx.helper for what torch does not write (linear_before_reset 0, layout 1, no
-// bias, weights as graph inputs; the ONNX equations in float64), all made by
-// tests/reference/gen_onnx_models.py; then files grux must refuse, each with its message.
+// ONNX files (src/formats/onnx.cpp) against their expected outputs, every case of
+// tests/reference/onnx/cases.txt (made by tests/reference/gen_onnx_models.py): files that
+// Debian's torch.onnx.export wrote from nn.GRU / nn.LSTM models (PyTorch's float64 outputs),
+// graphs made with onnx.helper for what torch does not write (linear_before_reset 0, layout 1,
+// reverse, clip, peepholes, input_forget, sequence_lens, states and weights as graph inputs;
+// the ONNX equations in float64), ONNX's own node tests and ONNX Runtime's operator tests
+// (their expected numbers); then files grux must refuse, each with its message.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "grux/error.h"
@@ -37,29 +41,33 @@ double worst(const Tensor& got, const Tensor& want) {
 }
 
 struct Case {
-  const char* name;
-  const char* input;                 // the frames input's name
-  std::vector<const char*> given;    // graph inputs given with the frames
-  std::vector<const char*> outputs;  // every graph output, in order
+  std::string name;
+  std::string input;                 // the frames input's name
+  std::vector<std::string> given;    // graph inputs given with the frames
+  std::vector<std::string> outputs;  // every graph output, in order
 };
 
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  if (s == "-") return out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');) out.push_back(part);
+  return out;
+}
+
 const std::vector<Case>& cases() {
-  static const std::vector<Case> c = {
-      {"torch_gru", "x", {}, {"y", "h"}},
-      {"torch_gru_2layers_batch_first", "x", {}, {"y", "h"}},
-      {"torch_lstm_2layers", "x", {}, {"y", "h", "c"}},
-      {"torch_lstm_head_batch_first", "x", {}, {"out"}},
-      {"torch_gru_last_step_softmax", "x", {}, {"probs"}},
-      {"torch_lstm_tanh_skip", "x", {}, {"out"}},
-      {"helper_gru_reset_before", "X", {}, {"Y", "Y_h"}},
-      {"helper_gru_linear_before_reset", "X", {}, {"Y", "Y_h"}},
-      {"helper_gru_layout1", "X", {}, {"Y", "Y_h"}},
-      {"helper_gru_no_bias", "X", {}, {"Y", "Y_h"}},
-      {"helper_lstm", "X", {}, {"Y", "Y_h", "Y_c"}},
-      {"helper_lstm_weights_as_inputs", "X", {"W", "R", "B"}, {"Y", "Y_h", "Y_c"}},
-      {"helper_gru_float16", "X", {}, {"Y", "Y_h"}},
-      {"helper_lstm_float64", "X", {}, {"Y", "Y_h", "Y_c"}},
-  };
+  static const std::vector<Case> c = [] {
+    std::vector<Case> v;
+    std::ifstream f(std::string(GRUX_ONNX_DIR) + "/cases.txt");
+    for (std::string line; std::getline(f, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      std::stringstream in(line);
+      std::string name, input, given, outputs;
+      in >> name >> input >> given >> outputs;
+      v.push_back({name, input, split(given), split(outputs)});
+    }
+    return v;
+  }();
   return c;
 }
 
@@ -67,11 +75,21 @@ Tensor golden(const Case& c, const std::string& name) {
   return read_npy(kGolden + c.name + "." + name + ".npy");
 }
 
+// Every kind of case is there: the list was read, and none of them went missing.
+TEST(Onnx, TheCasesCoverEverySource) {
+  std::map<std::string, int> by_source;
+  for (const Case& c : cases()) ++by_source[c.name.substr(0, c.name.find('_'))];
+  EXPECT_GE(by_source["torch"], 11);
+  EXPECT_GE(by_source["helper"], 19);
+  EXPECT_GE(by_source["node"], 8);
+  EXPECT_GE(by_source["ort"], 20);
+}
+
 TEST(Onnx, EveryOutputMatchesItsReference) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     std::map<std::string, Tensor> given;
-    for (const char* g : c.given) given[g] = golden(c, g);
+    for (const std::string& g : c.given) given[g] = golden(c, g);
     const Model model(read_model(kFiles + c.name + ".onnx", given));
     EXPECT_EQ(model.spec().format, ModelFormat::onnx);
     EXPECT_EQ(model.spec().graph.input, c.input);
@@ -114,6 +132,101 @@ TEST(Onnx, StreamStatesOfRecurrentLayersOnly) {
               ::testing::ThrowsMessage<Error>(HasSubstr("not kept apart under sample-rate")));
 }
 
+Case find(const std::string& name) {
+  for (const Case& c : cases())
+    if (c.name == name) return c;
+  ADD_FAILURE() << "no case " << name;
+  return {};
+}
+
+Model read_case(const Case& c) {
+  std::map<std::string, Tensor> given;
+  for (const std::string& g : c.given) given[g] = golden(c, g);
+  return Model(read_model(kFiles + c.name + ".onnx", given));
+}
+
+// Layers that need the whole sequence (two directions, reverse, clip, peepholes, bound lengths
+// or states) run in Model::process as in run_graph, bit for bit, and a stream refuses them,
+// naming the layer and why.
+TEST(Onnx, WholeSequenceLayersRunWholeAndRefuseStreams) {
+  const std::vector<std::pair<std::string, std::string>> whole = {
+      {"torch_gru_bidirectional_2layers", "layer 0 (gru) is bidirectional"},
+      {"helper_gru_reverse", "layer 0 (gru) runs in reverse"},
+      {"helper_gru_clip", "layer 0 (gru) clips its gates"},
+      {"helper_lstm_peepholes", "layer 0 (lstm) has peepholes"},
+      {"helper_lstm_clip_input_forget", "layer 0 (lstm) clips its gates"},
+      {"helper_gru_sequence_lens_h0", "layer 0 (gru) is bidirectional"},
+      {"torch_gru_2layers_h0", "layer 0 (gru) has initial states for a batch"},
+  };
+  for (const auto& [name, why] : whole) {
+    SCOPED_TRACE(name);
+    const Case c = find(name);
+    const Model model = read_case(c);
+    EXPECT_EQ(model.spec().whole_sequence_only(), why);
+    EXPECT_THAT(
+        [&] { ModelStream s(model, 2); },
+        ::testing::ThrowsMessage<Error>(HasSubstr(why + ", which needs the whole sequence")));
+    // The first output is the frames (T, D, N, H) or (T, N, F): process gives the same bits.
+    const Tensor x = golden(c, c.input);
+    const auto outs = run_graph(model, x);
+    const Tensor y = model.process(x);  // (T, N, D H)
+    const Tensor& g = outs[0].second;
+    const int64_t T = x.size(0), N = x.size(1), F = y.size(2);
+    ASSERT_EQ(g.numel(), T * N * F);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < F; ++f) {
+          // (T, D, N, H) for a node's Y; (T, N, F) for torch's joined directions.
+          const double want =
+              g.dim() == 4 ? g.item({t, f / g.size(3), n, f % g.size(3)}) : g.item({t, n, f});
+          ASSERT_EQ(y.item({t, n, f}), want) << t << " " << n << " " << f;
+        }
+  }
+}
+
+// The lengths and states a model was read with fix its batch, and lengths beyond the frames
+// are refused.
+TEST(Onnx, BoundLengthsAndStatesCheckTheRun) {
+  const Case c = find("helper_gru_sequence_lens_h0");  // lengths 6 and 4, batch 2
+  const Model model = read_case(c);
+  EXPECT_EQ(model.spec().bound_batch(), 2);
+  EXPECT_THAT(
+      [&] {
+        run_graph(model, Tensor::zeros({6, 3, 3}, DType::f32));
+      },
+      ::testing::ThrowsMessage<Error>(HasSubstr("are for a batch of 2, the input has 3")));
+  EXPECT_THAT(
+      [&] {
+        run_graph(model, Tensor::zeros({5, 2, 3}, DType::f32));
+      },
+      ::testing::ThrowsMessage<Error>(
+          HasSubstr("sequence 0 has length 6, but the input has 5 frames")));
+  // A model file keeps the model, not a run's lengths.
+  EXPECT_THAT([&] { serialize_model(model.spec()); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("has sequence lengths bound")));
+}
+
+// What ONNX has beyond nn.GRU / nn.LSTM survives grux model convert: two directions,
+// peepholes, clip, input_forget, reverse, read back to the same bits.
+TEST(Onnx, ConvertKeepsEveryOption) {
+  for (const char* name : {"helper_lstm_layout1_peepholes_bidirectional",
+                           "helper_lstm_clip_input_forget", "helper_gru_reverse"}) {
+    SCOPED_TRACE(name);
+    const Case c = find(name);
+    const Model model = read_case(c);
+    const Model back(parse_model(serialize_model(model.spec()), "converted"));
+    const ModelLayer &a = model.spec().layers[0], &b = back.spec().layers[0];
+    EXPECT_EQ(a.directions, b.directions);
+    EXPECT_EQ(a.reverse, b.reverse);
+    EXPECT_EQ(a.clip, b.clip);
+    EXPECT_EQ(a.input_forget, b.input_forget);
+    EXPECT_EQ(a.peephole.defined(), b.peephole.defined());
+    std::mt19937_64 rng(3);
+    const Tensor x = test::random_tensor({5, 2, model.input_size()}, DType::f32, rng);
+    EXPECT_EQ(worst(model.process(x), back.process(x)), 0.0);
+  }
+}
+
 // A double frames input gives double outputs of the same values.
 TEST(Onnx, DoubleInputGivesDoubleOutputs) {
   const Model model = load_model(kFiles + std::string("torch_gru.onnx"));
@@ -148,6 +261,12 @@ TEST(Onnx, WrongInputsAreRefused) {
       ::testing::ThrowsMessage<Error>(HasSubstr("not read from a graph")));
 }
 
+// ONNX Runtime's cases with other activations than the defaults: refused, naming them.
+TEST(Onnx, OtherActivationsAreRefused) {
+  EXPECT_THAT([&] { read_model(kFiles + std::string("bad_activations.onnx")); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("node 0 \"rnn\" (GRU): activations")));
+}
+
 TEST(Onnx, WeightsAsGraphInputsMustBeGiven) {
   EXPECT_THAT([&] { read_model(kFiles + std::string("helper_lstm_weights_as_inputs.onnx")); },
               ::testing::ThrowsMessage<Error>(HasSubstr("graph input \"W\": is not the frames")));
@@ -162,8 +281,11 @@ TEST(Onnx, HostileFilesAreRefused) {
       {"bad_out_of_order", "node 0 \"t\" (Tanh): input 0 (\"Z\") is neither"},
       {"bad_external_data", "keeps its data in an external file"},
       {"bad_huge_dims", "more than 67108864 elements"},
-      {"bad_clip", "clip is 3"},
-      {"bad_bidirectional", "direction is \"bidirectional\""},
+      {"bad_clip", "clip is -3, expected a bound > 0"},
+      {"bad_activations", "activations [Relu, Tanh]: grux runs the default [Sigmoid, Tanh] only"},
+      {"bad_direction", "direction is \"sideways\", expected forward, reverse or bidirectional"},
+      {"bad_bidirectional_w", "W has shape [1, 15, 3], expected [2, 15, 3]"},
+      {"bad_directions_apart", "has the two directions' features apart"},
       {"bad_softmax_opset11", "Softmax over axis 1 of 3 (opset 11)"},
   };
   for (const auto& [name, message] : bad) {

@@ -42,6 +42,26 @@ struct ModelLayer {
   //   the initial state the file stores; undefined: zeros.
   Tensor w_ih, w_hh, b_ih, b_hh, h0, c0;
   GruForm form = GruForm::linear_before_reset;
+  // gru, lstm: what ONNX's GRU and LSTM nodes have beyond nn.GRU and nn.LSTM. A layer with any
+  // of it runs on the whole sequence (Model::process, run_graph); a stream refuses it.
+  //   directions 2: bidirectional. Every recurrent tensor above and below takes a leading
+  //     axis of 2 (forward, reverse): w_ih (2, G H, in_size), ...; H = out_size / 2, and each
+  //     frame's out_size features are the forward direction's H, then the reverse's.
+  //   reverse (directions 1): runs from each sequence's last frame to its first.
+  //   clip > 0: every gate's pre-activation clipped to [-clip, clip] (0: none).
+  //   peephole (3 H), LSTM: p_i, p_f, p_o: i = sigmoid(... + p_i c), f likewise, o =
+  //     sigmoid(... + p_o c') with c' the new cell state.
+  //   input_forget, LSTM: f = 1 - i (the input and forget gates coupled).
+  //   lengths (N) i64: each sequence's length, bound when the file was read (ONNX's
+  //     sequence_lens given as an input); a run's batch must be N, frames past a sequence's
+  //     end give zeros and leave its state as it was.
+  //   h0 and c0 of (N, H) (after the direction axis): one initial state for each of a batch of
+  //     N (an ONNX initial_h given as an input); a run's batch must be N.
+  int64_t directions = 1;
+  bool reverse = false;
+  float clip = 0;
+  Tensor peephole, lengths;
+  bool input_forget = false;
   // dense: weight (out_size, in_size), bias (out_size) or undefined.
   // prelu: weight (out_size): y = x >= 0 ? x : weight x.
   // batchnorm (inference): y = (x - mean) * weight + bias, where weight = gamma / sqrt(var +
@@ -54,6 +74,10 @@ struct ModelLayer {
   // "tanh", "relu", "sigmoid", "softmax", "elu".
   static const char* activation_name(Activation a);
   bool recurrent() const { return kind == Kind::gru || kind == Kind::lstm; }
+  // A recurrent layer's H: out_size / directions.
+  int64_t hidden_size() const { return out_size / directions; }
+  // Empty when a stream can run the layer; otherwise why not ("bidirectional", "clip", ...).
+  std::string whole_sequence_only() const;
   // "gru", "lstm", "dense", "activation", "prelu", "batchnorm".
   const char* kind_name() const;
   // Numbers it holds: weights, biases, stored initial states (a format's single recurrent
@@ -64,13 +88,17 @@ struct ModelLayer {
 // A graph's named inputs and outputs (ONNX): the frames come in through `input`, their axes
 // in `input_axes` order, and each output is the model's frames, its last frame or the final
 // states of recurrent layers. Axes: 'T' time, 'N' batch, 'F' features, 'L' stacked layers,
-// '1' an axis of size 1 (e.g. "TNF", "NTF", "T1NF", "LNF").
+// '1' an axis of size 1, 'D' the two directions of a bidirectional layer's frames or states
+// (e.g. "TNF", "NTF", "T1NF", "TDNF", "LNF", "DNF").
 struct ModelGraphOutput {
   enum class What { frames, last_frame, hidden, cell };
   std::string name;
   What what = What::frames;
   std::string axes;
-  std::vector<int64_t> layers;  // hidden, cell: the spec's recurrent layers, stacked on 'L'/'1'
+  // hidden, cell: the states stacked on the 'L', 'D' or '1' axis, each that of the spec's
+  // recurrent layer layers[k] in its direction directions[k] (0 forward, 1 reverse).
+  std::vector<int64_t> layers;
+  std::vector<int> directions;
 };
 struct ModelGraph {
   std::string input;  // empty: the model has no graph (the other formats)
@@ -92,6 +120,11 @@ struct ModelSpec {
 
   // Features a frame going out: the last layer's, or input_size without layers.
   int64_t output_size() const;
+  // Empty when a ModelStream can run the model; otherwise the first layer that needs the whole
+  // sequence and why ("layer 0 (gru) is bidirectional").
+  std::string whole_sequence_only() const;
+  // The batch the model's bound run inputs fix (lengths, per-sequence initial states); 0: any.
+  int64_t bound_batch() const;
   int64_t parameters() const;
   // Throws grux::Error naming the layer (its position and kind) and what was wrong: sizes
   // that do not chain, tensors of the wrong shape or dtype, a bad skip.
@@ -141,13 +174,17 @@ class Model {
 
   // A whole signal from the initial state: x (T, I) for one sequence or (T, N, I) for N, f32;
   // returns (T, O) or (T, N, O). The same bits as a ModelStream of that batch over the same
-  // frames (however they are split into calls).
+  // frames (however they are split into calls), for a model a stream can run; a model with
+  // layers that need the whole sequence (ModelLayer::whole_sequence_only) runs layer by layer
+  // over all of it.
   Tensor process(const Tensor& x, int threads = 0) const;
 
   struct Impl;  // opaque: the stages the model runs (src/ops/model.cpp)
 
  private:
   friend class ModelStream;
+  friend std::vector<std::pair<std::string, Tensor>> run_graph(const Model& model, const Tensor& x,
+                                                               int threads);
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -3,16 +3,20 @@ Neural Amp Modeler .nam (LSTM) or safetensors (docs/formats.md) and gives a grux
 NumPy arrays (or CPU torch tensors) by .process(x) or frame by frame by a .stream(batch).
 See include/grux/model.h.
 """
+import numpy as np
+
 from . import _grux
 from ._util import _to_numpy
 
 __all__ = ["Model", "ModelStream", "load"]
 
 
-def load(path):
+def load(path, inputs=None):
     """The model in the file at `path` (its format told from the content): a grux.Model.
-    Raises grux.Error with one line naming what was wrong."""
-    return Model(path)
+    inputs: for an ONNX graph, the values of its inputs other than the frames (weights, or
+    sequence_lens and initial states), by name, as NumPy arrays. Raises grux.Error with one
+    line naming what was wrong."""
+    return Model(path, inputs)
 
 
 class Model:
@@ -22,8 +26,14 @@ class Model:
     arrays in PyTorch's layout); skip: the input features added to the output; sample_rate
     (0 where the file does not say); format; name."""
 
-    def __init__(self, path):
-        self._core = _grux.Model(str(path))
+    def __init__(self, path, inputs=None):
+        given = {}
+        for name, value in (inputs or {}).items():
+            a = np.asarray(value)
+            # Integers (sequence_lens) as int64; floats as given.
+            given[str(name)] = (a.astype(np.int64) if a.dtype.kind in "iub"
+                                else _to_numpy(value, str(name))[0])
+        self._core = _grux.Model(str(path), given)
 
     input_size = property(lambda self: self._core.input_size)
     output_size = property(lambda self: self._core.output_size)
@@ -33,12 +43,22 @@ class Model:
     name = property(lambda self: self._core.name)
     parameters = property(lambda self: self._core.parameters)
     layers = property(lambda self: self._core.layers)
+    # An ONNX graph's frames input and its outputs' names ("" and [] for the other formats).
+    graph_input = property(lambda self: self._core.graph_input)
+    graph_outputs = property(lambda self: self._core.graph_outputs)
 
     def process(self, x, threads=0):
         """x: float32 (T, input_size) for one sequence or (T, N, input_size) for N, from the
         initial state (the file's, or zeros). Returns (T, output_size) or (T, N, output_size)."""
         a, wrap = _to_numpy(x, "x")
         return wrap(self._core.process(a, int(threads)))
+
+    def run(self, x, threads=0):
+        """An ONNX graph on its frames input x (laid out as the graph's input is, float32 or
+        float64), from the initial state: a dict of every graph output by name, each laid out
+        as the graph declares it (float64 for a float64 x)."""
+        a, _ = _to_numpy(x, "x")
+        return self._core.run(a, int(threads))
 
     def stream(self, batch=1, precision="f32", threads=0, sample_rate=0,
                correction="lin_interp", warmup_frames=0):

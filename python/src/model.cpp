@@ -23,10 +23,18 @@ py::dict layer_dict(const grux::ModelLayer& l) {
   if (l.kind == grux::ModelLayer::Kind::gru) d["form"] = grux::gru_form_name(l.form);
   if (l.kind == grux::ModelLayer::Kind::activation)
     d["activation"] = grux::ModelLayer::activation_name(l.activation);
+  if (l.recurrent()) {
+    d["directions"] = l.directions;
+    d["reverse"] = l.reverse;
+    d["clip"] = l.clip;
+    d["input_forget"] = l.input_forget;
+  }
   py::dict t;
   const std::pair<const char*, const grux::Tensor*> tensors[] = {
-      {"w_ih", &l.w_ih}, {"w_hh", &l.w_hh},     {"b_ih", &l.b_ih}, {"b_hh", &l.b_hh}, {"h0", &l.h0},
-      {"c0", &l.c0},     {"weight", &l.weight}, {"bias", &l.bias}, {"mean", &l.mean}};
+      {"w_ih", &l.w_ih},         {"w_hh", &l.w_hh},      {"b_ih", &l.b_ih},
+      {"b_hh", &l.b_hh},         {"h0", &l.h0},          {"c0", &l.c0},
+      {"weight", &l.weight},     {"bias", &l.bias},      {"mean", &l.mean},
+      {"peephole", &l.peephole}, {"lengths", &l.lengths}};
   for (const auto& [name, tensor] : tensors)
     if (tensor->defined()) t[name] = to_array(*tensor);
   d["tensors"] = t;
@@ -37,8 +45,15 @@ py::dict layer_dict(const grux::ModelLayer& l) {
 
 void grux_py::bind_model(py::module_& m) {
   py::class_<grux::Model>(m, "Model")
-      .def(py::init([](const std::string& path) { return grux::load_model(path); }),
-           py::arg("path"))
+      .def(py::init([](const std::string& path, const py::dict& inputs) {
+             std::map<std::string, grux::Tensor> given;
+             for (const auto& [k, v] : inputs) {
+               const std::string key = py::str(k).cast<std::string>();
+               given[key] = from_array(v, ("inputs['" + key + "']").c_str(), true);
+             }
+             return grux::Model(grux::read_model(path, given));
+           }),
+           py::arg("path"), py::arg("inputs"))
       .def_property_readonly("input_size", &grux::Model::input_size)
       .def_property_readonly("output_size", &grux::Model::output_size)
       .def_property_readonly(
@@ -66,6 +81,28 @@ void grux_py::bind_model(py::module_& m) {
               y = md.process(t, threads);
             }
             return to_array(y);
+          },
+          py::arg("x"), py::arg("threads") = 0)
+      .def_property_readonly("graph_input",
+                             [](const grux::Model& md) { return md.spec().graph.input; })
+      .def_property_readonly("graph_outputs",
+                             [](const grux::Model& md) {
+                               py::list out;
+                               for (const auto& o : md.spec().graph.outputs) out.append(o.name);
+                               return out;
+                             })
+      .def(
+          "run",
+          [](const grux::Model& md, const py::handle& x, int threads) {
+            const grux::Tensor t = from_array(x, "x");
+            std::vector<std::pair<std::string, grux::Tensor>> outs;
+            {
+              py::gil_scoped_release release;
+              outs = grux::run_graph(md, t, threads);
+            }
+            py::dict d;
+            for (const auto& [name, y] : outs) d[py::str(name)] = to_array(y);
+            return d;
           },
           py::arg("x"), py::arg("threads") = 0)
       .def(

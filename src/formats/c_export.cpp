@@ -73,6 +73,10 @@ const char* option_macro(const ModelLayer& l) {
 
 std::string model_as_c(const ModelSpec& spec, const std::string& name, const std::string& source) {
   spec.validate();
+  const std::string whole = spec.whole_sequence_only();
+  if (!whole.empty())
+    throw Error(
+        fmt::format("export-c: {}: grux_model_from_desc builds streaming models only", whole));
   if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
     throw Error(fmt::format("export-c: name \"{}\" is not a C identifier", name));
   for (const char c : name)
@@ -86,8 +90,11 @@ std::string model_as_c(const ModelSpec& spec, const std::string& name, const std
       "#ifndef {}_GRUX_MODEL_H\n#define {}_GRUX_MODEL_H\n\n#include <grux/grux.h>\n\n",
       source, model_format_name(spec.format), spec.layers.size(), spec.parameters(), name, guard,
       guard);
-  // In grux_layer_desc's order of its tensor fields.
-  const auto& tensors = formats::layer_tensors();
+  // In grux_layer_desc's order of its tensor fields: the layer's, less the peepholes a
+  // streaming model has none of (refused above).
+  std::vector<std::pair<const char*, Tensor ModelLayer::*>> tensors;
+  for (const auto& t : formats::layer_tensors())
+    if (std::string(t.first) != "peephole") tensors.push_back(t);
   for (size_t k = 0; k < spec.layers.size(); ++k)
     for (const auto& [t, m] : tensors)
       if ((spec.layers[k].*m).defined())

@@ -35,8 +35,9 @@ namespace {
 constexpr int64_t kMaxElements = int64_t(1) << 26;
 
 // The labels of a signal's or a shape's axes: 'T' time, 'N' batch, 'F' features, '1' an axis
-// of size 1, 'L' the stacked layers of a state; 'a'-'d' the frames input's axes before a
-// recurrent node tells which of them is time and which batch.
+// of size 1, 'L' the stacked layers of a state, 'D' the two directions of a bidirectional
+// layer (its features split into each direction's, or its two states); 'a'-'d' the frames
+// input's axes before a recurrent node tells which of them is time and which batch.
 struct Dim {
   char label = 0;     // 0: a known size
   int64_t value = 0;  // the size, where known
@@ -59,7 +60,8 @@ struct Value {
   std::string axes;     // signal, state
   size_t layers = 0;    // signal: the spec's layers it has been through
   bool last_frame = false;
-  std::vector<int64_t> stacked;  // state: the recurrent layers whose final states, in order
+  std::vector<int64_t> stacked;  // state: the recurrent layers whose final states, in order,
+  std::vector<int> dirs;         // each in this direction of its layer (0, or 1: reverse)
   bool cell = false;             // state: Y_c
 };
 
@@ -94,10 +96,11 @@ class Reader {
     for (char& c : s) c = label(c);
     return s;
   }
-  // The size of a signal's or a state's 'F' axis.
+  // The size of a signal's or a state's 'F' axis (a direction's, where a 'D' axis splits them).
   int64_t features(const Value& v) const {
-    if (v.kind == Value::Kind::state) return spec_.layers[v.stacked[0]].out_size;
-    return v.layers == 0 ? spec_.input_size : spec_.layers[v.layers - 1].out_size;
+    if (v.kind == Value::Kind::state) return spec_.layers[v.stacked[0]].hidden_size();
+    const int64_t f = v.layers == 0 ? spec_.input_size : spec_.layers[v.layers - 1].out_size;
+    return v.axes.find('D') == std::string::npos ? f : f / 2;
   }
   Const tensor(const onnx::TensorProto& t, const std::string& name) const;
   Const from_given(const Tensor& t, const std::string& name) const;
@@ -110,8 +113,9 @@ class Reader {
   void set(const onnx::NodeProto& n, int k, Value v) {
     if (k < n.output_size() && !n.output(k).empty()) values_[n.output(k)] = std::move(v);
   }
-  // The signal at the model's end (the only one a layer may follow).
-  const Value& tip(const onnx::NodeProto& n, int k) const;
+  // The signal at the model's end (the only one a layer may follow); the final h of the top
+  // layer, where it is its last frame (tf2onnx's Dense after Y_h), as that last frame.
+  Value tip(const onnx::NodeProto& n, int k) const;
   Value append(const Value& s, ModelLayer layer);
   void node(const onnx::NodeProto& n);
   void recurrent(const onnx::NodeProto& n, bool lstm);
@@ -281,8 +285,18 @@ std::vector<int64_t> Reader::ints(const onnx::NodeProto& n, int k, const char* r
   return c.i;
 }
 
-const Value& Reader::tip(const onnx::NodeProto& n, int k) const {
-  const Value& v = in(n, k);
+Value Reader::tip(const onnx::NodeProto& n, int k) const {
+  Value v = in(n, k);
+  if (v.kind == Value::Kind::state && !v.cell && v.stacked.size() == 1 &&
+      v.stacked[0] + 1 == int64_t(spec_.layers.size())) {
+    const ModelLayer& l = spec_.layers.back();
+    if (l.directions == 1 && !l.reverse && !l.lengths.defined() &&
+        labels(v.axes).find('L') == std::string::npos) {
+      v.kind = Value::Kind::signal;
+      v.layers = spec_.layers.size();
+      v.last_frame = true;
+    }
+  }
   if (v.kind != Value::Kind::signal)
     fail(
         fmt::format("input {} (\"{}\") is not the frames (the graph input or what layers made "
@@ -295,6 +309,11 @@ const Value& Reader::tip(const onnx::NodeProto& n, int k) const {
                     n.input(k), v.layers, spec_.layers.size()));
   if (v.last_frame && (n.op_type() == "GRU" || n.op_type() == "LSTM"))
     fail("the input is one frame (Gather of a time step): a recurrent layer needs the frames");
+  if (v.axes.find('D') != std::string::npos)
+    fail(
+        fmt::format("input \"{}\" has the two directions' features apart (axes {}): expected "
+                    "them joined into one axis (Transpose and Reshape to 2 x hidden_size)",
+                    n.input(k), labels(v.axes)));
   return v;
 }
 
@@ -318,9 +337,23 @@ Tensor gates(const Const& c, int64_t offset, int64_t G, int64_t H, int64_t cols,
   return t;
 }
 
+// `per` (one direction's tensor from the offset of direction d's values) for each of D
+// directions, stacked on a leading axis of 2 where D is 2.
+template <typename F>
+Tensor directions(int64_t D, F per) {
+  if (D == 1) return per(0);
+  const Tensor a = per(0), b = per(1);
+  Shape s = a.shape();
+  s.insert(s.begin(), 2);
+  Tensor t = Tensor::empty(s, DType::f32);
+  t.select(0, 0).copy_from(a);
+  t.select(0, 1).copy_from(b);
+  return t;
+}
+
 void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
   const int64_t G = lstm ? 4 : 3;
-  const Value& x = tip(n, 0);
+  const Value x = tip(n, 0);
   const int64_t layout = attr_int(n, "layout", 0);
   if (layout != 0 && layout != 1) fail(fmt::format("layout is {}, expected 0 or 1", layout));
   if (x.axes.size() != 3 || labels(x.axes)[2] != 'F')
@@ -347,16 +380,18 @@ void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
   const int64_t H = hs->i(), I = features(x);
   const auto* dir = attr(n, "direction");
   const std::string direction = dir ? dir->s() : "forward";
-  if (direction != "forward")
-    fail(
-        fmt::format("direction is \"{}\": grux's model runs forward layers only (a reverse "
-                    "direction needs the whole sequence before its first output)",
-                    direction));
-  if (const auto* c = attr(n, "clip"))
-    fail(
-        fmt::format("clip is {}: grux's recurrent kernels do not clip (expected no clip "
-                    "attribute)",
-                    c->f()));
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+    fail(fmt::format("direction is \"{}\", expected forward, reverse or bidirectional", direction));
+  const int64_t D = direction == "bidirectional" ? 2 : 1;
+  const auto* ns = attr(n, "num_directions");  // opset 1's spelling
+  if (ns && ns->i() != D)
+    fail(fmt::format("num_directions is {}, but direction is {}", ns->i(), direction));
+  float clip = 0;
+  if (const auto* c = attr(n, "clip")) {
+    clip = c->f();
+    if (!(clip > 0) || !std::isfinite(clip))
+      fail(fmt::format("clip is {}, expected a bound > 0", clip));
+  }
   if (const auto* a = attr(n, "activations")) {
     std::vector<std::string> want_acts = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
                                               : std::vector<std::string>{"Sigmoid", "Tanh"};
@@ -374,8 +409,9 @@ void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
                        fmt::join(want_acts, ", ")));
     }
   }
-  if (lstm && attr_int(n, "input_forget", 0) != 0)
-    fail("input_forget is 1: grux's LSTM has independent input and forget gates (expected 0)");
+  const int64_t input_forget = lstm ? attr_int(n, "input_forget", 0) : 0;
+  if (input_forget != 0 && input_forget != 1)
+    fail(fmt::format("input_forget is {}, expected 0 or 1", input_forget));
   const int64_t lbr = attr_int(n, "linear_before_reset", 0);
   if (!lstm && lbr != 0 && lbr != 1)
     fail(fmt::format("linear_before_reset is {}, expected 0 or 1", lbr));
@@ -388,73 +424,132 @@ void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
                        fmt::join(c.dims, ", "), fmt::join(dims, ", "), H, I));
     return c;
   };
-  const Const& W = shaped(1, "W", {1, G * H, I});
-  const Const& R = shaped(2, "R", {1, G * H, H});
+  const Const& W = shaped(1, "W", {D, G * H, I});
+  const Const& R = shaped(2, "R", {D, G * H, H});
   ModelLayer l;
   l.kind = lstm ? ModelLayer::Kind::lstm : ModelLayer::Kind::gru;
   l.in_size = I;
-  l.out_size = H;
+  l.out_size = D * H;
+  l.directions = D;
+  l.reverse = direction == "reverse";
+  l.clip = clip;
+  l.input_forget = input_forget == 1;
   l.form = lbr == 1 || lstm ? GruForm::linear_before_reset : GruForm::reset_before;
-  l.w_ih = gates(W, 0, G, H, I, lstm);
-  l.w_hh = gates(R, 0, G, H, H, lstm);
+  l.w_ih = directions(D, [&](int64_t d) { return gates(W, d * G * H * I, G, H, I, lstm); });
+  l.w_hh = directions(D, [&](int64_t d) { return gates(R, d * G * H * H, G, H, H, lstm); });
   if (has(n, 3)) {
-    const Const& B = shaped(3, "B", {1, 2 * G * H});
-    l.b_ih = gates(B, 0, G, H, 0, lstm);
-    l.b_hh = gates(B, G * H, G, H, 0, lstm);
+    const Const& B = shaped(3, "B", {D, 2 * G * H});
+    l.b_ih = directions(D, [&](int64_t d) { return gates(B, d * 2 * G * H, G, H, 0, lstm); });
+    l.b_hh =
+        directions(D, [&](int64_t d) { return gates(B, d * 2 * G * H + G * H, G, H, 0, lstm); });
   }  // without B the biases are zeros: the layer keeps none
+  // The batch the states and lengths below are for, where a constant gives one.
+  int64_t batch = 0;
   if (has(n, 4)) {
-    fail(
-        fmt::format("sequence_lens (\"{}\") is given: grux's model runs every sequence for all "
-                    "its frames (expected no sequence_lens)",
-                    n.input(4)));
+    const Value& v = in(n, 4);
+    if (v.kind != Value::Kind::constant || !v.c.integer || v.c.dims.size() != 1 || v.c.dims[0] < 1)
+      fail(
+          fmt::format("sequence_lens (\"{}\") must be integers of [batch], given with the "
+                      "frames (grux model run --input {}=LENGTHS.npy) or in the file",
+                      n.input(4), n.input(4)));
+    batch = v.c.dims[0];
+    l.lengths = Tensor::empty({batch}, DType::i64);
+    for (int64_t u = 0; u < batch; ++u) {
+      if (v.c.i[u] < 0)
+        fail(fmt::format("sequence_lens[{}] is {}, expected a length >= 0", u, v.c.i[u]));
+      l.lengths.data<int64_t>()[u] = v.c.i[u];
+    }
   }
+  // An initial state: zeros of [D, batch, H] (the layer keeps none), or a constant of [D, 1,
+  // H] (one state for every sequence) or [D, batch, H] (one each, the batch then fixed).
   const auto state = [&](int k, const char* role, Tensor ModelLayer::*slot) {
     if (!has(n, k)) return;
     const Value& v = in(n, k);
+    const char batch_axis = label(x.axes[1 - layout]);
     if (v.kind == Value::Kind::zeros) {
       const auto& d = v.d;
-      const bool ok =
-          d.size() == 3 && d[0].label == 0 && d[0].value == 1 && d[2].label == 0 &&
-          d[2].value == H &&
-          (d[1].label == 0 ? d[1].value == 1 : label(d[1].label) == label(x.axes[1 - layout]));
-      if (!ok) fail(fmt::format("{} is zeros of another shape than [1, batch, {}]", role, H));
+      const int b = layout == 0 ? 1 : 0, dd = layout == 0 ? 0 : 1;
+      const bool ok = d.size() == 3 && d[dd].label == 0 && d[dd].value == D && d[2].label == 0 &&
+                      d[2].value == H &&
+                      (d[b].label == 0 ? d[b].value >= 1 : label(d[b].label) == batch_axis);
+      if (!ok)
+        fail(fmt::format("{} is zeros of another shape than [{}, batch, {}]{}", role, D, H,
+                         layout == 1 ? " (layout 1: [batch, directions, hidden])" : ""));
       return;
     }
     if (v.kind != Value::Kind::constant)
-      fail(fmt::format("{} (\"{}\") must be zeros or a constant of [1, 1, {}]", role, n.input(k),
-                       H));
-    if (v.c.integer || v.c.dims != std::vector<int64_t>{1, 1, H})
-      fail(
-          fmt::format("{} has shape [{}], expected [1, 1, {}] (a model's stored state for one "
-                      "stream)",
-                      role, fmt::join(v.c.dims, ", "), H));
-    Tensor t = Tensor::empty({H}, DType::f32);
-    for (int64_t u = 0; u < H; ++u) t.data<float>()[u] = float(v.c.f[u]);
+      fail(fmt::format("{} (\"{}\") must be zeros or a constant of [{}, batch, {}]", role,
+                       n.input(k), D, H));
+    const std::vector<int64_t>& dims = v.c.dims;
+    const int64_t N = dims.size() == 3 ? dims[layout == 0 ? 1 : 0] : 0;
+    const bool ok = !v.c.integer && dims.size() == 3 && dims[layout == 0 ? 0 : 1] == D &&
+                    dims[2] == H && N >= 1;
+    if (!ok)
+      fail(fmt::format(
+          "{} has shape [{}], expected [{}]", role, fmt::join(dims, ", "),
+          layout == 0 ? fmt::format("{}, batch, {}", D, H) : fmt::format("batch, {}, {}", D, H)));
+    if (N > 1 && batch != 0 && N != batch)
+      fail(fmt::format("{} is for a batch of {}, and sequence_lens or another state for {}", role,
+                       N, batch));
+    if (N > 1) batch = N;
+    // (D?, N?, H) from [D, N, H] or, layout 1, [N, D, H].
+    Shape shape{H};
+    if (N > 1) shape.insert(shape.begin(), N);
+    if (D == 2) shape.insert(shape.begin(), 2);
+    Tensor t = Tensor::empty(shape, DType::f32);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t u = 0; u < H; ++u)
+          t.data<float>()[(d * N + b) * H + u] =
+              float(v.c.f[(layout == 0 ? d * N + b : b * D + d) * H + u]);
     l.*slot = t;
   };
   state(5, "initial_h", &ModelLayer::h0);
   if (lstm) {
     state(6, "initial_c", &ModelLayer::c0);
-    if (has(n, 7)) {
-      const Const& P = shaped(7, "P", {1, 3 * H});
-      for (double p : P.f)
-        if (p != 0)
-          fail(
-              "P (peephole weights) is not zero: grux's LSTM has no peepholes (expected no P, "
-              "or zeros)");
+    if (has(n, 7)) {  // ONNX's p_i, p_o, p_f as grux's i, f, o; zeros: none
+      const Const& P = shaped(7, "P", {D, 3 * H});
+      bool any = false;
+      for (double p : P.f) any |= p != 0;
+      if (any) {
+        l.peephole = directions(D, [&](int64_t d) {
+          Tensor t = Tensor::empty({3 * H}, DType::f32);
+          static const int64_t order[3] = {0, 2, 1};
+          for (int64_t q = 0; q < 3; ++q)
+            for (int64_t u = 0; u < H; ++u)
+              t.data<float>()[q * H + u] = float(P.f[d * 3 * H + order[q] * H + u]);
+          return t;
+        });
+      }
+    }
+  }
+  if (batch > 1 && (l.h0.defined() || l.c0.defined())) {
+    // A state of [D, 1, H] beside lengths or a state for a batch: one each, broadcast.
+    for (Tensor* t : {&l.h0, &l.c0}) {
+      if (!t->defined() || t->dim() == (D == 2 ? 3 : 2)) continue;
+      Shape shape{batch, H};
+      if (D == 2) shape.insert(shape.begin(), 2);
+      Tensor e = Tensor::empty(shape, DType::f32);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t b = 0; b < batch; ++b)
+          std::memcpy(e.data<float>() + (d * batch + b) * H, t->data<float>() + d * H,
+                      size_t(H) * sizeof(float));
+      *t = e;
     }
   }
   const size_t layer = spec_.layers.size();
   Value y = append(x, std::move(l));
-  // Y: (time, 1, batch, H) or, layout 1, (batch, time, 1, H); Y_h and Y_c: (1, batch, H) or
-  // (batch, 1, H).
-  y.axes = layout == 0 ? std::string{x.axes[0], '1', x.axes[1], 'F'}
-                       : std::string{x.axes[0], x.axes[1], '1', 'F'};
+  // Y: (time, D, batch, H) or, layout 1, (batch, time, D, H); Y_h and Y_c: (D, batch, H) or
+  // (batch, D, H). One direction's axis has size 1.
+  const char dax = D == 2 ? 'D' : '1';
+  y.axes = layout == 0 ? std::string{x.axes[0], dax, x.axes[1], 'F'}
+                       : std::string{x.axes[0], x.axes[1], dax, 'F'};
   set(n, 0, y);
   Value h;
   h.kind = Value::Kind::state;
-  h.stacked = {int64_t(layer)};
-  h.axes = layout == 0 ? std::string{'1', x.axes[1], 'F'} : std::string{x.axes[0], '1', 'F'};
+  h.stacked.assign(size_t(D), int64_t(layer));
+  h.dirs = D == 2 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  h.axes = layout == 0 ? std::string{dax, x.axes[1], 'F'} : std::string{x.axes[0], dax, 'F'};
   set(n, 1, h);
   if (lstm) {
     h.cell = true;
@@ -605,6 +700,11 @@ void Reader::rename_axes(const onnx::NodeProto& n) {
       if (out[k] == '1') continue;
       out_core += out[k];
     }
+    // A bidirectional layer's two directions' features, next to each other, joined into one
+    // axis of both (what torch.onnx.export writes after a bidirectional node).
+    const size_t df = in_core.find("DF");
+    const bool join = df != std::string::npos && out_core.size() + 1 == in_core.size();
+    if (join) in_core.replace(df, 2, "F");
     // Each '#' and '?' takes the input's next non-1 axis in order, which must match its size.
     if (out_core.size() != in_core.size())
       fail(fmt::format("reshapes axes {} to {} axes: only axes of size 1 may come or go", labels(a),
@@ -614,8 +714,9 @@ void Reader::rename_axes(const onnx::NodeProto& n) {
       const char want = in_core[j++];
       if (out[k] == '#') {
         const int64_t size = shape[k].value;
-        const int64_t have = label(want) == 'F' ? features(v)
+        const int64_t have = label(want) == 'F' ? features(v) * (join ? 2 : 1)
                              : want == 'L'      ? int64_t(v.stacked.size())
+                             : want == 'D'      ? 2
                                                 : -1;
         if (size != have)
           fail(fmt::format("reshapes an axis ({}) to {}: only axes of size 1 may come or go",
@@ -649,6 +750,8 @@ void Reader::arithmetic(const onnx::NodeProto& n) {
           out.d.push_back({0, 1});
         else if (l == 'L')
           out.d.push_back({0, int64_t(v0.stacked.size())});
+        else if (l == 'D')
+          out.d.push_back({0, 2});
         else
           out.d.push_back({c, 0});
       }
@@ -800,8 +903,9 @@ void Reader::arithmetic(const onnx::NodeProto& n) {
         if (d.label == 0) checked_numel({d.value}, op);
     }
   } else if (op == "Slice") {
-    if (v0.kind != Value::Kind::zeros && v0.kind != Value::Kind::dims)
-      fail("Slice of something other than zeros or a shape");
+    if (v0.kind != Value::Kind::zeros && v0.kind != Value::Kind::dims &&
+        v0.kind != Value::Kind::constant)
+      fail("Slice of something other than zeros, a shape or a constant");
     const std::vector<int64_t> starts = ints(n, 1, "starts"), ends = ints(n, 2, "ends");
     std::vector<int64_t> axes, steps;
     if (has(n, 3))
@@ -812,7 +916,39 @@ void Reader::arithmetic(const onnx::NodeProto& n) {
     if (starts.size() != ends.size() || axes.size() != starts.size())
       fail("starts, ends and axes differ in length");
     out = v0;
-    if (v0.kind == Value::Kind::dims) {
+    if (v0.kind == Value::Kind::constant) {  // e.g. one layer's initial state of a stack's
+      const std::vector<int64_t>& dims = v0.c.dims;
+      const int64_t rank = int64_t(dims.size());
+      std::vector<int64_t> lo(dims.size(), 0), hi = dims;
+      for (size_t k = 0; k < axes.size(); ++k) {
+        int64_t ax = axes[k] < 0 ? axes[k] + rank : axes[k];
+        if (ax < 0 || ax >= rank) fail("axis out of range");
+        if (!steps.empty() && steps[k] != 1) fail("a step other than 1");
+        int64_t st = starts[k], e = ends[k];
+        if (st < 0) st += dims[ax];
+        if (e < 0) e += dims[ax];
+        lo[ax] = std::clamp<int64_t>(st, 0, dims[ax]);
+        hi[ax] = std::max(lo[ax], std::clamp<int64_t>(e, 0, dims[ax]));
+      }
+      out.c = Const{};
+      out.c.integer = v0.c.integer;
+      for (int64_t k = 0; k < rank; ++k) out.c.dims.push_back(hi[k] - lo[k]);
+      const int64_t total = checked_numel(out.c.dims, "Slice");
+      // Each element of the slice: its index in the input, from its multi-index.
+      for (int64_t e = 0; e < total; ++e) {
+        int64_t rem = e, src = 0, stride = 1;
+        std::vector<int64_t> at(static_cast<size_t>(rank));
+        for (int64_t k = rank - 1; k >= 0; --k) {
+          at[k] = lo[k] + rem % out.c.dims[k];
+          rem /= out.c.dims[k];
+        }
+        for (int64_t k = rank - 1; k >= 0; --k) src += at[k] * stride, stride *= dims[k];
+        if (out.c.integer)
+          out.c.i.push_back(v0.c.i[src]);
+        else
+          out.c.f.push_back(v0.c.f[src]);
+      }
+    } else if (v0.kind == Value::Kind::dims) {
       if (axes.size() != 1 || (axes[0] != 0 && axes[0] != -1))
         fail("Slice of a shape along another axis than 0");
       const int64_t size = int64_t(v0.d.size());
@@ -896,7 +1032,8 @@ void Reader::node(const onnx::NodeProto& n) {
   }
   if (op == "MatMul") {
     const Value& a = in(n, 0);
-    if (a.kind == Value::Kind::signal) return dense(n, constant(n, 1, "B"), false, nullptr);
+    if (a.kind == Value::Kind::signal || a.kind == Value::Kind::state)
+      return dense(n, constant(n, 1, "B"), false, nullptr);
   }
   if (op == "Add") {
     const Value& a = in(n, 0);
@@ -961,16 +1098,20 @@ void Reader::node(const onnx::NodeProto& n) {
       if (axis < 0) axis += int64_t(v.axes.size());
       Value o = v;
       o.stacked.clear();
+      o.dirs.clear();
       for (int k = 0; k < n.input_size(); ++k) {
         const Value& s = in(n, k);
         if (s.kind != Value::Kind::state || s.cell != v.cell || labels(s.axes) != labels(v.axes) ||
             features(s) != features(v))
           fail("Concat of final states with something else (expected states of one kind and size)");
         o.stacked.insert(o.stacked.end(), s.stacked.begin(), s.stacked.end());
+        o.dirs.insert(o.dirs.end(), s.dirs.begin(), s.dirs.end());
       }
       if (axis < 0 || axis >= int64_t(v.axes.size()) ||
-          (v.axes[axis] != '1' && v.axes[axis] != 'L'))
+          (v.axes[axis] != '1' && v.axes[axis] != 'L' && v.axes[axis] != 'D'))
         fail("Concat of final states along another axis than the layers'");
+      for (int k = 1; k < n.input_size(); ++k)
+        if (in(n, k).axes != v.axes) fail("Concat of final states of different layouts");
       o.axes[axis] = 'L';
       set(n, 0, o);
       return;
@@ -1008,8 +1149,9 @@ void Reader::output(const onnx::ValueInfoProto& o) {
   } else {
     fail("is not computed from the frames (expected the model's output or final states)");
   }
+  out.directions = v.dirs;
   for (char& c : out.axes)
-    if (c != 'T' && c != 'N' && c != 'F' && c != 'L' && c != '1')
+    if (c != 'T' && c != 'N' && c != 'F' && c != 'L' && c != '1' && c != 'D')
       fail(fmt::format("has an axis ({}) that no recurrent node tells as time or batch", out.axes));
   spec_.graph.outputs.push_back(out);
 }

@@ -77,6 +77,39 @@ int64_t ModelLayer::parameters() const {
   return n;
 }
 
+std::string ModelLayer::whole_sequence_only() const {
+  if (!recurrent()) return "";
+  const int64_t state_dims = directions == 2 ? 2 : 1;
+  if (directions == 2) return "is bidirectional";
+  if (reverse) return "runs in reverse";
+  if (clip > 0) return "clips its gates";
+  if (peephole.defined()) return "has peepholes";
+  if (input_forget) return "couples its input and forget gates";
+  if (lengths.defined()) return "has sequence lengths";
+  if ((h0.defined() && h0.dim() > state_dims) || (c0.defined() && c0.dim() > state_dims))
+    return "has initial states for a batch";
+  return "";
+}
+
+std::string ModelSpec::whole_sequence_only() const {
+  for (size_t k = 0; k < layers.size(); ++k) {
+    const std::string why = layers[k].whole_sequence_only();
+    if (!why.empty()) return fmt::format("layer {} ({}) {}", k, layers[k].kind_name(), why);
+  }
+  return "";
+}
+
+int64_t ModelSpec::bound_batch() const {
+  for (const ModelLayer& l : layers) {
+    if (!l.recurrent()) continue;
+    const int64_t state_dims = l.directions == 2 ? 2 : 1;
+    if (l.lengths.defined()) return l.lengths.size(0);
+    for (const Tensor* t : {&l.h0, &l.c0})
+      if (t->defined() && t->dim() > state_dims) return t->size(t->dim() - 2);
+  }
+  return 0;
+}
+
 int64_t ModelSpec::output_size() const {
   return layers.empty() ? input_size : layers.back().out_size;
 }
@@ -124,22 +157,72 @@ void ModelSpec::validate() const {
     switch (l.kind) {
       case ModelLayer::Kind::gru:
       case ModelLayer::Kind::lstm: {
-        const int64_t G = (l.kind == ModelLayer::Kind::gru ? 3 : 4) * O;
-        check_tensor(where, "w_ih", l.w_ih, {G, I}, true);
-        check_tensor(where, "w_hh", l.w_hh, {G, O}, true);
-        check_tensor(where, "b_ih", l.b_ih, {G}, false);
-        check_tensor(where, "b_hh", l.b_hh, {G}, false);
+        const bool lstm = l.kind == ModelLayer::Kind::lstm;
+        const int64_t D = l.directions;
+        if (D != 1 && D != 2)
+          throw Error(fmt::format("{}: directions is {}, expected 1 or 2", where, D));
+        if (D == 2 && l.reverse)
+          throw Error(
+              fmt::format("{}: reverse with two directions, expected one of the two", where));
+        if (O % D != 0)
+          throw Error(fmt::format("{}: out_size {} is not two directions' features", where, O));
+        const int64_t H = O / D, G = (lstm ? 4 : 3) * H;
+        // Shapes with the direction axis of a bidirectional layer in front.
+        const auto dir = [&](Shape s) {
+          if (D == 2) s.insert(s.begin(), 2);
+          return s;
+        };
+        check_tensor(where, "w_ih", l.w_ih, dir({G, I}), true);
+        check_tensor(where, "w_hh", l.w_hh, dir({G, H}), true);
+        check_tensor(where, "b_ih", l.b_ih, dir({G}), false);
+        check_tensor(where, "b_hh", l.b_hh, dir({G}), false);
         if (l.b_ih.defined() != l.b_hh.defined())
           throw Error(fmt::format("{}: has {} but not {}; expected both biases or neither", where,
                                   l.b_ih.defined() ? "b_ih" : "b_hh",
                                   l.b_ih.defined() ? "b_hh" : "b_ih"));
-        check_tensor(where, "h0", l.h0, {O}, false);
-        if (l.kind == ModelLayer::Kind::gru && l.c0.defined())
+        // An initial state for every sequence, or one each for a batch (the same batch for h0,
+        // c0 and lengths).
+        int64_t batch = 0;
+        const auto state = [&](const char* name, const Tensor& t) {
+          if (t.defined() && t.dim() == int64_t(D == 2) + 2) {
+            check_tensor(where, name, t, dir({t.size(t.dim() - 2), H}), true);
+            if (batch != 0 && t.size(t.dim() - 2) != batch)
+              throw Error(
+                  fmt::format("{}: {} is for a batch of {}, another state or the lengths "
+                              "for {}",
+                              where, name, t.size(t.dim() - 2), batch));
+            batch = t.size(t.dim() - 2);
+          } else {
+            check_tensor(where, name, t, dir({H}), false);
+          }
+        };
+        state("h0", l.h0);
+        if (!lstm && l.c0.defined())
           throw Error(fmt::format("{}: a GRU has no cell state c0", where));
-        check_tensor(where, "c0", l.c0, {O}, false);
+        state("c0", l.c0);
+        if (!(l.clip >= 0) || !std::isfinite(l.clip))
+          throw Error(fmt::format("{}: clip is {}, expected a bound > 0 (0: none)", where, l.clip));
+        if (!lstm && (l.peephole.defined() || l.input_forget))
+          throw Error(fmt::format("{}: a GRU has no peepholes or input_forget", where));
+        check_tensor(where, "peephole", l.peephole, dir({3 * H}), false);
+        if (l.lengths.defined()) {
+          if (l.lengths.dtype() != DType::i64 || l.lengths.dim() != 1 || !l.lengths.is_contiguous())
+            throw Error(fmt::format("{}: lengths is {} {}, expected (N) i64", where,
+                                    dtype_name(l.lengths.dtype()), shape_str(l.lengths.shape())));
+          if (batch != 0 && l.lengths.size(0) != batch)
+            throw Error(fmt::format("{}: lengths are for a batch of {}, the initial states for {}",
+                                    where, l.lengths.size(0), batch));
+          for (int64_t n = 0; n < l.lengths.size(0); ++n)
+            if (l.lengths.data<int64_t>()[n] < 0)
+              throw Error(fmt::format("{}: lengths[{}] is {}, expected >= 0", where, n,
+                                      l.lengths.data<int64_t>()[n]));
+        }
         break;
       }
       case ModelLayer::Kind::dense:
+        if (l.directions != 1 || l.reverse || l.clip != 0 || l.peephole.defined() ||
+            l.lengths.defined() || l.input_forget)
+          throw Error(fmt::format("{}: has a recurrent layer's options", where));
         check_tensor(where, "weight", l.weight, {O, I}, true);
         check_tensor(where, "bias", l.bias, {O}, false);
         break;
@@ -175,9 +258,10 @@ namespace formats {
 
 const std::vector<std::pair<const char*, Tensor ModelLayer::*>>& layer_tensors() {
   static const std::vector<std::pair<const char*, Tensor ModelLayer::*>> kTensors = {
-      {"w_ih", &ModelLayer::w_ih},     {"w_hh", &ModelLayer::w_hh}, {"b_ih", &ModelLayer::b_ih},
-      {"b_hh", &ModelLayer::b_hh},     {"h0", &ModelLayer::h0},     {"c0", &ModelLayer::c0},
-      {"weight", &ModelLayer::weight}, {"bias", &ModelLayer::bias}, {"mean", &ModelLayer::mean}};
+      {"w_ih", &ModelLayer::w_ih},        {"w_hh", &ModelLayer::w_hh}, {"b_ih", &ModelLayer::b_ih},
+      {"b_hh", &ModelLayer::b_hh},        {"h0", &ModelLayer::h0},     {"c0", &ModelLayer::c0},
+      {"weight", &ModelLayer::weight},    {"bias", &ModelLayer::bias}, {"mean", &ModelLayer::mean},
+      {"peephole", &ModelLayer::peephole}};
   return kTensors;
 }
 

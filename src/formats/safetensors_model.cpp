@@ -37,6 +37,15 @@ std::string serialize_model(const ModelSpec& spec) {
     d["in_size"] = l.in_size;
     d["out_size"] = l.out_size;
     if (l.kind == ModelLayer::Kind::gru) d["form"] = gru_form_name(l.form);
+    if (l.lengths.defined())
+      throw Error(fmt::format(
+          "model: layer {} ({}) has sequence lengths bound when it was read: they are a run's "
+          "input, not the model's, and a model file does not keep them",
+          k, l.kind_name()));
+    if (l.directions != 1) d["directions"] = l.directions;
+    if (l.reverse) d["reverse"] = true;
+    if (l.clip != 0) d["clip"] = l.clip;
+    if (l.input_forget) d["input_forget"] = true;
     if (l.kind == ModelLayer::Kind::activation)
       d["activation"] = ModelLayer::activation_name(l.activation);
     meta["layers"].push_back(d);
@@ -95,6 +104,20 @@ ModelSpec read_grux_model(const SafeTensors& file, const std::string& what) {
         throw Error(fmt::format("{}: form {} is not {} or {}", at, describe(form),
                                 gru_form_name(GruForm::linear_before_reset),
                                 gru_form_name(GruForm::reset_before)));
+    }
+    if (l.recurrent()) {
+      if (d.contains("directions"))
+        l.directions = integer(d["directions"], 1, 2, at + ": directions");
+      const auto flag = [&](const char* key) {
+        if (!d.contains(key)) return false;
+        if (!d[key].is_boolean())
+          throw Error(
+              fmt::format("{}: {} is {}, expected true or false", at, key, describe(d[key])));
+        return d[key].get<bool>();
+      };
+      l.reverse = flag("reverse");
+      l.input_forget = flag("input_forget");
+      if (d.contains("clip")) l.clip = number(d["clip"], at + ": clip");
     }
     if (l.kind == ModelLayer::Kind::activation) {
       const Json& a = member(d, "activation", at);

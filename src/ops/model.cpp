@@ -108,10 +108,99 @@ void run_layer(const ModelLayer& l, const float* x, float* y, int64_t rows) {
   GRUX_ASSERT(false);
 }
 
+// A recurrent layer as ONNX's GRU and LSTM equations have it, every option of ModelLayer
+// (directions, reverse, clip, peepholes, input_forget), on the whole sequence: x (T, N, I),
+// len[n] <= T frames of sequence n, h0 and c0 (D, N, H) -> y (T, N, D H) with zeros past each
+// sequence's end, and the final states hn, cn (D, N, H): zeros for a sequence of no frames,
+// as ONNX Runtime gives. The plain loops of the equations, for the options the engine's kernels
+// do not have.
+void recurrent_equations(const ModelLayer& l, const float* x, int64_t T, int64_t N,
+                         const std::vector<int64_t>& len, const float* h0, const float* c0,
+                         float* y, float* hn, float* cn) {
+  const bool lstm = l.kind == ModelLayer::Kind::lstm;
+  const int64_t D = l.directions, H = l.hidden_size(), I = l.in_size, G = (lstm ? 4 : 3) * H;
+  const float clip = l.clip;
+  const auto bound = [clip](float v) { return clip > 0 ? std::clamp(v, -clip, clip) : v; };
+  const auto sigmoid = [](float v) { return 1.f / (1.f + std::exp(-v)); };
+  std::fill(y, y + T * N * D * H, 0.f);
+  const size_t g_size = static_cast<size_t>(G), h_size = static_cast<size_t>(H);
+  std::vector<float> gi(g_size), gh(g_size), h(h_size), c(h_size), rh(h_size), hnew(h_size);
+  for (int64_t d = 0; d < D; ++d) {
+    const float* W = l.w_ih.data<float>() + d * G * I;
+    const float* R = l.w_hh.data<float>() + d * G * H;
+    const float* bi = l.b_ih.defined() ? l.b_ih.data<float>() + d * G : nullptr;
+    const float* bh = l.b_hh.defined() ? l.b_hh.data<float>() + d * G : nullptr;
+    const float* P = l.peephole.defined() ? l.peephole.data<float>() + d * 3 * H : nullptr;
+    const bool backward = d == 1 || l.reverse;
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy(h0 + (d * N + n) * H, h0 + (d * N + n + 1) * H, h.begin());
+      if (lstm) std::copy(c0 + (d * N + n) * H, c0 + (d * N + n + 1) * H, c.begin());
+      for (int64_t s = 0; s < len[n]; ++s) {
+        const int64_t t = backward ? len[n] - 1 - s : s;
+        const float* xt = x + (t * N + n) * I;
+        for (int64_t g = 0; g < G; ++g) {
+          float a = bi ? bi[g] : 0.f, b = bh ? bh[g] : 0.f;
+          for (int64_t i = 0; i < I; ++i) a += W[g * I + i] * xt[i];
+          for (int64_t j = 0; j < H; ++j) b += R[g * H + j] * h[j];
+          gi[g] = a, gh[g] = b;
+        }
+        if (!lstm) {  // r, z, n
+          for (int64_t j = 0; j < H; ++j) rh[j] = sigmoid(bound(gi[j] + gh[j])) * h[j];
+          for (int64_t j = 0; j < H; ++j) {
+            const float r = sigmoid(bound(gi[j] + gh[j]));
+            const float z = sigmoid(bound(gi[H + j] + gh[H + j]));
+            float hn_pre;
+            if (l.form == GruForm::linear_before_reset) {
+              hn_pre = gi[2 * H + j] + r * gh[2 * H + j];
+            } else {  // R_n (r h) + b_hn
+              hn_pre = gi[2 * H + j] + (bh ? bh[2 * H + j] : 0.f);
+              for (int64_t k = 0; k < H; ++k) hn_pre += R[(2 * H + j) * H + k] * rh[k];
+            }
+            const float cand = std::tanh(bound(hn_pre));
+            hnew[j] = (1 - z) * cand + z * h[j];
+          }
+          h.swap(hnew);
+        } else {  // i, f, g, o
+          for (int64_t j = 0; j < H; ++j) {
+            const float cj = c[j];
+            const float i = sigmoid(bound(gi[j] + gh[j] + (P ? P[j] * cj : 0.f)));
+            const float f = l.input_forget
+                                ? 1 - i
+                                : sigmoid(bound(gi[H + j] + gh[H + j] + (P ? P[H + j] * cj : 0.f)));
+            const float g = std::tanh(bound(gi[2 * H + j] + gh[2 * H + j]));
+            c[j] = f * cj + i * g;
+            const float o =
+                sigmoid(bound(gi[3 * H + j] + gh[3 * H + j] + (P ? P[2 * H + j] * c[j] : 0.f)));
+            h[j] = o * std::tanh(c[j]);
+          }
+        }
+        std::copy(h.begin(), h.end(), y + (t * N + n) * D * H + d * H);
+      }
+      if (len[n] == 0) std::fill(h.begin(), h.end(), 0.f), std::fill(c.begin(), c.end(), 0.f);
+      std::copy(h.begin(), h.end(), hn + (d * N + n) * H);
+      if (lstm) std::copy(c.begin(), c.end(), cn + (d * N + n) * H);
+    }
+  }
+}
+
 }  // namespace
 
 struct Model::Impl {
   ModelSpec spec;
+  // A layer needs the whole sequence (ModelSpec::whole_sequence_only): process() runs the
+  // model layer by layer over all of it, the recurrent layers on the engine's operators (one
+  // layer each, both directions) or, with options the operators lack, on their equations.
+  std::string whole;
+  struct WholeLayer {
+    std::optional<Gru> gru;  // the operator of a recurrent layer, or neither: the equations
+    std::optional<Lstm> lstm;
+  };
+  std::vector<WholeLayer> whole_layers;  // one per spec layer
+  struct Final {
+    Tensor h, c;  // (D, N, H)
+  };
+  // x (T, N, I) -> (T, N, O); each recurrent layer's final states into `finals`.
+  Tensor run_whole(const Tensor& x, int threads, std::vector<Final>* finals) const;
   struct Stage {
     int64_t in = 0, out = 0;
     std::optional<Gru> gru;  // a stack: one of the two
@@ -129,6 +218,38 @@ struct Model::Impl {
     spec.validate();
     const std::vector<ModelLayer>& ls = spec.layers;
     widest = spec.input_size;
+    whole = spec.whole_sequence_only();
+    if (!whole.empty()) {
+      for (const ModelLayer& l : ls) {
+        WholeLayer w;
+        if (l.recurrent() && l.clip == 0 && !l.peephole.defined() && !l.input_forget) {
+          const int64_t D = l.directions;
+          const auto dir = [D](const Tensor& t, int64_t d) {
+            return !t.defined() || D == 1 ? t : t.select(0, d).contiguous();
+          };
+          if (l.kind == ModelLayer::Kind::gru) {
+            GruConfig c;
+            c.input_size = l.in_size, c.hidden_size = l.hidden_size(), c.bias = l.b_ih.defined();
+            c.bidirectional = D == 2, c.form = l.form;
+            std::vector<GruLayerWeights> ws;
+            for (int64_t d = 0; d < D; ++d)
+              ws.push_back({dir(l.w_ih, d), dir(l.w_hh, d), dir(l.b_ih, d), dir(l.b_hh, d)});
+            w.gru.emplace(c, std::move(ws));
+          } else {
+            LstmConfig c;
+            c.input_size = l.in_size, c.hidden_size = l.hidden_size(), c.bias = l.b_ih.defined();
+            c.bidirectional = D == 2;
+            std::vector<LstmLayerWeights> ws;
+            for (int64_t d = 0; d < D; ++d)
+              ws.push_back(
+                  {dir(l.w_ih, d), dir(l.w_hh, d), dir(l.b_ih, d), dir(l.b_hh, d), Tensor()});
+            w.lstm.emplace(c, std::move(ws));
+          }
+        }
+        whole_layers.push_back(std::move(w));
+      }
+      return;
+    }
     for (size_t k = 0; k < ls.size();) {
       Stage st;
       st.in = ls[k].in_size;
@@ -196,6 +317,117 @@ struct Model::Impl {
     }
   }
 };
+
+Tensor Model::Impl::run_whole(const Tensor& x, int threads, std::vector<Final>* finals) const {
+  const int64_t T = x.size(0), N = x.size(1);
+  const int64_t bound = spec.bound_batch();
+  if (bound != 0 && bound != N)
+    throw Error(
+        fmt::format("model: the sequence lengths or initial states it was read with are for a "
+                    "batch of {}, the input has {} sequences",
+                    bound, N));
+  Tensor cur = x.contiguous();
+  if (finals) finals->assign(spec.layers.size(), Final{});
+  for (size_t k = 0; k < spec.layers.size(); ++k) {
+    const ModelLayer& l = spec.layers[k];
+    Tensor y = Tensor::zeros({T, N, l.out_size}, DType::f32);
+    if (!l.recurrent()) {
+      run_layer(l, cur.data<float>(), y.data<float>(), T * N);
+      cur = y;
+      continue;
+    }
+    const bool lstm = l.kind == ModelLayer::Kind::lstm;
+    const int64_t D = l.directions, H = l.hidden_size();
+    std::vector<int64_t> len(size_t(N), T);
+    bool shorter = false, empty = false;
+    if (l.lengths.defined())
+      for (int64_t n = 0; n < N; ++n) {
+        len[n] = l.lengths.data<int64_t>()[n];
+        if (len[n] > T)
+          throw Error(fmt::format(
+              "model: layer {} ({}): sequence {} has length {}, but the input has {} frames", k,
+              l.kind_name(), n, len[n], T));
+        shorter |= len[n] < T, empty |= len[n] == 0;
+      }
+    // The initial states as (D, N, H): one for every sequence broadcast, or one each.
+    const auto start = [&](const Tensor& s) {
+      Tensor t = Tensor::zeros({D, N, H}, DType::f32);
+      if (!s.defined()) return t;
+      const bool each = s.dim() == (D == 2 ? 3 : 2);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t n = 0; n < N; ++n)
+          std::memcpy(t.data<float>() + (d * N + n) * H,
+                      s.data<float>() + (d * (each ? N : 1) + (each ? n : 0)) * H,
+                      size_t(H) * sizeof(float));
+      return t;
+    };
+    const Tensor h0 = start(l.h0), c0 = lstm ? start(l.c0) : Tensor();
+    Tensor hn = h0.clone(), cn = lstm ? c0.clone() : Tensor();
+    const WholeLayer& w = whole_layers[k];
+    if (T == 0) {  // every sequence has no frames: zero states, as below
+      hn = Tensor::zeros({D, N, H}, DType::f32);
+      if (lstm) cn = Tensor::zeros({D, N, H}, DType::f32);
+    } else if (!w.gru && !w.lstm) {
+      recurrent_equations(l, cur.data<float>(), T, N, len, h0.data<float>(),
+                          lstm ? c0.data<float>() : nullptr, y.data<float>(), hn.data<float>(),
+                          lstm ? cn.data<float>() : nullptr);
+    } else {
+      // The operator takes lengths of 1..T: a sequence of none runs one frame, whose output
+      // and states are then put back to zeros (as ONNX Runtime gives). A reverse layer runs
+      // forward on each sequence's frames reversed (within its length) and its output is
+      // reversed back.
+      std::vector<int64_t> run_len = len;
+      for (int64_t& v : run_len) v = std::max<int64_t>(v, 1);
+      const int64_t I = l.in_size;
+      const auto flip = [&](const Tensor& a, int64_t F) {
+        Tensor b = Tensor::zeros({T, N, F}, DType::f32);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t t = 0; t < run_len[n]; ++t)
+            std::memcpy(b.data<float>() + (t * N + n) * F,
+                        a.data<float>() + ((run_len[n] - 1 - t) * N + n) * F,
+                        size_t(F) * sizeof(float));
+        return b;
+      };
+      const Tensor in = l.reverse ? flip(cur, I) : cur;
+      Tensor lengths;
+      if (shorter) {
+        lengths = Tensor::empty({N}, DType::i64);
+        std::copy(run_len.begin(), run_len.end(), lengths.data<int64_t>());
+      }
+      const bool given = l.h0.defined() || l.c0.defined();
+      Tensor out;
+      if (w.gru) {
+        GruOutput o = w.gru->forward(in, given ? h0 : Tensor(), lengths, threads);
+        out = o.output, hn = o.h_n.contiguous();
+      } else {
+        LstmOutput o =
+            w.lstm->forward(in, given ? h0 : Tensor(), given ? c0 : Tensor(), lengths, threads);
+        out = o.output, hn = o.h_n.contiguous(), cn = o.c_n.contiguous();
+      }
+      y = l.reverse ? flip(out.contiguous(), D * H) : out.contiguous();
+      if (empty)
+        for (int64_t n = 0; n < N; ++n) {
+          if (len[n] != 0) continue;
+          for (int64_t t = 0; t < T; ++t)
+            std::fill_n(y.data<float>() + (t * N + n) * D * H, D * H, 0.f);
+          for (int64_t d = 0; d < D; ++d) {
+            std::fill_n(hn.data<float>() + (d * N + n) * H, H, 0.f);
+            if (lstm) std::fill_n(cn.data<float>() + (d * N + n) * H, H, 0.f);
+          }
+        }
+    }
+    if (finals) (*finals)[k] = Final{hn, cn};
+    cur = y;
+  }
+  if (spec.skip > 0) {
+    const int64_t I = spec.input_size, O = spec.output_size();
+    const float* xs = x.contiguous().data<float>();
+    float* ys = cur.data<float>();
+    for (int64_t r = 0; r < T * N; ++r)
+      for (int64_t o = 0; o < spec.skip; ++o) ys[r * O + o] += xs[r * I + o];
+  }
+  return cur;
+}
 
 Model::Model(ModelSpec spec) : impl_(std::make_shared<const Impl>(std::move(spec))) {}
 Model::~Model() = default;
@@ -331,6 +563,11 @@ struct ModelStream::Impl {
     if (batch < 1)
       throw Error(fmt::format("model stream: batch is {}, expected at least 1", batch));
     const ModelSpec& spec = model->spec;
+    if (!model->whole.empty())
+      throw Error(fmt::format(
+          "model stream: {}, which needs the whole sequence before its outputs: run the model "
+          "on whole sequences (Model::process, run_graph; grux model run)",
+          model->whole));
     if (o.sample_rate < 0 || !std::isfinite(o.sample_rate) || o.trained_rate < 0 ||
         !std::isfinite(o.trained_rate))
       throw Error(
@@ -585,6 +822,10 @@ Tensor Model::process(const Tensor& x, int threads) const {
                             shape_str(x.shape()), input_size(), input_size()));
   const int64_t N = x.dim() == 3 ? x.size(1) : 1;
   if (N < 1) throw Error("model: input has a batch of 0 sequences, expected at least 1");
+  if (!impl_->whole.empty()) {
+    const Tensor y = impl_->run_whole(x.reshape({x.size(0), N, input_size()}), threads, nullptr);
+    return x.dim() == 3 ? y : y.reshape({x.size(0), output_size()});
+  }
   ModelStream s(*this, N, Precision::f32, threads);
   return s.step(x);
 }
@@ -641,31 +882,60 @@ std::vector<std::pair<std::string, Tensor>> run_graph(const Model& model, const 
   Tensor frames = arrange(x, ax, "TNF", where).to(DType::f32);
   const int64_t T = frames.size(0), N = frames.size(1);
   if (N < 1) throw Error(fmt::format("{} has a batch of 0 sequences, expected at least 1", where));
-  ModelStream stream(model, N, Precision::f32, threads);
-  const Tensor y = stream.step(frames);  // (T, N, O)
+  // The whole-sequence path keeps every layer's final states; a stream keeps its own.
+  const bool whole = !model.impl_->whole.empty();
+  std::vector<Model::Impl::Final> finals;
+  std::optional<ModelStream> stream;
+  Tensor y;  // (T, N, O)
+  if (whole) {
+    y = model.impl_->run_whole(frames.contiguous(), threads, &finals);
+  } else {
+    stream.emplace(model, N, Precision::f32, threads);
+    y = stream->step(frames);
+  }
+  // Frames whose axes split a bidirectional layer's features into its two directions ('D').
+  const auto frames_as = [&](const Tensor& t, std::string have, const std::string& want,
+                             const std::string& what) {
+    if (want.find('D') == std::string::npos) return arrange(t, have, want, what);
+    Shape s = t.shape();
+    const int64_t F = s.back();
+    s.back() = 2, s.push_back(F / 2);
+    return arrange(t.contiguous().reshape(s), have.substr(0, have.size() - 1) + "DF", want, what);
+  };
   std::vector<std::pair<std::string, Tensor>> out;
   for (const ModelGraphOutput& o : g.outputs) {
     const std::string what = fmt::format("model: output \"{}\"", o.name);
     Tensor t;
     switch (o.what) {
       case ModelGraphOutput::What::frames:
-        t = arrange(y, "TNF", o.axes, what);
+        t = frames_as(y, "TNF", o.axes, what);
         break;
       case ModelGraphOutput::What::last_frame:
         if (T == 0) throw Error(fmt::format("{} is the last frame, and the input has none", what));
-        t = arrange(y.select(0, T - 1), "NF", o.axes, what);
+        t = frames_as(y.select(0, T - 1), "NF", o.axes, what);
         break;
       case ModelGraphOutput::What::hidden:
       case ModelGraphOutput::What::cell: {
         const bool cell = o.what == ModelGraphOutput::What::cell;
-        const int64_t L = int64_t(o.layers.size()), H = spec.layers[o.layers[0]].out_size;
+        const int64_t L = int64_t(o.layers.size());
+        const int64_t H = spec.layers[o.layers[0]].hidden_size();
         Tensor s = Tensor::empty({L, N, H}, DType::f32);
-        for (int64_t k = 0; k < L; ++k)
-          s.select(0, k).copy_from(cell ? stream.cell_state(o.layers[k])
-                                        : stream.hidden_state(o.layers[k]));
+        for (int64_t k = 0; k < L; ++k) {
+          const int64_t layer = o.layers[k], d = o.directions.empty() ? 0 : o.directions[k];
+          if (whole) {
+            const Model::Impl::Final& f = finals[layer];
+            s.select(0, k).copy_from((cell ? f.c : f.h).select(0, d));
+          } else {
+            s.select(0, k).copy_from(cell ? stream->cell_state(layer)
+                                          : stream->hidden_state(layer));
+          }
+        }
+        // The stacked axis: 'L', or the 'D' or '1' of one layer's states.
         std::string want = o.axes;
-        if (L == 1 && want.find('L') == std::string::npos && want.find('1') != std::string::npos)
-          want[want.find('1')] = 'L';
+        if (want.find('L') == std::string::npos) {
+          const size_t at = want.find_first_of(L == 2 ? "D" : "1D");
+          if (at != std::string::npos) want[at] = 'L';
+        }
         t = arrange(s, "LNF", want, what);
         break;
       }

@@ -121,3 +121,42 @@ def test_errors_are_grux_errors(tmp_path):
         m.process(np.zeros((10, 2), np.float32))
     with pytest.raises(grux.Error, match="expected \\(t, 1, 1\\)"):
         m.stream().step(np.zeros((10, 3), np.float32))
+
+
+ONNX = os.path.join(os.path.dirname(__file__), "..", "reference", "onnx")
+
+
+def _onnx_golden(case, name):
+    return np.load(os.path.join(ONNX, "golden", "%s.%s.npy" % (case, name)))
+
+
+@pytest.mark.parametrize("case,given", [
+    ("torch_lstm_bidirectional_2layers", []),
+    ("helper_gru_sequence_lens_h0", ["sequence_lens", "initial_h"]),
+    ("helper_lstm_weights_as_inputs", ["W", "R", "B"]),
+])
+def test_onnx_graph_outputs_by_name(case, given):
+    inputs = {n: _onnx_golden(case, n) for n in given}
+    m = grux.load(os.path.join(ONNX, "files", case + ".onnx"), inputs=inputs)
+    assert m.format == "onnx"
+    frames = _onnx_golden(case, m.graph_input)
+    outs = m.run(frames)
+    assert list(outs) == m.graph_outputs
+    for name, y in outs.items():
+        _within(y, _onnx_golden(case, name).astype(np.float64))
+    # float64 frames give float64 outputs of the same values.
+    outs64 = m.run(frames.astype(np.float64))
+    for name, y in outs64.items():
+        assert y.dtype == np.float64
+        assert np.array_equal(y.astype(np.float32), outs[name])
+
+
+def test_onnx_inputs_missing_or_wrong_are_grux_errors():
+    with pytest.raises(grux.Error, match='graph input "W": is not the frames'):
+        grux.load(os.path.join(ONNX, "files", "helper_lstm_weights_as_inputs.onnx"))
+    m = grux.load(os.path.join(FILES, "nam_core_lstm.nam"))
+    with pytest.raises(grux.Error, match="not read from a graph"):
+        m.run(np.zeros((4, 1), np.float32))
+    bi = grux.load(os.path.join(ONNX, "files", "torch_gru_bidirectional_2layers.onnx"))
+    with pytest.raises(grux.Error, match="is bidirectional, which needs the whole sequence"):
+        bi.stream(1)

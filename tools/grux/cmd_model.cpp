@@ -96,14 +96,27 @@ bool is_checkpoint(const std::string& path) {
          head.find("\"vocab\"") != std::string::npos;
 }
 
+// What a recurrent layer has beyond a forward nn.GRU / nn.LSTM layer (ONNX's options).
+std::string onnx_options(const ModelLayer& l) {
+  std::string s;
+  if (l.directions == 2) s += ", bidirectional";
+  if (l.reverse) s += ", reverse";
+  if (l.clip > 0) s += fmt::format(", clip {:g}", l.clip);
+  if (l.peephole.defined()) s += ", peepholes";
+  if (l.input_forget) s += ", input_forget";
+  if (l.lengths.defined()) s += fmt::format(", sequence lengths of {}", l.lengths.size(0));
+  return s;
+}
+
 std::string layer_details(const ModelLayer& l) {
   switch (l.kind) {
     case ModelLayer::Kind::gru:
-      return fmt::format("{}{}{}", gru_form_name(l.form), l.b_ih.defined() ? "" : ", no bias",
-                         l.h0.defined() ? ", stored initial state" : "");
+      return fmt::format("{}{}{}{}", gru_form_name(l.form), l.b_ih.defined() ? "" : ", no bias",
+                         l.h0.defined() ? ", stored initial state" : "", onnx_options(l));
     case ModelLayer::Kind::lstm:
-      return fmt::format("{}{}", l.b_ih.defined() ? "i, f, g, o" : "i, f, g, o, no bias",
-                         l.h0.defined() || l.c0.defined() ? ", stored initial state" : "");
+      return fmt::format("{}{}{}", l.b_ih.defined() ? "i, f, g, o" : "i, f, g, o, no bias",
+                         l.h0.defined() || l.c0.defined() ? ", stored initial state" : "",
+                         onnx_options(l));
     case ModelLayer::Kind::dense:
       return l.bias.defined() ? "weight, bias" : "weight, no bias";
     case ModelLayer::Kind::activation:
@@ -125,7 +138,8 @@ FrameCost layer_cost(const ModelLayer& l, double rate, const MachineProfile& pro
   FrameCost c;
   const int64_t T = std::max<int64_t>(1, int64_t(rate));
   if (l.recurrent()) {
-    const std::string d = fmt::format("l1d1t{}n1i{}h{}", T, l.in_size, l.out_size);
+    const std::string d =
+        fmt::format("l1d{}t{}n1i{}h{}", l.directions, T, l.in_size, l.hidden_size());
     CostReport r;
     if (l.kind == ModelLayer::Kind::gru) {
       GruProblem p = GruProblem::parse(d);
@@ -186,8 +200,13 @@ void run_show_model(const ModelArgs& a) {
                          : o.what == ModelGraphOutput::What::last_frame ? "last frame"
                          : o.what == ModelGraphOutput::What::hidden     ? "final h of layers"
                                                                         : "final c of layers";
-      outs.push_back(fmt::format("\"{}\" {} ({}{}{})", o.name, o.axes, what,
-                                 o.layers.empty() ? "" : " ", fmt::join(o.layers, ", ")));
+      std::vector<std::string> of;
+      for (size_t k = 0; k < o.layers.size(); ++k)
+        of.push_back(o.directions.size() > k && spec.layers[o.layers[k]].directions == 2
+                         ? fmt::format("{}{}", o.layers[k], o.directions[k] ? "r" : "f")
+                         : fmt::format("{}", o.layers[k]));
+      outs.push_back(fmt::format("\"{}\" {} ({}{}{})", o.name, o.axes, what, of.empty() ? "" : " ",
+                                 fmt::join(of, ", ")));
     }
     fmt::print("graph: input \"{}\" {}; outputs {}\n", spec.graph.input, spec.graph.input_axes,
                fmt::join(outs, ", "));
