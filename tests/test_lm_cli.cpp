@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -16,6 +17,8 @@
 
 #include "grux/dist.h"
 #include "grux/io.h"
+#include "grux/model.h"
+#include "grux/train.h"
 #include "test_util.h"
 
 namespace grux::test_lm_cli {
@@ -143,6 +146,21 @@ TEST(LmCli, TrainAnLstmThenShowGenerateAndEvaluate) {
   EXPECT_THAT(r.out, HasSubstr("lstm.weight_hh_l0"));
   EXPECT_THAT(r.out, HasSubstr("(64, 16)"));  // 4H x H
   EXPECT_THAT(r.out, HasSubstr("LSTM layer 0"));
+  // The recurrent part as ONNX: the LSTM layer and the head, the checkpoint's very weights.
+  r = grux_cli(f.dir.path, "model export-onnx " + ck + " " + f.dir.path + "/lm.onnx");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("the embedding left out"));
+  {
+    const ModelSpec spec = read_model(f.dir.path + "/lm.onnx");
+    ASSERT_EQ(spec.layers.size(), 2u);
+    EXPECT_EQ(spec.layers[0].kind, ModelLayer::Kind::lstm);
+    EXPECT_EQ(spec.layers[1].kind, ModelLayer::Kind::dense);
+    const auto sd = load_trained_model(ck).model->state_dict();
+    const Tensor w = sd.at("lstm.weight_hh_l0").to(DType::f32).contiguous();
+    ASSERT_EQ(spec.layers[0].w_hh.shape(), w.shape());
+    EXPECT_EQ(std::memcmp(spec.layers[0].w_hh.data<float>(), w.data<float>(), w.numel() * 4), 0);
+    EXPECT_EQ(spec.input_size, sd.at("embedding.weight").size(1));
+  }
   r = grux_cli(f.dir.path, "generate --checkpoint " + ck + " --prompt ROMEO: --length 30 --beam 3");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.size(), 6u + 30u + 1u) << r.out;

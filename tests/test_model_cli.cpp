@@ -135,6 +135,29 @@ TEST(ModelCli, RunOnnxWritesEveryGraphOutput) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad")) << "nothing written on bad input";
 }
 
+// grux model export-onnx: a .nam (stored initial states) as ONNX, run by grux model run to the
+// bits of the .nam itself; refusals in one line.
+TEST(ModelCli, ExportOnnxRunsToTheSameBits) {
+  TempDir tmp;
+  const std::string out = tmp.path + "/nam.onnx";
+  CliRun r = grux_cli(tmp.path, "model export-onnx " + kFiles + "nam_core_lstm.nam " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ONNX opset 14"));
+  const Tensor x = read_npy(kSignal);  // (T, 1)
+  const Tensor want = load_model(kFiles + "nam_core_lstm.nam").process(x);
+  write_npy(tmp.path + "/x.npy", x.reshape({x.size(0), 1, x.size(1)}));
+  r = grux_cli(tmp.path,
+               "model run " + out + " --input " + tmp.path + "/x.npy --out " + tmp.path + "/o");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Tensor y = read_npy(tmp.path + "/o/y.npy");
+  ASSERT_EQ(y.numel(), want.numel());
+  EXPECT_EQ(std::memcmp(y.data<float>(), want.data<float>(), y.numel() * 4), 0);
+  expect_user_error(grux_cli(tmp.path, "model export-onnx " + kFiles + "rtneural_dense.json " +
+                                           tmp.path + "/bad.onnx"),
+                    {"export-onnx: the model has no GRU or LSTM layer"});
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad.onnx")) << "nothing written on bad input";
+}
+
 TEST(ModelCli, BadInputIsOneLineAndExitCode2) {
   TempDir tmp;
   const std::string nam = kFiles + "nam_core_lstm.nam";

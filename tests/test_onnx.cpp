@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -225,6 +226,39 @@ TEST(Onnx, ConvertKeepsEveryOption) {
     const Tensor x = test::random_tensor({5, 2, model.input_size()}, DType::f32, rng);
     EXPECT_EQ(worst(model.process(x), back.process(x)), 0.0);
   }
+}
+
+// serialize_onnx writes what the reader reads back to the very layers: every tensor's bits,
+// every option; lengths bound at reading are refused.
+TEST(Onnx, ExportReadsBackToTheSameLayers) {
+  for (const char* name : {"torch_lstm_bidirectional_2layers", "helper_gru_clip",
+                           "helper_lstm_layout1_peepholes_bidirectional", "helper_gru_reset_before",
+                           "torch_gru_last_step_softmax"}) {
+    SCOPED_TRACE(name);
+    const ModelSpec a = read_case(find(name)).spec();
+    const ModelSpec b = parse_model(serialize_onnx(a), "exported");
+    EXPECT_EQ(b.graph.input, "x");
+    ASSERT_EQ(a.layers.size(), b.layers.size());
+    for (size_t k = 0; k < a.layers.size(); ++k) {
+      const ModelLayer &p = a.layers[k], &q = b.layers[k];
+      EXPECT_EQ(p.kind, q.kind);
+      EXPECT_EQ(p.form, q.form);
+      EXPECT_EQ(p.directions, q.directions);
+      EXPECT_EQ(p.reverse, q.reverse);
+      EXPECT_EQ(p.clip, q.clip);
+      const std::pair<const Tensor*, const Tensor*> ts[] = {
+          {&p.w_ih, &q.w_ih},     {&p.w_hh, &q.w_hh}, {&p.b_ih, &q.b_ih},        {&p.b_hh, &q.b_hh},
+          {&p.weight, &q.weight}, {&p.bias, &q.bias}, {&p.peephole, &q.peephole}};
+      for (const auto& [t, u] : ts) {
+        ASSERT_EQ(t->defined(), u->defined());
+        if (!t->defined()) continue;
+        ASSERT_EQ(t->shape(), u->shape());
+        EXPECT_EQ(std::memcmp(t->data<float>(), u->data<float>(), t->numel() * 4), 0);
+      }
+    }
+  }
+  EXPECT_THAT([&] { serialize_onnx(read_case(find("helper_gru_sequence_lens_h0")).spec()); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("has sequence lengths bound")));
 }
 
 // A double frames input gives double outputs of the same values.

@@ -149,6 +149,13 @@ ModelSpec read_model(const std::string& path, const std::map<std::string, Tensor
 void write_model(const std::string& path, const ModelSpec& spec);
 std::string serialize_model(const ModelSpec& spec);
 
+// The model as an ONNX graph of opset 14 (`grux model export-onnx`), written atomically: the
+// frames "x" (time, batch, features) in, "y" (time, batch, features) out, one GRU or LSTM node
+// per recurrent layer (docs/format_onnx.md gives the nodes of each layer); read_model reads it
+// back to the same layers. Refuses lengths bound when a model was read (a run's input).
+void write_onnx(const std::string& path, const ModelSpec& spec);
+std::string serialize_onnx(const ModelSpec& spec);
+
 // The model as C source (`grux model export-c`): its weights as static const float arrays and a
 // grux_model_desc named `name` (a C identifier) for grux_model_from_desc (grux/grux.h), which
 // builds the same model without a file. `source` names the file in the header's comment.

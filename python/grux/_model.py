@@ -74,6 +74,11 @@ class Model:
         """Writes the model as safetensors (what `grux model convert` writes), atomically."""
         self._core.save(str(path))
 
+    def save_onnx(self, path):
+        """Writes the model as an ONNX graph of opset 14 (what `grux model export-onnx`
+        writes), atomically: input "x" (time, batch, input_size), output "y"."""
+        self._core.save_onnx(str(path))
+
     def __repr__(self):
         kinds = ", ".join(layer["kind"] for layer in self.layers)
         return (f"grux.Model({self.format}, {self.input_size} -> {self.output_size}: "

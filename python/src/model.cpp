@@ -110,6 +110,10 @@ void grux_py::bind_model(py::module_& m) {
           [](const grux::Model& md, const std::string& path) {
             grux::write_model(path, md.spec());
           },
+          py::arg("path"))
+      .def(
+          "save_onnx",
+          [](const grux::Model& md, const std::string& path) { grux::write_onnx(path, md.spec()); },
           py::arg("path"));
 
   py::class_<grux::ModelStream>(m, "ModelStream")

@@ -5,7 +5,8 @@
 //   constant  an initializer, a Constant node or what constants compute (Shape arithmetic);
 //   dims      a shape some of whose dimensions are the frames' time or batch, still unknown
 //             numbers (Shape of the frames, Gather / Unsqueeze / Concat of it);
-//   zeros     a tensor of zeros of such a shape (ConstantOfShape, Expand, Slice of one);
+//   zeros     a tensor of zeros of such a shape (ConstantOfShape, Expand, Slice of one), or a
+//             constant expanded to it (a stored initial state for every sequence);
 //   signal    the frames after the spec's first k layers (the graph's frames input: k = 0),
 //             its axes named (time, batch, features, axes of size 1), or only its last frame;
 //   state     final states of recurrent layers (Y_h, Y_c; Concat of them), stacked.
@@ -59,6 +60,7 @@ struct Value {
   bool scalar = false;  // dims: a 0-D value (one dimension, from Gather of one index)
   std::string axes;     // signal, state
   size_t layers = 0;    // signal: the spec's layers it has been through
+  int64_t prefix = 0;   // signal: the frames' first `prefix` features only (a skip's Slice)
   bool last_frame = false;
   std::vector<int64_t> stacked;  // state: the recurrent layers whose final states, in order,
   std::vector<int> dirs;         // each in this direction of its layer (0, or 1: reverse)
@@ -83,6 +85,10 @@ class Reader {
   std::string input_axes_;
   std::string where_;  // the node being read, for messages
   int64_t opset_ = 0;  // the default domain's opset
+  // A batch norm read from Sub, Mul and Add of constants: its layer, and the nodes read (1:
+  // Sub, 2: Mul, 3: Add).
+  int64_t norm_layer_ = -1;
+  int norm_stage_ = 0;
 
   [[noreturn]] void fail(const std::string& m) const {
     throw Error(fmt::format("{}: {}{}", what_, where_.empty() ? "" : where_ + ": ", m));
@@ -99,6 +105,7 @@ class Reader {
   // The size of a signal's or a state's 'F' axis (a direction's, where a 'D' axis splits them).
   int64_t features(const Value& v) const {
     if (v.kind == Value::Kind::state) return spec_.layers[v.stacked[0]].hidden_size();
+    if (v.prefix > 0) return v.prefix;
     const int64_t f = v.layers == 0 ? spec_.input_size : spec_.layers[v.layers - 1].out_size;
     return v.axes.find('D') == std::string::npos ? f : f / 2;
   }
@@ -309,6 +316,11 @@ Value Reader::tip(const onnx::NodeProto& n, int k) const {
                     n.input(k), v.layers, spec_.layers.size()));
   if (v.last_frame && (n.op_type() == "GRU" || n.op_type() == "LSTM"))
     fail("the input is one frame (Gather of a time step): a recurrent layer needs the frames");
+  if (v.prefix > 0)
+    fail(
+        fmt::format("input \"{}\" is a slice of the frames' features, which only a skip Add "
+                    "may take",
+                    n.input(k)));
   if (v.axes.find('D') != std::string::npos)
     fail(
         fmt::format("input \"{}\" has the two directions' features apart (axes {}): expected "
@@ -475,11 +487,17 @@ void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
       if (!ok)
         fail(fmt::format("{} is zeros of another shape than [{}, batch, {}]{}", role, D, H,
                          layout == 1 ? " (layout 1: [batch, directions, hidden])" : ""));
-      return;
-    }
-    if (v.kind != Value::Kind::constant)
+      if (v.c.numel() == 0) return;  // zeros
+      // A constant expanded to the batch: one state for every sequence.
+      const std::vector<int64_t> one =
+          layout == 0 ? std::vector<int64_t>{D, 1, H} : std::vector<int64_t>{1, D, H};
+      if (v.c.dims != one)
+        fail(fmt::format("{} expands a constant of [{}], expected [{}]", role,
+                         fmt::join(v.c.dims, ", "), fmt::join(one, ", ")));
+    } else if (v.kind != Value::Kind::constant) {
       fail(fmt::format("{} (\"{}\") must be zeros or a constant of [{}, batch, {}]", role,
                        n.input(k), D, H));
+    }
     const std::vector<int64_t>& dims = v.c.dims;
     const int64_t N = dims.size() == 3 ? dims[layout == 0 ? 1 : 0] : 0;
     const bool ok = !v.c.integer && dims.size() == 3 && dims[layout == 0 ? 0 : 1] == D &&
@@ -879,14 +897,29 @@ void Reader::arithmetic(const onnx::NodeProto& n) {
         value = c.at(0);
       }
     } else {
+      shape = as_dims(in(n, 1));
       if (v0.kind == Value::Kind::zeros) {
+        if (v0.c.numel() > 0) fail("Expand of an expanded constant");
         value = 0;
       } else {
         const Const& c = constant(n, 0, "input");
-        for (int64_t k = 0; k < c.numel(); ++k)
-          if (c.at(k) != 0) fail("Expand of values other than zeros (expected a zero state)");
+        bool zero = true;
+        for (int64_t k = 0; k < c.numel(); ++k) zero &= c.at(k) == 0;
+        if (!zero) {
+          // A constant broadcast over the frames' batch (a stored initial state): kept with
+          // the shape it is expanded to. Each of its axes is 1 or the shape's known size.
+          if (c.integer || c.dims.size() != shape.size())
+            fail("Expand of a constant other than a state of the same rank as the shape");
+          for (size_t k = 0; k < shape.size(); ++k)
+            if (c.dims[k] != 1 && (shape[k].label != 0 || shape[k].value != c.dims[k]))
+              fail("Expand of a constant along an axis it does not have of size 1");
+          out.kind = Value::Kind::zeros;
+          out.d = shape;
+          out.c = c;
+          set(n, 0, out);
+          return;
+        }
       }
-      shape = as_dims(in(n, 1));
     }
     bool known = true;
     std::vector<int64_t> dims;
@@ -903,8 +936,9 @@ void Reader::arithmetic(const onnx::NodeProto& n) {
         if (d.label == 0) checked_numel({d.value}, op);
     }
   } else if (op == "Slice") {
-    if (v0.kind != Value::Kind::zeros && v0.kind != Value::Kind::dims &&
-        v0.kind != Value::Kind::constant)
+    if ((v0.kind != Value::Kind::zeros && v0.kind != Value::Kind::dims &&
+         v0.kind != Value::Kind::constant) ||
+        (v0.kind == Value::Kind::zeros && v0.c.numel() > 0))
       fail("Slice of something other than zeros, a shape or a constant");
     const std::vector<int64_t> starts = ints(n, 1, "starts"), ends = ints(n, 2, "ends");
     std::vector<int64_t> axes, steps;
@@ -1035,6 +1069,71 @@ void Reader::node(const onnx::NodeProto& n) {
     if (a.kind == Value::Kind::signal || a.kind == Value::Kind::state)
       return dense(n, constant(n, 1, "B"), false, nullptr);
   }
+  if (op == "PRelu") {
+    const Value x = tip(n, 0);
+    const Const& slope = constant(n, 1, "slope");
+    const int64_t F = features(x);
+    if (slope.integer || slope.numel() != F)
+      fail(fmt::format("the slope has {} values, expected one per feature ({})", slope.numel(), F));
+    ModelLayer l;
+    l.kind = ModelLayer::Kind::prelu;
+    l.in_size = l.out_size = F;
+    l.weight = Tensor::empty({F}, DType::f32);
+    for (int64_t f = 0; f < F; ++f) l.weight.data<float>()[f] = float(slope.f[f]);
+    set(n, 0, append(x, std::move(l)));
+    return;
+  }
+  // Batch norm in inference, as Sub of the mean, Mul by the scale, Add of the shift (each a
+  // constant per feature; the Mul and Add may be left out).
+  const auto per_feature = [&](const Value& x, int k, const char* role) {
+    const Const& c = constant(n, k, role);
+    if (c.integer || c.numel() != features(x))
+      fail(fmt::format("the {} has {} values, expected one per feature ({})", role, c.numel(),
+                       features(x)));
+    Tensor t = Tensor::empty({c.numel()}, DType::f32);
+    for (int64_t f = 0; f < c.numel(); ++f) t.data<float>()[f] = float(c.f[f]);
+    return t;
+  };
+  if (op == "Sub" && in(n, 0).kind == Value::Kind::signal) {
+    const Value x = tip(n, 0);
+    ModelLayer l;
+    l.kind = ModelLayer::Kind::batchnorm;
+    l.in_size = l.out_size = features(x);
+    l.mean = per_feature(x, 1, "mean (Sub's second input)");
+    l.weight = Tensor::full({l.out_size}, 1.0, DType::f32);
+    l.bias = Tensor::zeros({l.out_size}, DType::f32);
+    set(n, 0, append(x, std::move(l)));
+    norm_layer_ = int64_t(spec_.layers.size()) - 1;
+    norm_stage_ = 1;
+    return;
+  }
+  if (op == "Mul" && in(n, 0).kind == Value::Kind::signal) {
+    const Value x = tip(n, 0);
+    if (norm_layer_ + 1 != int64_t(spec_.layers.size()) || norm_stage_ != 1)
+      fail("Mul of the frames, expected a batch norm's scale right after its Sub of the mean");
+    spec_.layers.back().weight = per_feature(x, 1, "scale (Mul's second input)");
+    norm_stage_ = 2;
+    set(n, 0, x);
+    return;
+  }
+  if (op == "Slice" && in(n, 0).kind == Value::Kind::signal) {
+    // The first features of the frames, for a skip connection that adds them back.
+    const Value& v = in(n, 0);
+    const std::vector<int64_t> starts = ints(n, 1, "starts"), ends = ints(n, 2, "ends");
+    const std::vector<int64_t> axes = has(n, 3) ? ints(n, 3, "axes") : std::vector<int64_t>{};
+    const int64_t rank = int64_t(v.axes.size());
+    const bool ok = v.layers == 0 && !v.last_frame && v.prefix == 0 && starts.size() == 1 &&
+                    ends.size() == 1 && axes.size() == 1 && starts[0] == 0 &&
+                    (axes[0] == rank - 1 || axes[0] == -1) && ends[0] >= 1 &&
+                    (!has(n, 4) || ints(n, 4, "steps") == std::vector<int64_t>{1});
+    if (!ok)
+      fail("Slice of the frames other than of their first features (the input of a skip Add)");
+    Value o = v;
+    o.prefix = std::min(ends[0], spec_.input_size);
+    if (o.prefix == spec_.input_size) o.prefix = 0;
+    set(n, 0, o);
+    return;
+  }
   if (op == "Add") {
     const Value& a = in(n, 0);
     const Value& b = in(n, 1);
@@ -1044,7 +1143,14 @@ void Reader::node(const onnx::NodeProto& n) {
     const Value* other = sig == &a ? &b : &a;
     if (sig && other->kind == Value::Kind::constant) {
       // A bias after MatMul: the dense layer just appended takes it.
-      const Value& s = tip(n, sig == &a ? 0 : 1);
+      const Value s = tip(n, sig == &a ? 0 : 1);
+      if (norm_layer_ + 1 == int64_t(spec_.layers.size()) && norm_stage_ >= 1 &&
+          norm_stage_ <= 2) {  // a batch norm's shift
+        spec_.layers.back().bias = per_feature(s, sig == &a ? 1 : 0, "shift (Add's constant)");
+        norm_stage_ = 3;
+        set(n, 0, s);
+        return;
+      }
       if (spec_.layers.empty() || spec_.layers.back().kind != ModelLayer::Kind::dense ||
           spec_.layers.back().bias.defined())
         fail("Add of a constant to the frames, expected a bias right after MatMul");

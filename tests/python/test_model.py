@@ -160,3 +160,33 @@ def test_onnx_inputs_missing_or_wrong_are_grux_errors():
     bi = grux.load(os.path.join(ONNX, "files", "torch_gru_bidirectional_2layers.onnx"))
     with pytest.raises(grux.Error, match="is bidirectional, which needs the whole sequence"):
         bi.stream(1)
+
+
+EXPORTABLE = ["rtneural_gru.json", "rtneural_lstm_torch.json", "gen_rtneural_every_layer.json",
+              "gen_guitarml_gru3_i3.json", "gen_keras_gru_reset_before.json", "nam_core_lstm.nam",
+              "gen_nam_lstm_3x18.nam"]
+EXPORTABLE_ONNX = [("torch_lstm_bidirectional_2layers", []), ("helper_gru_clip", []),
+                   ("helper_lstm_layout1_peepholes_bidirectional", ["P"]),
+                   ("helper_lstm_clip_input_forget", []), ("helper_gru_reverse", []),
+                   ("torch_lstm_tanh_skip", [])]
+
+
+@pytest.mark.parametrize("path,given", [(os.path.join(FILES, f), []) for f in EXPORTABLE] +
+                         [(os.path.join(ONNX, "files", c + ".onnx"), g) for c, g in EXPORTABLE_ONNX])
+def test_save_onnx_is_valid_onnx_and_reads_back_to_the_same_bits(path, given, tmp_path):
+    import onnx
+
+    case = os.path.basename(path)[:-len(".onnx")]
+    m = grux.load(path, inputs={n: _onnx_golden(case, n) for n in given})
+    out = str(tmp_path / "model.onnx")
+    m.save_onnx(out)
+    model = onnx.load(out)
+    onnx.checker.check_model(model, full_check=True)  # shapes inferred through every node
+    assert model.opset_import[0].version >= 14
+    ops = [n.op_type for n in model.graph.node]
+    rec = sum(1 for layer in m.layers if layer["kind"] in ("gru", "lstm"))
+    assert ops.count("GRU") + ops.count("LSTM") == rec
+    back = grux.load(out)
+    x = np.random.default_rng(1).uniform(-1, 1, (40, 2, m.input_size)).astype(np.float32)
+    assert np.array_equal(back.process(x), m.process(x))
+    assert np.array_equal(back.run(x)["y"], m.process(x))

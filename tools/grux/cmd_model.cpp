@@ -238,7 +238,10 @@ void run_show_model(const ModelArgs& a) {
             ? "a preset profile, not this machine's: `grux calibrate` measures it"
             : "profile " + profile.source,
         predicted_ms * 1e6 / rate, 1000.0 / predicted_ms, rate);
-  if (!a.no_measure) {
+  const std::string whole = spec.whole_sequence_only();
+  if (!whole.empty()) {
+    fmt::print("runs on whole sequences, not as a stream: {}\n", whole);
+  } else if (!a.no_measure) {
     const double ns = measure_ns_per_frame(model, std::max<int64_t>(4800, int64_t(rate) / 4));
     fmt::print(
         "measured (one frame per call, one thread, median of 5): {:.0f} ns a frame, {:.1f}x "
@@ -416,6 +419,54 @@ void run_export_c(const ModelArgs& a) {
              with_commas(spec.parameters()));
 }
 
+// A checkpoint of grux train as a model description: its recurrent layers and its head (fc),
+// the embedding left out (the model's input is the embedded characters, `embed` features a
+// frame); f64 checkpoints rounded to f32.
+ModelSpec checkpoint_recurrent_part(const std::string& path) {
+  const TrainedModel tm = load_trained_model(path);
+  const CharLmConfig& c = tm.model->config();
+  const std::map<std::string, Tensor> sd = tm.model->state_dict();
+  const auto f32 = [&](const std::string& key) { return sd.at(key).to(DType::f32).contiguous(); };
+  ModelSpec spec;
+  spec.input_size = c.embed;
+  spec.name = std::filesystem::path(path).stem().string();
+  const std::string cell = c.lstm() ? "lstm" : "gru";
+  for (int64_t k = 0; k < c.layers; ++k) {
+    ModelLayer l;
+    l.kind = c.lstm() ? ModelLayer::Kind::lstm : ModelLayer::Kind::gru;
+    l.in_size = k == 0 ? c.embed : c.hidden;
+    l.out_size = c.hidden;
+    l.w_ih = f32(fmt::format("{}.weight_ih_l{}", cell, k));
+    l.w_hh = f32(fmt::format("{}.weight_hh_l{}", cell, k));
+    l.b_ih = f32(fmt::format("{}.bias_ih_l{}", cell, k));
+    l.b_hh = f32(fmt::format("{}.bias_hh_l{}", cell, k));
+    spec.layers.push_back(std::move(l));
+  }
+  ModelLayer fc;
+  fc.kind = ModelLayer::Kind::dense;
+  fc.in_size = c.hidden;
+  fc.out_size = c.vocab;
+  fc.weight = f32("fc.weight");
+  fc.bias = f32("fc.bias");
+  spec.layers.push_back(std::move(fc));
+  return spec;
+}
+
+// `grux model export-onnx`: a model file, or a checkpoint's recurrent part, as ONNX.
+void run_export_onnx(const ModelArgs& a) {
+  const bool checkpoint = is_checkpoint(a.checkpoint);
+  const ModelSpec spec =
+      checkpoint ? checkpoint_recurrent_part(a.checkpoint) : read_model(a.checkpoint);
+  write_onnx(a.out, spec);
+  fmt::print(
+      "{} ({}) -> {} (ONNX opset 14, {} layers, {} parameters{}): input \"x\" (time, "
+      "batch, {}), output \"y\" (time, batch, {})\n",
+      a.checkpoint, checkpoint ? "checkpoint" : model_format_name(spec.format), a.out,
+      spec.layers.size(), with_commas(spec.parameters()),
+      checkpoint ? "; the embedding left out: the input is the embedded characters" : "",
+      spec.input_size, spec.output_size());
+}
+
 void run_convert(const ModelArgs& a) {
   const ModelSpec spec = read_model(a.checkpoint);
   write_model(a.out, spec);
@@ -537,7 +588,14 @@ Action add_model_command(CLI::App& app) {
   export_c->add_option("out", a->out, "OUT.h (written atomically)")->required();
   export_c->add_option("--name", a->name,
                        "the C name of the grux_model_desc (default: the file's name)");
-  return [a, eval, run, convert, export_c] {
+  CLI::App* export_onnx = sub->add_subcommand(
+      "export-onnx",
+      "Write a model file (any format grux reads), or the recurrent layers and head of a grux "
+      "train checkpoint, as an ONNX graph of opset 14: input \"x\" (time, batch, features), "
+      "output \"y\" (docs/format_onnx.md)");
+  export_onnx->add_option("file", a->checkpoint, "model file or checkpoint")->required();
+  export_onnx->add_option("out", a->out, "OUT.onnx (written atomically)")->required();
+  return [a, eval, run, convert, export_c, export_onnx] {
     if (eval->parsed())
       run_eval(*a);
     else if (run->parsed())
@@ -546,6 +604,8 @@ Action add_model_command(CLI::App& app) {
       run_convert(*a);
     else if (export_c->parsed())
       run_export_c(*a);
+    else if (export_onnx->parsed())
+      run_export_onnx(*a);
     else
       run_show(*a);
   };
