@@ -9,6 +9,7 @@
 #include "grux/gru.h"
 #include "grux/grux.h"
 #include "grux/lstm.h"
+#include "grux/model.h"
 #include "grux/nn.h"
 #include "grux/version.h"
 #include "test_util.h"
@@ -495,6 +496,35 @@ TEST(CApi, ModelFileMatchesItsEngine) {
   ASSERT_EQ(grux_stream_process(s, x.data<float>(), again.data(), T), GRUX_OK);
   EXPECT_EQ(std::memcmp(y.data(), again.data(), y.size() * 4), 0);
   grux_stream_free(s);
+}
+
+// An ONNX file through the C API: a stream of its forward layers gives run_graph's bits; a
+// bidirectional one loads, and a stream of it is refused with the reason.
+TEST(CApi, OnnxFileStreamsOrSaysWhyNot) {
+  const std::string dir = std::string(GRUX_ONNX_DIR);
+  char err[256];
+  const std::string file = dir + "/files/torch_lstm_tanh_skip.onnx";
+  grux_model* m = grux_model_load_file(file.c_str(), 0, err, sizeof err);
+  ASSERT_NE(m, nullptr) << err;
+  const Tensor x = read_npy(dir + "/golden/torch_lstm_tanh_skip.x.npy");  // (T, 1, I)
+  const Tensor want = run_graph(load_model(file), x)[0].second;           // (T, 1, O)
+  grux_stream* s = grux_stream_create(m, 1, 0, err, sizeof err);
+  ASSERT_NE(s, nullptr) << err;
+  const int64_t T = x.size(0), I = x.size(2), O = want.size(2);
+  std::vector<float> y(static_cast<size_t>(T * O));
+  for (int64_t t = 0; t < T; t += 3)  // three frames a call
+    ASSERT_EQ(grux_stream_process(s, x.data<float>() + t * I, y.data() + t * O,
+                                  std::min<int64_t>(3, T - t)),
+              GRUX_OK);
+  EXPECT_EQ(std::memcmp(y.data(), want.data<float>(), y.size() * 4), 0);
+  grux_stream_free(s);
+  grux_model_free(m);
+  const std::string bi = dir + "/files/torch_gru_bidirectional_2layers.onnx";
+  m = grux_model_load_file(bi.c_str(), 0, err, sizeof err);
+  ASSERT_NE(m, nullptr) << err;
+  EXPECT_EQ(grux_stream_create(m, 1, 0, err, sizeof err), nullptr);
+  EXPECT_THAT(err, ::testing::HasSubstr("layer 0 (gru) is bidirectional"));
+  grux_model_free(m);
 }
 
 TEST(CApi, StreamAtAnotherRateCorrectsTheModel) {

@@ -295,10 +295,20 @@ TEST(Onnx, WrongInputsAreRefused) {
       ::testing::ThrowsMessage<Error>(HasSubstr("not read from a graph")));
 }
 
-// ONNX Runtime's cases with other activations than the defaults: refused, naming them.
+// ONNX Runtime's cases with other activations than the defaults: each refused, naming them.
 TEST(Onnx, OtherActivationsAreRefused) {
   EXPECT_THAT([&] { read_model(kFiles + std::string("bad_activations.onnx")); },
               ::testing::ThrowsMessage<Error>(HasSubstr("node 0 \"rnn\" (GRU): activations")));
+  int refused = 0;
+  for (const auto& e : fs::directory_iterator(kFiles)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("refused_", 0) != 0) continue;
+    SCOPED_TRACE(name);
+    ++refused;
+    EXPECT_THAT([&] { read_model(e.path().string()); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("): activations [")));
+  }
+  EXPECT_GE(refused, 8);
 }
 
 TEST(Onnx, WeightsAsGraphInputsMustBeGiven) {
@@ -320,6 +330,11 @@ TEST(Onnx, HostileFilesAreRefused) {
       {"bad_direction", "direction is \"sideways\", expected forward, reverse or bidirectional"},
       {"bad_bidirectional_w", "W has shape [1, 15, 3], expected [2, 15, 3]"},
       {"bad_directions_apart", "has the two directions' features apart"},
+      {"bad_cycle", "node 0 \"t1\" (Tanh): input 0 (\"B\") is neither"},
+      {"bad_state_size",
+       "node 4 \"rnn\" (GRU): initial_h is zeros of another shape than [1, "
+       "batch, 5]"},
+      {"bad_reshape_sizes", "node 1 \"reshape\" (Reshape): reshapes an axis (F) to 4"},
       {"bad_softmax_opset11", "Softmax over axis 1 of 3 (opset 11)"},
   };
   for (const auto& [name, message] : bad) {

@@ -411,8 +411,14 @@ TEST(Realtime, ModelStreamsNeitherAllocateNorBlock) {
         Case{"rtneural_lstm_torch.json", 3, 2}, Case{"nam_core_lstm.nam", 2, 1, Precision::int8},
         Case{"rtneural_gru.json", 2, 0}, Case{"nam_core_lstm.nam", 20, 1},
         Case{"rtneural_gru.json", 1, 0, Precision::f32, 88200},
-        Case{"rtneural_lstm_torch.json", 2, 0, Precision::f32, 96000}}) {
-    const Model model = load_model(dir + k.file);
+        Case{"rtneural_lstm_torch.json", 2, 0, Precision::f32, 96000},
+        // ONNX files of forward layers: the same real-time kernels, the same promise.
+        Case{"torch_lstm_tanh_skip.onnx", 1, 0}, Case{"torch_gru_2layers_batch_first.onnx", 3, 0},
+        Case{"tf2onnx_lstm_sequences_dense_tanh.onnx", 1, 0}}) {
+    const std::string file = k.file;
+    const bool onnx = file.size() > 5 && file.compare(file.size() - 5, 5, ".onnx") == 0;
+    const Model model =
+        load_model(onnx ? std::string(GRUX_ONNX_DIR) + "/files/" + file : dir + file);
     ModelStreamOptions o;
     o.precision = k.precision;
     o.threads = k.threads;

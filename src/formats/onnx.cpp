@@ -405,8 +405,11 @@ void Reader::recurrent(const onnx::NodeProto& n, bool lstm) {
       fail(fmt::format("clip is {}, expected a bound > 0", clip));
   }
   if (const auto* a = attr(n, "activations")) {
-    std::vector<std::string> want_acts = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+    // The defaults, once for each direction.
+    const std::vector<std::string> one = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
                                               : std::vector<std::string>{"Sigmoid", "Tanh"};
+    std::vector<std::string> want_acts = one;
+    if (D == 2) want_acts.insert(want_acts.end(), one.begin(), one.end());
     bool ok = a->strings_size() == int(want_acts.size());
     for (int k = 0; ok && k < a->strings_size(); ++k) {
       std::string s = a->strings(k);

@@ -249,7 +249,8 @@ def helper_case(case, op, X, H, attrs, bias=True, weights_as_inputs=False, dtype
     else:
         kw = {k: v.astype(np.float64) if k != "sequence_lens" else v for k, v in run_inputs.items()}
         eq = eq_gru if op == "GRU" else eq_lstm
-        res = eq(Xd, Wd, Rd, B=Bd, hidden_size=H, **kw, **attrs)
+        res = eq(Xd, Wd, Rd, B=Bd, hidden_size=H, **kw,
+                 **{k: v for k, v in attrs.items() if k != "activations"})
     arrays = {"X": X}
     given = []
     if weights_as_inputs:
@@ -281,7 +282,9 @@ def helper_cases():
     lens = np.array([6, 4], dtype=np.int32)
     h0 = lambda D, N, H: rng.uniform(-0.5, 0.5, (D, N, H)).astype(np.float32)
     helper_case("helper_gru_reverse", "GRU", X, 4, {"direction": "reverse", "linear_before_reset": 1})
-    helper_case("helper_gru_bidirectional_reset_before", "GRU", X, 3, {"direction": "bidirectional"})
+    # The default activations written out, once for each direction.
+    helper_case("helper_gru_bidirectional_reset_before", "GRU", X, 3,
+                {"direction": "bidirectional", "activations": ["Sigmoid", "Tanh", "Sigmoid", "Tanh"]})
     helper_case("helper_gru_clip", "GRU", X * 4, 4, {"clip": 0.7, "linear_before_reset": 1})
     helper_case("helper_gru_sequence_lens_h0", "GRU", X, 4, {"direction": "bidirectional"},
                 run_inputs={"sequence_lens": lens, "initial_h": h0(2, 2, 4)})
@@ -399,9 +402,9 @@ def ort_cases():
     with open(os.path.join(HERE, "onnx", "ort_cases.json")) as f:
         data = json.load(f)
     for c in data["cases"]:
-        if c.get("refused") or c.get("disagrees"):
+        if c.get("disagrees"):
             continue
-        name = "ort_" + c["name"].replace(".", "_")
+        name = "ort_" + c["name"].replace(".", "_").replace("#", "_")
         arrays = {}
         for k in ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]:
             if k in c["inputs"]:
@@ -422,6 +425,16 @@ def ort_cases():
         node = helper.make_node(c["op"], node_inputs, node_outputs, name="rnn", **attrs)
         outs = {o: np.array(c["outputs"][o]["data"], dtype=np.float32).reshape(c["outputs"][o]["shape"])
                 for o in all_outs if o in c["outputs"]}
+        if c.get("refused"):
+            # Other activations than the defaults: a file grux must refuse, naming them.
+            g = helper.make_graph(
+                [node], name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(arrays["X"].shape))],
+                [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(v.shape)) for o, v in outs.items()],
+                [numpy_helper.from_array(v, k) for k, v in arrays.items() if k != "X"])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+            onnx.checker.check_model(m)
+            onnx.save(m, os.path.join(FILES, "refused_" + name + ".onnx"))
+            continue
         graph_case(name, node, arrays, outs)
 
 
@@ -476,6 +489,28 @@ def hostile_cases():
         [numpy_helper.from_array(w(1, 15, 3), "W"), numpy_helper.from_array(w(1, 15, 5), "R")])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]),
               os.path.join(FILES, "bad_softmax_opset11.onnx"))
+    # A cycle: each node reads the other's output.
+    save("bad_cycle", [helper.make_node("Tanh", ["B"], ["A"], name="t1"),
+                       helper.make_node("Tanh", ["A"], ["B"], name="t2")], [], outputs=[
+        helper.make_tensor_value_info("A", TensorProto.FLOAT, None)])
+    # A zero state whose size, built from the frames' Shape, disagrees with hidden_size.
+    Xd = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["T", "N", 3])
+    save("bad_state_size", [
+        helper.make_node("Shape", ["X"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "one"], ["n"], name="batch", axis=0),
+        helper.make_node("Concat", ["d", "n", "h"], ["hs"], name="concat", axis=0),
+        helper.make_node("ConstantOfShape", ["hs"], ["h0"], name="zeros"),
+        helper.make_node("GRU", ["X", "W", "R", "", "", "h0"], ["Y"], name="rnn", hidden_size=5)],
+        [numpy_helper.from_array(w(1, 15, 3), "W"), numpy_helper.from_array(w(1, 15, 5), "R"),
+         numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([1], np.int64), "d"),
+         numpy_helper.from_array(np.array([7], np.int64), "h")], inputs=(Xd,))
+    # Sizes that disagree: the GRU's features reshaped to another count.
+    save("bad_reshape_sizes", [
+        helper.make_node("GRU", ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5),
+        helper.make_node("Reshape", ["Y", "shape"], ["Z"], name="reshape")],
+        [numpy_helper.from_array(w(1, 15, 3), "W"), numpy_helper.from_array(w(1, 15, 5), "R"),
+         numpy_helper.from_array(np.array([0, 0, 0, 4], np.int64), "shape")], inputs=(Xd,))
     # A bidirectional layer's output fed to a Linear without joining its two directions.
     g = helper.make_graph(
         [helper.make_node("GRU", ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5, direction="bidirectional"),
