@@ -300,6 +300,12 @@ def helper_cases():
     helper_case("helper_lstm_zero_length", "LSTM", X, 3, {},
                 run_inputs={"sequence_lens": np.array([0, 5], dtype=np.int32),
                             "initial_h": h0(1, 2, 3), "initial_c": h0(1, 2, 3)})
+    # Layout 1: states given as [batch, directions, hidden].
+    helper_case("helper_lstm_layout1_states_lens", "LSTM", X.transpose(1, 0, 2).copy(), 3,
+                {"layout": 1, "direction": "bidirectional"},
+                run_inputs={"sequence_lens": np.array([5, 2], dtype=np.int32),
+                            "initial_h": h0(2, 2, 3).transpose(1, 0, 2).copy(),
+                            "initial_c": h0(2, 2, 3).transpose(1, 0, 2).copy()})
     helper_case("helper_lstm_layout1_peepholes_bidirectional", "LSTM", X.transpose(1, 0, 2).copy(), 3,
                 {"layout": 1, "direction": "bidirectional"},
                 run_inputs={"P": rng.uniform(-0.5, 0.5, (2, 9)).astype(np.float32)})
