@@ -158,6 +158,35 @@ TEST(ModelCli, ExportOnnxRunsToTheSameBits) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/bad.onnx")) << "nothing written on bad input";
 }
 
+// A model with a bidirectional layer, converted from ONNX to grux's file, runs whole through
+// grux model run (Model::process's bits); the stream's options are refused for it.
+TEST(ModelCli, RunOfAWholeSequenceModel) {
+  TempDir tmp;
+  const std::string onnx =
+      std::string(GRUX_ONNX_DIR) + "/files/torch_gru_bidirectional_2layers.onnx";
+  const std::string st = tmp.path + "/bi.safetensors";
+  CliRun r = grux_cli(tmp.path, "model convert " + onnx + " " + st);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Tensor x =
+      read_npy(std::string(GRUX_ONNX_DIR) + "/golden/torch_gru_bidirectional_2layers.x.npy");
+  const Tensor want = load_model(onnx).process(x);
+  r = grux_cli(tmp.path, "model run " + st + " --input " + std::string(GRUX_ONNX_DIR) +
+                             "/golden/torch_gru_bidirectional_2layers.x.npy --out " + tmp.path +
+                             "/o");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Tensor y = read_npy(tmp.path + "/o/output.npy");
+  ASSERT_EQ(y.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(y.data<float>(), want.data<float>(), y.numel() * 4), 0);
+  expect_user_error(
+      grux_cli(tmp.path, "model run " + st + " --input " + std::string(GRUX_ONNX_DIR) +
+                             "/golden/torch_gru_bidirectional_2layers.x.npy --block 4 --out " +
+                             tmp.path + "/bad"),
+      {"layer 0 (gru) is bidirectional, so the model runs on the whole signal"});
+  r = grux_cli(tmp.path, "model show --no-measure " + st);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bidirectional"));
+}
+
 TEST(ModelCli, BadInputIsOneLineAndExitCode2) {
   TempDir tmp;
   const std::string nam = kFiles + "nam_core_lstm.nam";

@@ -138,8 +138,8 @@ FrameCost layer_cost(const ModelLayer& l, double rate, const MachineProfile& pro
   FrameCost c;
   const int64_t T = std::max<int64_t>(1, int64_t(rate));
   if (l.recurrent()) {
-    const std::string d =
-        fmt::format("l1d{}t{}n1i{}h{}", l.directions, T, l.in_size, l.hidden_size());
+    // One direction's stream; a bidirectional layer costs two of them.
+    const std::string d = fmt::format("l1d1t{}n1i{}h{}", T, l.in_size, l.hidden_size());
     CostReport r;
     if (l.kind == ModelLayer::Kind::gru) {
       GruProblem p = GruProblem::parse(d);
@@ -151,8 +151,9 @@ FrameCost layer_cost(const ModelLayer& l, double rate, const MachineProfile& pro
       p.bias = l.b_ih.defined();
       r = lstm_stream_cost(p);
     }
-    c.flops = double(r.fwd(CountMode::gemm).total()) / double(T);
-    c.predicted_ms = predict(r.inference_phases, DType::f32, profile, 1, true).ms;
+    c.flops = double(l.directions) * double(r.fwd(CountMode::gemm).total()) / double(T);
+    c.predicted_ms =
+        double(l.directions) * predict(r.inference_phases, DType::f32, profile, 1, true).ms;
   } else if (l.kind == ModelLayer::Kind::dense) {
     c.flops = 2.0 * l.in_size * l.out_size;
   } else {
@@ -386,13 +387,23 @@ void run_run(const ModelArgs& a) {
   o.sample_rate = a.sample_rate;
   o.correction = parse_sample_rate_correction(a.correction);
   o.warmup_frames = a.warmup;
-  ModelStream s(model, N, o);
   Tensor y =
       x.dim() == 3 ? Tensor::empty({T, N, O}, DType::f32) : Tensor::empty({T, O}, DType::f32);
-  const int64_t block = a.block > 0 ? a.block : std::max<int64_t>(T, 1);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t t = 0; t < T; t += block)
-    s.process(x.data<float>() + t * N * I, y.data<float>() + t * N * O, std::min(block, T - t));
+  const std::string whole = model.spec().whole_sequence_only();
+  if (!whole.empty()) {  // layer by layer over the whole signal, in f32
+    if (a.block != 0 || precision != Precision::f32 || a.sample_rate != 0 || a.warmup != 0)
+      throw Error(
+          fmt::format("{}: {}, so the model runs on the whole signal in f32: --block, --precision, "
+                      "--sample-rate and --warmup do not apply",
+                      a.checkpoint, whole));
+    y = model.process(x, a.threads);
+  } else {
+    ModelStream s(model, N, o);
+    const int64_t block = a.block > 0 ? a.block : std::max<int64_t>(T, 1);
+    for (int64_t t = 0; t < T; t += block)
+      s.process(x.data<float>() + t * N * I, y.data<float>() + t * N * O, std::min(block, T - t));
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const std::string dir = output_dir(a.out);
