@@ -58,25 +58,32 @@ bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DG
 (unset OPENBLAS_CORETYPE GRUX_SIMD_TARGET; ctest_all --test-dir build)
 ./build/grux info
 
-part "Fuzzers: each model-file reader under libFuzzer, ASan and UBSan (clang), 15 s each"
-# Their own project (tests/fuzz), only the readers and the tensor core: about a minute to
-# build. Two at a time (one a core), each from its seed corpus and the model files of
+part "Fuzzers: the model-file readers, array formats, descriptors and rearrange patterns under libFuzzer, ASan and UBSan (clang), 15 s each"
+# Their own project (tests/fuzz), only the readers, the parsers and the tensor core: about a
+# minute to build. Two at a time (one a core), each from its seed corpus and the model files of
 # tests/reference/models, new inputs into a scratch folder; a crash, a leak, a timeout (10 s
 # for one input) or 2 GB of memory fails the part and leaves the input in build-fuzz/.
 cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
 cmake --build build-fuzz -j"$(nproc)" >build-fuzz.build.log 2>&1 || { cat build-fuzz.build.log; exit 1; }
 fuzz() {
-  local reader=$1 work=build-fuzz/work/$1
+  local reader=$1 work=build-fuzz/work/$1 extra
+  # Seeds beyond the corpus: the model files for the model readers, the .npy files for npy.
+  case $reader in
+    npy) extra="../tests/reference/models/golden" ;;
+    safetensors_file | descriptor | rearrange) extra="" ;;
+    *) extra="../tests/reference/models/files ../tests/reference/onnx/files" ;;
+  esac
   mkdir -p "$work"
   (cd build-fuzz && ./fuzz_"$reader" -max_total_time=15 -max_len=65536 -rss_limit_mb=2048 \
-     -timeout=10 -print_final_stats=1 "../$work" ../tests/fuzz/corpus/"$reader" \
-     ../tests/reference/models/files ../tests/reference/onnx/files >"work/$reader.log" 2>&1) ||
+     -timeout=10 -print_final_stats=1 "../$work" ../tests/fuzz/corpus/"$reader" $extra \
+     >"work/$reader.log" 2>&1) ||
     { tail -n 40 "build-fuzz/work/$reader.log"; echo "fuzzer $reader failed" >&2; return 1; }
   grep -h "stat::number_of_executed_units" "build-fuzz/work/$reader.log" | sed "s/^/$reader: /"
 }
 fuzz_failed=0
-for pair in "rtneural_json guitarml_json" "nam safetensors" "onnx"; do
+for pair in "rtneural_json guitarml_json" "nam safetensors" "onnx npy" "safetensors_file descriptor" \
+  "rearrange"; do
   set -- $pair
   fuzz "$1" & f1=$!
   f2=

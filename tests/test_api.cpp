@@ -300,5 +300,20 @@ TEST(Api, EveryOperatorTakesThreadsAndRestoresTheCallersSetting) {
                Error);
 }
 
+// Error's promise: what() is one line of printable UTF-8 whatever bytes the message quoted
+// (control characters, bytes that are not UTF-8, overlong forms, surrogates, C1 controls
+// escaped as \xNN), and valid UTF-8 is kept as it is.
+TEST(Api, ErrorsAreOnePrintableLineOfUtf8) {
+  EXPECT_STREQ(Error("a\nb\tc").what(), "a\\x0ab\\x09c");
+  EXPECT_STREQ(Error("key \xdb!").what(), "key \\xdb!");
+  EXPECT_STREQ(Error("\xe2\x82\xac \xc3\xa9 \xf0\x9f\x8e\xb8").what(),
+               "\xe2\x82\xac \xc3\xa9 \xf0\x9f\x8e\xb8");         // kept
+  EXPECT_STREQ(Error("\xc0\xaf").what(), "\\xc0\\xaf");           // overlong
+  EXPECT_STREQ(Error("\xed\xa0\x80").what(), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_STREQ(Error("\xe2\x82").what(), "\\xe2\\x82");           // cut short
+  EXPECT_STREQ(Error("\xc2\x85").what(), "\\xc2\\x85");           // C1 control
+  EXPECT_STREQ(Error("\x7f").what(), "\\x7f");
+}
+
 }  // namespace
 }  // namespace grux::test_api

@@ -384,6 +384,21 @@ TEST(CApi, LoadErrorsNameTheProblem) {
     EXPECT_THAT(err, ::testing::HasSubstr("safetensors_path is NULL"));
   }
   {
+    // A byte that is not UTF-8 in a key (a JSON parse error quoting it): escaped in the
+    // message, which stays one line of valid UTF-8.
+    const std::string header =
+        "{\"rnn.weight\xdb\": {\"dtype\": \"F32\", \"shape\": [1], "
+        "\"data_offsets\": [0, 4]}}";
+    std::string bytes(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    std::ofstream(dir.path + "/badkey.safetensors", std::ios::binary)
+        << bytes << header << std::string(4, '\0');
+    const std::string m = load_error(dir.path + "/badkey.safetensors", "rnn.", nullptr);
+    EXPECT_THAT(m, ::testing::HasSubstr("badkey.safetensors"));
+    EXPECT_EQ(m.find('\xdb'), std::string::npos) << m;
+  }
+  {
     std::ofstream(dir.path + "/garbage.safetensors") << "\xff\xff\xff\xff\xff\xff\xff\x7fjunk";
     EXPECT_THAT(load_error(dir.path + "/garbage.safetensors", "rnn.", nullptr),
                 ::testing::HasSubstr("garbage.safetensors"));

@@ -2,10 +2,13 @@
 // variants, hostile files (each must throw grux::Error naming the problem), atomic writes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -788,6 +791,49 @@ TEST_F(IoDir, AtomicWriteOverFolderFailsCleanly) {
   fs::create_directories(path("sub/inner"));  // non-empty, so rename cannot replace it
   expect_error([&] { write_file_atomic(path("sub"), "data"); }, {path("sub")});
   EXPECT_EQ(listing(), std::vector<std::string>{"sub"});
+}
+
+// A write that the file system refuses part way (a file-size limit, as a full disk refuses):
+// a clear error naming the file and the reason, the previous file intact, no temporary file
+// left. For each writer that files go through: .npy, safetensors, raw bytes. In a child
+// process, which takes the limit (and ignores SIGXFSZ, so that write fails with EFBIG).
+TEST_F(IoDir, AWriteTheFileSystemRefusesLeavesThePreviousFile) {
+  const std::string npy = path("x.npy"), st = path("w.safetensors"), raw = path("r.bin");
+  const Tensor small = Tensor::full({4}, 2.0, DType::f32);
+  write_npy(npy, small);
+  write_safetensors(st, {{"w", small}});
+  write_file_atomic(raw, "old");
+  const std::string npy_before = read_file(npy), st_before = read_file(st);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit lim = {1 << 16, 1 << 16};  // 64 KiB a file
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(3);
+    const Tensor big = Tensor::zeros({1 << 16}, DType::f32);  // 256 KiB
+    int refused = 0;
+    const auto attempt = [&](const std::function<void()>& f) {
+      try {
+        f();
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        if (m.find("File too large") != std::string::npos && m.find(" '") != std::string::npos)
+          ++refused;
+      }
+    };
+    attempt([&] { write_npy(npy, big); });
+    attempt([&] { write_safetensors(st, {{"w", big}}); });
+    attempt([&] { write_file_atomic(raw, std::string(1 << 17, 'x')); });
+    ::_exit(refused == 3 ? 0 : 10 + refused);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: setrlimit failed; 10 + n: only n writes refused";
+  EXPECT_EQ(read_file(npy), npy_before);
+  EXPECT_EQ(read_file(st), st_before);
+  EXPECT_EQ(read_file(raw), "old");
+  EXPECT_EQ(listing(), (std::vector<std::string>{"r.bin", "w.safetensors", "x.npy"}));
 }
 
 TEST_F(IoDir, ReadFileChecks) {

@@ -9,11 +9,16 @@
 
 namespace grux GRUX_API {
 
+// `message` as one line of printable UTF-8: control characters (a newline too) and bytes that
+// are not part of valid UTF-8 written as \xNN, so that whatever bytes a file held cannot break
+// a message, a log line or a terminal.
+std::string printable_line(const std::string& message);
+
 // Thrown for any bad input: wrong shapes, dtypes, devices, malformed files, bad arguments.
-// what() is a single line suitable for printing as-is.
+// what() is a single line of printable UTF-8 (printable_line), suitable for printing as-is.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(printable_line(message)) {}
 };
 
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line);

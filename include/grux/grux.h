@@ -73,8 +73,11 @@ GRUX_API grux_model* grux_model_load(const char* safetensors_path, const char* g
                                      const char* head_prefix, unsigned flags, char* err,
                                      size_t err_len);
 /* Loads a model file: RTNeural's JSON, GuitarML's (or a bare) PyTorch state-dict JSON, a Neural
- * Amp Modeler .nam (LSTM), or safetensors (an nn.GRU / nn.LSTM state dict with an optional
- * nn.Linear after it, or what `grux model convert` writes); the format is told from the content.
+ * Amp Modeler .nam (LSTM), safetensors (an nn.GRU / nn.LSTM state dict with an optional
+ * nn.Linear after it, or what `grux model convert` writes) or ONNX (docs/format_onnx.md); the
+ * format is told from the content. A model with layers that need the whole sequence (an ONNX
+ * file's bidirectional, reverse, clip or peephole layers) loads, and grux_stream_create refuses
+ * it with the reason.
  * The file says the layers, the GRU's form, the skip connection, the initial state and the
  * sample rate (docs/formats.md). flags: 0, GRUX_BF16 or GRUX_INT8 (the recurrent layers'
  * products; dense layers stay f32). Streams start from the file's initial state (zeros where it

@@ -102,9 +102,10 @@ const TorchApi* torch_api() {
   return api;
 }
 
-// A Tensor over a torch tensor's memory (the tensor held alive) from its shape and strides as
-// torch gives them (those of dimensions of size 1 are set to 0); an empty tensor is zeros
-// (there is no memory to view; data() is then not called: data_ptr may be null).
+// A Tensor over a torch tensor's memory (the tensor and its storage held alive: another thread
+// may give the tensor other storage, x.set_(), while grux reads without the GIL) from its shape
+// and strides as torch gives them (those of dimensions of size 1 are set to 0); an empty tensor
+// is zeros (there is no memory to view; data() is then not called: data_ptr may be null).
 template <class Data>
 Tensor torch_tensor(const py::handle& obj, DType dt, grux::Shape shape, grux::Shape strides,
                     const Data& data) {
@@ -115,7 +116,9 @@ Tensor torch_tensor(const py::handle& obj, DType dt, grux::Shape shape, grux::Sh
   }
   if (empty) return Tensor::zeros(shape, dt);
   void* p = data();
-  auto* held = new py::object(py::reinterpret_borrow<py::object>(obj));
+  const py::object storage =
+      py::hasattr(obj, "untyped_storage") ? obj.attr("untyped_storage")() : obj.attr("storage")();
+  auto* held = new py::object(py::make_tuple(obj, storage));
   std::shared_ptr<void> owner(held, [](void* q) {
     py::gil_scoped_acquire gil;
     delete static_cast<py::object*>(q);

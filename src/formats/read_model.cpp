@@ -450,19 +450,12 @@ ModelSpec parse_json_model(const std::string& bytes, const std::string& what) {
       what));
 }
 
-// A message quoting a file's strings (keys, layer types) kept to one printable line: control
-// characters escaped, at most kMaxMessage characters.
+// A message quoting a file's strings (keys, layer types) kept to at most kMaxMessage bytes.
 constexpr size_t kMaxMessage = 400;
 std::string one_line(const std::string& m) {
-  std::string out;
-  for (const char c : m) {
-    if (out.size() >= kMaxMessage) return out + "...";
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    else
-      out += c;
-  }
-  return out;
+  // Error already made it one printable line; a cut through a UTF-8 sequence is escaped when
+  // the result becomes an Error again.
+  return m.size() > kMaxMessage ? m.substr(0, kMaxMessage) + "..." : m;
 }
 
 ModelSpec parse_model_unchecked(const std::string& bytes, const std::string& what,

@@ -70,9 +70,16 @@ SeqLayout make_seq_layout(int64_t T, int64_t N, const int64_t* lengths) {
   std::stable_sort(lay.perm.begin(), lay.perm.end(),
                    [&](int64_t a, int64_t b) { return lay.len[a] > lay.len[b]; });
   lay.S = N > 0 ? lay.len[lay.perm[0]] : 0;
+  // bs[s]: the sequences longer than s, from a count of each length: O(N + T) (a loop over
+  // every sequence's steps would be O(N T) before anything is allocated: hours for a huge,
+  // zero-strided input that the allocation would refuse at once).
   lay.bs.assign(lay.S, 0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t s = 0; s < lay.len[n]; ++s) ++lay.bs[s];
+  std::vector<int64_t> of_length(static_cast<size_t>(lay.S) + 1, 0);
+  for (int64_t n = 0; n < N; ++n) ++of_length[static_cast<size_t>(lay.len[n])];
+  for (int64_t s = lay.S - 1, longer = 0; s >= 0; --s) {
+    longer += of_length[static_cast<size_t>(s) + 1];
+    lay.bs[s] = longer;
+  }
   lay.off.assign(lay.S + 1, 0);
   for (int64_t s = 0; s < lay.S; ++s) lay.off[s + 1] = lay.off[s] + lay.bs[s];
   return lay;

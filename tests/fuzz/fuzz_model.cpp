@@ -2,7 +2,8 @@
 // bytes are handed to the reader as a file's content; a grux::Error is a refused file, which is
 // fine; anything else (a crash, an uncaught exception, a sanitizer report, a hang, a huge
 // allocation) is a bug. A file that reads is also validated and its description written back
-// and read again (the safetensors round trip). Built by tests/fuzz/CMakeLists.txt with clang,
+// and read again (the safetensors round trip); a refusal's message must be one line of
+// printable UTF-8. Built by tests/fuzz/CMakeLists.txt with clang,
 // run for a bounded time by scripts/test.sh on the seed corpora of tests/fuzz/corpus.
 #include <cstdint>
 #include <string>
@@ -49,6 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const grux::Error& e) {
     const std::string m = e.what();
     if (m.empty()) __builtin_trap();  // every refusal says why
+    // in one line of printable UTF-8, whatever bytes the file held
+    if (grux::printable_line(m) != m) __builtin_trap();
   }
   return 0;
 }
