@@ -245,9 +245,10 @@ CharLm::CharLm(const CharLmConfig& config, const std::map<std::string, Tensor>& 
     params_.push_back({name, t.clone(), Tensor()});
   }
   if (state.size() != shapes.size())
-    for (const auto& [name, t] : state)
-      if (std::none_of(shapes.begin(), shapes.end(), [&](auto& s) { return s.first == name; }))
-        throw Error(fmt::format("model: unexpected parameter '{}'", name));
+    for (const auto& entry : state)  // (a lambda may not capture a structured binding in clang 14)
+      if (std::none_of(shapes.begin(), shapes.end(),
+                       [&](auto& s) { return s.first == entry.first; }))
+        throw Error(fmt::format("model: unexpected parameter '{}'", entry.first));
   bind();
 }
 
