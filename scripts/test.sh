@@ -4,8 +4,9 @@
 # check grux as an installed package (scripts/test_package.sh), run the
 # suite again on every other SIMD target this CPU can run, then the main job
 # (about 3 minutes of training); then run the whole suite again in a build with
-# AddressSanitizer + UndefinedBehaviorSanitizer (built in the background from the start, at
-# the lowest priority). Exits non-zero if anything fails.
+# AddressSanitizer + UndefinedBehaviorSanitizer, every fuzzer of tests/fuzz in that build, and
+# the thread code's tests under ThreadSanitizer (scripts/test_tsan.sh; both builds made in the
+# background from the start, at the lowest priority). Exits non-zero if anything fails.
 #
 # No grux result depends on the environment (docs/determinism.md); the runs below
 # check that under three OpenBLAS settings: unset (what users have), the generic Prescott kernel
@@ -31,24 +32,35 @@ ctest_all() { ctest --no-tests=error --output-on-failure -j"$release_jobs" "$@";
 part "Format: every C and C++ source as .clang-format says (clang-format --dry-run)"
 bash scripts/check_format.sh
 
-# The sanitized build (its part below) starts now, in the background at the lowest CPU
-# priority: it takes what the Release build and the parts before its own leave idle (about
-# half the cores through most tests), and its own part waits for the rest. Without MPI: that
-# build compiles and refuses to run as many ranks (the MPI runs are tested in the Release
-# build; Open MPI's own allocations are not ours to sanitize). The library at -O1 with line
-# tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt),
-# only this CPU's best SIMD target.
-# Its own process group (set -m), so that a failure before its part stops it whole; not its
-# own session (setsid), whose scheduling group would share the CPU equally with ours whatever
-# its niceness (Linux's autogroups).
+# The sanitized builds (their parts below) start now, one after the other in the background at
+# the lowest CPU priority: they take what the Release build and the parts before their own
+# leave idle (about half the cores through most tests), and their parts wait for the rest.
+# - build-asan: AddressSanitizer + UndefinedBehaviorSanitizer, with the fuzzers
+#   (GRUX_BUILD_FUZZERS: libFuzzer is clang's, so clang builds it). The library at -O1 with line
+#   tables, the tests' own code at -O0 (GRUX_SANITIZE in CMakeLists.txt, tests/CMakeLists.txt),
+#   only this CPU's best SIMD target.
+# - build-tsan: ThreadSanitizer (clang), the test programs of the thread code only
+#   (scripts/test_tsan.sh says which and why).
+# Both without MPI: they compile and refuse to run as many ranks (the MPI runs are tested in the
+# Release build; Open MPI's own allocations and threads are not ours to check).
+# Their own process group (set -m), so that a failure before their parts stops them whole; not
+# their own session (setsid), whose scheduling group would share the CPU equally with ours
+# whatever its niceness (Linux's autogroups).
 asan_log=build-asan.build.log
+tsan_log=build-tsan.build.log
+clang_args=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DGRUX_BUILD_TESTS=ON -DGRUX_WITH_MPI=OFF)
 set -m
-nice -n 19 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGRUX_SANITIZE=ON -DGRUX_BUILD_TESTS=ON -DGRUX_WITH_MPI=OFF >"$asan_log" 2>&1 &
-asan_pid=$!
+nice -n 19 bash -c '
+  bash scripts/build.sh build-asan "$@" -DGRUX_SANITIZE=ON -DGRUX_BUILD_FUZZERS=ON >'"$asan_log"' 2>&1 ||
+    { echo "the sanitized build (build-asan) failed: its output is in '"$asan_log"'" >'"$tsan_log"'; exit 1; }
+  { cmake -S . -B build-tsan "$@" -DGRUX_SANITIZE=thread &&
+    cmake --build build-tsan -j"$(nproc)" --target grux_tests_core grux_tests_kernels \
+      grux_tests_gru grux_tests_realtime; } >'"$tsan_log"' 2>&1' sanitized "${clang_args[@]}" &
+sanitized_pid=$!
 set +m
 # (CONT after TERM: the group may be stopped, during the main job.)
-trap '{ kill -- -"$asan_pid"; kill -CONT -- -"$asan_pid"; } 2>/dev/null || true' EXIT
+trap '{ kill -- -"$sanitized_pid"; kill -CONT -- -"$sanitized_pid"; } 2>/dev/null || true' EXIT
 trap 'exit 130' INT  # (a shell killed by a signal would skip its EXIT trap)
 trap 'exit 143' TERM
 
@@ -57,41 +69,6 @@ bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DGRUX_BUILD_TESTS=ON -DG
   -DGRUX_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3
 (unset OPENBLAS_CORETYPE GRUX_SIMD_TARGET; ctest_all --test-dir build)
 ./build/grux info
-
-part "Fuzzers: the model-file readers, array formats, descriptors and rearrange patterns under libFuzzer, ASan and UBSan (clang), 15 s each"
-# Their own project (tests/fuzz), only the readers, the parsers and the tensor core: about a
-# minute to build. Two at a time (one a core), each from its seed corpus and the model files of
-# tests/reference/models, new inputs into a scratch folder; a crash, a leak, a timeout (10 s
-# for one input) or 2 GB of memory fails the part and leaves the input in build-fuzz/.
-cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
-cmake --build build-fuzz -j"$(nproc)" >build-fuzz.build.log 2>&1 || { cat build-fuzz.build.log; exit 1; }
-fuzz() {
-  local reader=$1 work=build-fuzz/work/$1 extra
-  # Seeds beyond the corpus: the model files for the model readers, the .npy files for npy.
-  case $reader in
-    npy) extra="../tests/reference/models/golden" ;;
-    safetensors_file | descriptor | rearrange) extra="" ;;
-    *) extra="../tests/reference/models/files ../tests/reference/onnx/files" ;;
-  esac
-  mkdir -p "$work"
-  (cd build-fuzz && ./fuzz_"$reader" -max_total_time=15 -max_len=65536 -rss_limit_mb=2048 \
-     -timeout=10 -print_final_stats=1 "../$work" ../tests/fuzz/corpus/"$reader" $extra \
-     >"work/$reader.log" 2>&1) ||
-    { tail -n 40 "build-fuzz/work/$reader.log"; echo "fuzzer $reader failed" >&2; return 1; }
-  grep -h "stat::number_of_executed_units" "build-fuzz/work/$reader.log" | sed "s/^/$reader: /"
-}
-fuzz_failed=0
-for pair in "rtneural_json guitarml_json" "nam safetensors" "onnx npy" "safetensors_file descriptor" \
-  "rearrange"; do
-  set -- $pair
-  fuzz "$1" & f1=$!
-  f2=
-  [ -z "${2:-}" ] || { fuzz "$2" & f2=$!; }
-  wait $f1 || fuzz_failed=1
-  [ -z "$f2" ] || wait $f2 || fuzz_failed=1
-done
-[ "$fuzz_failed" = 0 ]
 
 part "Python package: wheel and pip install . into virtual environments, pytest"
 bash scripts/test_python.sh build
@@ -117,16 +94,16 @@ part "The main job (as scripts/demo.sh): train the default language model, then 
 # Alone: the background build stops meanwhile. The training's time budget plans its steps
 # from the speed of the first ones, which a build running beside them would slow (the plan
 # would then hold far fewer steps than the budget allows).
-kill -STOP -- -"$asan_pid" 2>/dev/null || true
+kill -STOP -- -"$sanitized_pid" 2>/dev/null || true
 ./build/grux demo --reps 3
 ./build/grux train --out out/test-main-job
 ./build/grux generate --checkpoint out/test-main-job/checkpoint.safetensors --length 300
-kill -CONT -- -"$asan_pid" 2>/dev/null || true
+kill -CONT -- -"$sanitized_pid" 2>/dev/null || true
 
 part "AddressSanitizer + UndefinedBehaviorSanitizer build (started at the beginning) and tests"
-if ! wait "$asan_pid"; then
-  cat "$asan_log"
-  echo "the sanitized build (build-asan) failed: its output is above" >&2
+if ! wait "$sanitized_pid"; then
+  cat "$asan_log" "$tsan_log"
+  echo "a sanitized build (build-asan, build-tsan) failed: its output is above" >&2
   exit 1
 fi
 tail -n 2 "$asan_log"
@@ -146,4 +123,41 @@ echo "(OPENBLAS_CORETYPE=${core:-unset})"
 env -u GRUX_SIMD_TARGET ${core:+OPENBLAS_CORETYPE=$core} \
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --no-tests=error --output-on-failure -j"$(nproc)"
+
+part "Fuzzers: every reader and parser under libFuzzer in the sanitized build, 15 s each"
+# Two at a time (one a core), each from its seed corpus (tests/fuzz/corpus) and, for the model
+# readers, the model files of tests/reference; new inputs into a scratch folder. A crash, a
+# leak, a timeout (10 s for one input) or 2 GB of memory fails the part and leaves the input in
+# build-asan/fuzz/.
+fuzz() {
+  local target=$1 root=$PWD work=$PWD/build-asan/fuzz/$1 extra
+  case $target in
+    npy) extra="$root/tests/reference/models/golden" ;;
+    rtneural_json | guitarml_json | nam | safetensors | onnx | model_load)
+      extra="$root/tests/reference/models/files $root/tests/reference/onnx/files" ;;
+    *) extra="" ;;
+  esac
+  mkdir -p "$work"
+  (cd "$work" && "$root/build-asan/tests/fuzz/fuzz_$target" -max_total_time=15 -max_len=65536 \
+     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$work" "$root/tests/fuzz/corpus/$target" \
+     $extra >"$work.log" 2>&1) ||
+    { tail -n 40 "$work.log"; echo "fuzzer $target failed" >&2; return 1; }
+  grep -h "stat::number_of_executed_units" "$work.log" | sed "s/^/$target: /"
+}
+fuzz_failed=0
+set -- rtneural_json guitarml_json nam safetensors onnx model_load npy safetensors_file \
+  checkpoint descriptor rearrange profile sweep
+while [ $# -gt 0 ]; do
+  fuzz "$1" & f1=$!
+  f2=
+  [ -z "${2:-}" ] || { fuzz "$2" & f2=$!; }
+  wait $f1 || fuzz_failed=1
+  [ -z "$f2" ] || wait $f2 || fuzz_failed=1
+  shift; [ $# -eq 0 ] || shift
+done
+[ "$fuzz_failed" = 0 ]
+
+part "ThreadSanitizer build (started at the beginning) and the thread code's tests"
+tail -n 2 "$tsan_log"
+bash scripts/test_tsan.sh build-tsan
 part "All passed"

@@ -2,10 +2,15 @@
 // gen_capi_golden.py), bit-identity with the C++ GruStream / LstmStream + head, independence from
 // how frames are split and from threads, and every error path (one-line message, no crash).
 // tests/test_capi_c.c checks that the header is C99 and runs the basics from C.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <thread>
 
+#include "core/sanitizer.h"
 #include "grux/gru.h"
 #include "grux/grux.h"
 #include "grux/lstm.h"
@@ -582,6 +587,71 @@ TEST(CApi, ModelFileErrorsNameTheProblem) {
   grux_model* m = grux_model_load_file(nam.c_str(), GRUX_INT8, err, sizeof err);
   ASSERT_NE(m, nullptr) << err;
   grux_model_free(m);
+}
+
+// Memory the system refuses (the child's address space capped just above what it uses): a model
+// too big to copy and pack, and a stream whose batch needs more state than is left, each give NULL
+// and a one-line "out of memory", not a crash; the process then still makes and runs a small
+// model.
+TEST(CApi, MemoryTheSystemRefusesIsAnError) {
+#if GRUX_ASAN || GRUX_TSAN
+  GTEST_SKIP() << "the sanitizers need more address space than the cap leaves";
+#else
+  const int code = test::exit_code_in_child(
+      [] {
+        // A GRU of 2048 inputs and 2048 units: 96 MiB of weights the call must copy.
+        const int64_t I = 2048, H = 2048;
+        const std::vector<float> w_ih(3 * H * I, 0.01f), w_hh(3 * H * H, 0.01f);
+        grux_layer_desc big{};
+        big.kind = GRUX_LAYER_GRU;
+        big.in_size = I;
+        big.out_size = H;
+        big.w_ih = w_ih.data();
+        big.w_hh = w_hh.data();
+        grux_layer_desc small = big;
+        small.in_size = 1;
+        small.out_size = 8;
+        grux_model_desc desc{GRUX_MODEL_DESC_VERSION, I, 1, &big, 0, 0};
+        long pages = 0;
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+          if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+          std::fclose(f);
+        }
+        if (pages <= 0) return 3;
+        const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (32 << 20);
+        const rlimit limit{cap, cap};
+        if (setrlimit(RLIMIT_AS, &limit) != 0) return 4;
+        const auto refused = [](const char* err) {
+          const std::string m = err;
+          return m.find("out of memory") != std::string::npos && m.find('\n') == std::string::npos;
+        };
+        char err[256] = "";
+        if (grux_model* m = grux_model_from_desc(&desc, 0, err, sizeof err)) {
+          grux_model_free(m);
+          return 5;  // 96 MiB fitted in 32: the cap did not hold
+        }
+        if (!refused(err)) return 6;
+        desc.input_size = 1;
+        desc.layers = &small;
+        ModelPtr m(grux_model_from_desc(&desc, 0, err, sizeof err));
+        if (!m) return 7;
+        // 2^22 sequences of 8 units: 128 MiB of state.
+        if (grux_stream* s = grux_stream_create(m.get(), int64_t(1) << 22, 1, err, sizeof err)) {
+          grux_stream_free(s);
+          return 8;
+        }
+        if (!refused(err)) return 9;
+        grux_stream* s = grux_stream_create(m.get(), 4, 1, err, sizeof err);
+        if (!s) return 10;
+        const std::vector<float> in(16, 0.5f);
+        std::vector<float> out(4 * 4 * 8);
+        const int rc = grux_stream_process(s, in.data(), out.data(), 4);
+        grux_stream_free(s);
+        return rc == GRUX_OK ? 0 : 11;
+      },
+      60);
+  EXPECT_EQ(code, 0) << "128 + N: the child was killed by signal N";
+#endif
 }
 
 TEST(CApi, Version) {

@@ -26,6 +26,7 @@
 #include <new>
 #include <thread>
 
+#include "core/sanitizer.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_packed.h"  // l2_cache_bytes
 #include "cpu/gru_stream.h"
@@ -35,13 +36,8 @@
 #include "grux/model.h"
 #include "test_util.h"
 
-// The sanitizers own malloc and the calls counted here (clang 14 says so by __has_feature).
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define GRUX_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(GRUX_SANITIZED)
+// The sanitizers own malloc and the calls counted here.
+#if GRUX_ASAN || GRUX_TSAN
 #define GRUX_COUNT_ALLOCATIONS 0
 #else
 #define GRUX_COUNT_ALLOCATIONS 1

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/sanitizer.h"
 #include "core/spin_barrier.h"
 #include "core/thread_team.h"
 #include "grux/error.h"
@@ -175,8 +176,8 @@ TEST(ThreadTeam, ATeamMadeBeforeForkIsUnusableInTheChildAndDestroyedWithoutWaiti
 // its size, so no thread stack fits), the team throws grux::Error with one line, having
 // stopped the workers it did start, instead of std::system_error.
 TEST(ThreadTeam, ThreadsThatCannotStartGiveAGruxError) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer needs more address space than the cap leaves";
+#if GRUX_ASAN || GRUX_TSAN
+  GTEST_SKIP() << "the sanitizers need more address space than the cap leaves";
 #else
   const int code = test::exit_code_in_child(
       [] {
@@ -223,6 +224,46 @@ TEST(ThreadTeam, HandoffRoundTripIsMeasuredBetweenTwoMembers) {
   auto body = [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); };
   three.run(body);
   EXPECT_EQ(ran, 3);
+}
+
+// Two races the race detector must see (run by the test below, never on their own): one between
+// a team's workers, one between an OpenMP region's threads, which Archer and the suppression of
+// libomp's own calls (tests/tsan_suppressions.txt) must not hide.
+int g_unguarded = 0;
+TEST(ThreadTeam, DISABLED_RaceInATeam) {
+  ThreadTeam team(2);
+  auto bump = [](int) {
+    for (int k = 0; k < 1000; ++k) g_unguarded = g_unguarded + 1;
+  };
+  team.run(bump);
+  EXPECT_GT(g_unguarded, 0);
+}
+TEST(ThreadTeam, DISABLED_RaceInAnOpenMpRegion) {
+#pragma omp parallel num_threads(2)
+  for (int k = 0; k < 1000; ++k) g_unguarded = g_unguarded + 1;
+  EXPECT_GT(g_unguarded, 0);
+}
+
+// Under ThreadSanitizer (scripts/test_tsan.sh), this program run on each race above fails with
+// the data race reported in its code: the detector is on and sees what it is there to see.
+TEST(ThreadTeam, TheRaceDetectorSeesRaces) {
+#if !GRUX_TSAN
+  GTEST_SKIP() << "only under ThreadSanitizer";
+#else
+  for (const std::string race : {"RaceInATeam", "RaceInAnOpenMpRegion"}) {
+    const std::string cmd =
+        "/proc/" + std::to_string(getpid()) +
+        "/exe --gtest_also_run_disabled_tests --gtest_filter=ThreadTeam.DISABLED_" + race + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_NE(pclose(p), 0) << out;
+    EXPECT_NE(out.find("SUMMARY: ThreadSanitizer: data race"), std::string::npos) << out;
+    EXPECT_NE(out.find("DISABLED_" + race + "_Test::TestBody"), std::string::npos) << out;
+  }
+#endif
 }
 
 }  // namespace

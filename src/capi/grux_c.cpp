@@ -237,6 +237,9 @@ grux_model* grux_model_load_file(const char* path, unsigned flags, char* err, si
   return nullptr;
 }
 
+}  // extern "C"
+
+// Helpers of grux_model_from_desc, with C++ linkage (they return C++ types).
 namespace {
 
 // A (n) or (rows, cols) f32 tensor copied from `p` (NULL: undefined), every value finite.
@@ -339,6 +342,8 @@ grux::ModelSpec spec_of(const grux_model_desc& d) {
 }
 
 }  // namespace
+
+extern "C" {
 
 grux_model* grux_model_from_desc(const grux_model_desc* desc, unsigned flags, char* err,
                                  size_t err_len) {

@@ -52,6 +52,37 @@ double positive(const nlohmann::json& j, const char* key, const std::string& wha
   return j[key].get<double>();
 }
 
+// An optional number (0 when absent): blas_*_gflops.
+double optional_positive(const nlohmann::json& j, const char* key, const std::string& what) {
+  return j.contains(key) ? positive(j, key, what) : 0.0;
+}
+
+// An optional string (`fallback` when absent): machine, created, the link's name.
+std::string optional_text(const nlohmann::json& j, const char* key, const std::string& what,
+                          const char* fallback) {
+  if (!j.contains(key)) return fallback;
+  if (!j[key].is_string()) throw Error(fmt::format("{}: '{}' is not a string", what, key));
+  return j[key].get<std::string>();
+}
+
+// A bandwidth curve: [bytes, GB/s] pairs, both finite and > 0, sorted by size.
+std::vector<std::pair<double, double>> curve(const nlohmann::json& a, const char* key,
+                                             const std::string& what) {
+  if (!a.is_array())
+    throw Error(fmt::format("{}: '{}' must be an array of [bytes, GB/s]", what, key));
+  std::vector<std::pair<double, double>> c;
+  for (const auto& pt : a) {
+    const auto ok = [&](size_t k) {
+      return pt[k].is_number() && pt[k].get<double>() > 0 && std::isfinite(pt[k].get<double>());
+    };
+    if (!pt.is_array() || pt.size() != 2 || !ok(0) || !ok(1))
+      throw Error(fmt::format("{}: '{}' entries must be [bytes > 0, GB/s > 0]", what, key));
+    c.push_back({pt[0].get<double>(), pt[1].get<double>()});
+  }
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
 }  // namespace
 
 ThreadProfile MachineProfile::at(int threads) const {
@@ -108,29 +139,32 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
   } catch (const std::exception& e) {
     throw Error(fmt::format("{}: not a JSON profile ({})", what, e.what()));
   }
-  if (!j.is_object() || j.value("format", "") != kFormat)
+  if (!j.is_object() || !j.contains("format") || j["format"] != kFormat)
     throw Error(
         fmt::format("{}: not a grux profile (expected \"format\": \"{}\"; write one with "
                     "grux calibrate)",
                     what, kFormat));
   MachineProfile p;
   p.source = what;
-  p.machine = j.value("machine", "");
-  p.created = j.value("created", "");
+  p.machine = optional_text(j, "machine", what, "");
+  p.created = optional_text(j, "created", what, "");
   if (!j.contains("threads") || !j["threads"].is_object() || j["threads"].empty())
     throw Error(fmt::format("{}: no \"threads\" entries", what));
   for (const auto& [key, e] : j["threads"].items()) {
     const std::string w = fmt::format("{} (threads {})", what, key);
     char* end = nullptr;
     const long k = std::strtol(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || k < 1 || k > 4096)
+    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos || *end != '\0' ||
+        k < 1 || k > 4096)
       throw Error(fmt::format("{}: thread count '{}' is not an integer in [1, 4096]", what, key));
+    if (p.threads.count(static_cast<int>(k)))
+      throw Error(fmt::format("{}: thread count {} appears twice", what, k));
     if (!e.is_object()) throw Error(fmt::format("{}: expected an object", w));
     ThreadProfile t;
     t.sgemm_gflops = positive(e, "sgemm_gflops", w);
     t.dgemm_gflops = positive(e, "dgemm_gflops", w);
-    t.blas_sgemm_gflops = e.value("blas_sgemm_gflops", 0.0);
-    t.blas_dgemm_gflops = e.value("blas_dgemm_gflops", 0.0);
+    t.blas_sgemm_gflops = optional_positive(e, "blas_sgemm_gflops", w);
+    t.blas_dgemm_gflops = optional_positive(e, "blas_dgemm_gflops", w);
     // Optional (profiles from before the low-precision kernels have neither).
     if (e.contains("bf16_gflops")) t.bf16_gflops = positive(e, "bf16_gflops", w);
     if (e.contains("int8_gflops")) t.int8_gflops = positive(e, "int8_gflops", w);
@@ -148,24 +182,9 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
     }
     if (!e.contains("read_gbps") || !e["read_gbps"].is_array() || e["read_gbps"].empty())
       throw Error(fmt::format("{}: 'read_gbps' must be a non-empty array of [bytes, GB/s]", w));
-    for (const auto& pt : e["read_gbps"]) {
-      if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
-          !(pt[0].get<double>() > 0) || !(pt[1].get<double>() > 0))
-        throw Error(fmt::format("{}: 'read_gbps' entries must be [bytes > 0, GB/s > 0]", w));
-      t.read_gbps.push_back({pt[0].get<double>(), pt[1].get<double>()});
-    }
-    std::sort(t.read_gbps.begin(), t.read_gbps.end());
-    if (e.contains("stream_gbps")) {  // optional: without it, weights stream at read_gbps
-      if (!e["stream_gbps"].is_array())
-        throw Error(fmt::format("{}: 'stream_gbps' must be an array of [bytes, GB/s]", w));
-      for (const auto& pt : e["stream_gbps"]) {
-        if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
-            !(pt[0].get<double>() > 0) || !(pt[1].get<double>() > 0))
-          throw Error(fmt::format("{}: 'stream_gbps' entries must be [bytes > 0, GB/s > 0]", w));
-        t.stream_gbps.push_back({pt[0].get<double>(), pt[1].get<double>()});
-      }
-      std::sort(t.stream_gbps.begin(), t.stream_gbps.end());
-    }
+    t.read_gbps = curve(e["read_gbps"], "read_gbps", w);
+    if (e.contains("stream_gbps"))  // optional: without it, weights stream at read_gbps
+      t.stream_gbps = curve(e["stream_gbps"], "stream_gbps", w);
     if (!(t.sgemm_gflops > 0 && t.dgemm_gflops > 0 && t.memcpy_gbps > 0))
       throw Error(fmt::format("{}: GEMM peaks and memcpy bandwidth must be > 0", w));
     p.threads[static_cast<int>(k)] = t;
@@ -175,7 +194,7 @@ MachineProfile MachineProfile::from_json(const std::string& text, const std::str
     const auto& l = j["link"];
     const std::string w = what + " (link)";
     if (!l.is_object()) throw Error(fmt::format("{}: expected an object", w));
-    p.link.name = l.value("name", "measured");
+    p.link.name = optional_text(l, "name", w, "measured");
     p.link.latency_us = positive(l, "latency_us", w);
     p.link.gbit_s = positive(l, "gbit_s", w);
     if (!(p.link.gbit_s > 0)) throw Error(fmt::format("{}: 'gbit_s' must be > 0", w));

@@ -23,8 +23,10 @@
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start reductions and masked loads from _mm512_undefined_*(), which
 // -Wuninitialized reports at every use.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define GRUX_HAVE_X86 1
 #endif

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/sanitizer.h"
 #include "cpu/gru_stream.h"
 #include "cpu/simd_row-inl.h"
 
@@ -269,7 +270,7 @@ HWY_INLINE void RegProduct(const float* HWY_RESTRICT w, int64_t cs, const V* src
 // in one function the two copies' code is slower than either alone; and the dispatch between
 // them is a function too small to need a stack frame. Not flattened under AddressSanitizer,
 // where flattening the instrumented tiles nearly doubles the compile time.
-#if defined(__SANITIZE_ADDRESS__)
+#if GRUX_ASAN
 #define GRUX_STREAM_FLATTEN
 #else
 #define GRUX_STREAM_FLATTEN HWY_FLATTEN

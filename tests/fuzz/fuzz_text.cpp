@@ -8,11 +8,16 @@
 //   rearrange   einops patterns (grux/rearrange.h) applied to a small tensor whose shape and
 //               axis lengths the input's first bytes give: the result holds the same elements
 //               (a permutation of them: the same sum and count).
+//   profile     machine profiles (grux/cost_profile.h, the JSON grux calibrate writes and the cost
+//               model reads): what parses writes back to JSON that parses to the same JSON, and its
+//               rates at every thread count and buffer size are finite and not negative.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
 
 #include "core/descriptor.h"
+#include "grux/cost_profile.h"
 #include "grux/error.h"
 #include "grux/rearrange.h"
 
@@ -83,6 +88,34 @@ void run(const std::string& bytes) {
   double sum = 0;
   for (int64_t k = 0; k < c.numel(); ++k) sum += c.data<double>()[k];
   if (sum != double(t.numel()) * double(t.numel() + 1) / 2) __builtin_trap();
+}
+#elif GRUX_FUZZ_TEXT_PROFILE
+bool rate(double v) {
+  return std::isfinite(v) && v >= 0;
+}
+
+void run(const std::string& text) {
+  grux::MachineProfile p;
+  try {
+    p = grux::MachineProfile::from_json(text, "fuzz profile");
+  } catch (const grux::Error& e) {
+    check_message(e);
+    return;
+  }
+  // Written back, it reads as the same profile (an Error here escapes: a bug).
+  const std::string json = p.to_json();
+  if (grux::MachineProfile::from_json(json, "again").to_json() != json) __builtin_trap();
+  // The rates at any thread count: measured, interpolated between two entries or clamped.
+  for (int threads : {1, 2, 3, 7, 64, 4096, 5000}) {
+    const grux::ThreadProfile t = p.at(threads);
+    for (double v : {t.sgemm_gflops, t.dgemm_gflops, t.bf16_gflops, t.int8_gflops, t.memcpy_gbps,
+                     t.step_us, t.stream_step_us, t.gru_gemm_efficiency})
+      if (!rate(v)) __builtin_trap();
+    for (double bytes : {0.0, 1.0, 4096.0, 1e6, 1e9, 1e300})
+      if (!rate(grux::read_bandwidth_at(t, bytes)) ||
+          !rate(grux::bandwidth_at(t.stream_gbps, bytes)))
+        __builtin_trap();
+  }
 }
 #else
 #error "GRUX_FUZZ_TEXT_* names the parser"

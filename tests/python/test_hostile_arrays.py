@@ -5,6 +5,8 @@ dropped by another thread while grux computes without the GIL. Each call gives a
 as a plain contiguous array; never a crash."""
 import gc
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -142,3 +144,41 @@ def test_arrays_dropped_by_another_thread_while_grux_computes():
         got = y.numpy() if kind == "torch" else y
         assert np.array_equal(got, want), kind
     assert overlapped >= 3
+
+
+_CAPPED = r"""
+import resource, sys
+import numpy as np
+import grux
+
+def refused(call):
+    try:
+        call()
+    except (MemoryError, grux.Error) as e:
+        assert isinstance(e, MemoryError) or "out of memory" in str(e), e
+        return
+    raise AssertionError("not refused")
+
+with open("/proc/self/statm") as f:
+    pages = int(f.read().split()[0])
+cap = pages * resource.getpagesize() + (256 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+refused(lambda: grux.GRU(4096, 4096))  # 400 MB of weights
+gru = grux.GRU(3, 5, seed=1)
+wide = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(100, 1 << 20, 3),
+                                       strides=(0, 0, 0))
+refused(lambda: gru(wide))  # 2 GB of output over an input that takes no memory
+refused(lambda: grux.GRUStream(gru, 1 << 24))  # 320 MB of state
+x = np.ones((7, 2, 3), np.float32)
+assert np.array_equal(gru(x)[0], grux.GRU(3, 5, seed=1)(x)[0])
+print("ok")
+"""
+
+
+def test_memory_the_system_refuses_is_an_error():
+    """Under an address-space cap just above what the process uses (RLIMIT_AS), a model, an
+    output or a stream too large for what is left raises MemoryError (or grux.Error saying
+    out of memory) and the process goes on computing correctly: no crash."""
+    r = subprocess.run([sys.executable, "-c", _CAPPED], capture_output=True, text=True,
+                       timeout=120, env=os.environ)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -125,8 +125,8 @@ Action add_scan_command(CLI::App& app) {
       "running maximum (torch.cummax values)",
       "running minimum (torch.cummin values)",
       "log of the cumulative sum of exp (torch.logcumsumexp)",
-      "cumulative matrix products y_t = x_0 @ x_1 @ ... @ x_t of square matrices stacked "
-      "along --dim (X is (..., T, ..., d, d)); with --reverse y_t = x_t @ ... @ x_{T-1}"};
+      ("cumulative matrix products y_t = x_0 @ x_1 @ ... @ x_t of square matrices stacked "
+       "along --dim (X is (..., T, ..., d, d)); with --reverse y_t = x_t @ ... @ x_{T-1}")};
   const char* names[] = {"sum", "prod", "max", "min", "logaddexp", "matmul"};
   for (int i = 0; i < 6; ++i) {
     CLI::App* sub = c->add_subcommand(names[i], help[i]);
