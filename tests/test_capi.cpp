@@ -2,10 +2,6 @@
 // gen_capi_golden.py), bit-identity with the C++ GruStream / LstmStream + head, independence from
 // how frames are split and from threads, and every error path (one-line message, no crash).
 // tests/test_capi_c.c checks that the header is C99 and runs the basics from C.
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -612,15 +608,7 @@ TEST(CApi, MemoryTheSystemRefusesIsAnError) {
         small.in_size = 1;
         small.out_size = 8;
         grux_model_desc desc{GRUX_MODEL_DESC_VERSION, I, 1, &big, 0, 0};
-        long pages = 0;
-        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-          if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-          std::fclose(f);
-        }
-        if (pages <= 0) return 3;
-        const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (32 << 20);
-        const rlimit limit{cap, cap};
-        if (setrlimit(RLIMIT_AS, &limit) != 0) return 4;
+        if (!test::cap_address_space(32 << 20)) return 3;
         const auto refused = [](const char* err) {
           const std::string m = err;
           return m.find("out of memory") != std::string::npos && m.find('\n') == std::string::npos;

@@ -2,7 +2,6 @@
 // run() returns only after all have finished, and sleeping workers wake for the next job.
 // The spinning barrier of the teams' time steps: nobody passes before everyone arrived.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -181,17 +180,9 @@ TEST(ThreadTeam, ThreadsThatCannotStartGiveAGruxError) {
 #else
   const int code = test::exit_code_in_child(
       [] {
-        long pages = 0;
-        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-          if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-          std::fclose(f);
-        }
-        if (pages <= 0) return 3;
         // Room for one 8 MiB stack with its guard page, not for many (glibc may reuse a few
         // stacks of the parent's finished threads: the team asks for more).
-        const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (12 << 20);
-        const rlimit limit{cap, cap};
-        if (setrlimit(RLIMIT_AS, &limit) != 0) return 4;
+        if (!test::cap_address_space(12 << 20)) return 3;
         try {
           ThreadTeam team(64);
           return 5;  // 63 threads started: the cap did not hold
@@ -206,8 +197,8 @@ TEST(ThreadTeam, ThreadsThatCannotStartGiveAGruxError) {
         }
       },
       10);
-  EXPECT_EQ(code, 0) << "3: no /proc/self/statm, 4: setrlimit failed, 5: no error, 6: wrong "
-                        "message, 7: another exception, 128 + N: killed by signal N";
+  EXPECT_EQ(code, 0) << "3: the cap could not be set, 5: no error, 6: wrong message, 7: another "
+                        "exception, 128 + N: killed by signal N";
 #endif
 }
 

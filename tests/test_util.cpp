@@ -1,9 +1,11 @@
 // Shared test helpers (non-inline parts).
 #include "test_util.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
@@ -36,6 +38,18 @@ int exit_code_in_child(const std::function<int()>& body, unsigned timeout_s) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool cap_address_space(size_t headroom) {
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  if (pages <= 0) return false;
+  const rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + headroom;
+  const rlimit limit{cap, cap};
+  return setrlimit(RLIMIT_AS, &limit) == 0;
 }
 
 TempDir::TempDir() {

@@ -151,6 +151,11 @@ inline CliRun grux_cli(const std::string& dir, const std::string& args) {
 // threw, 128 + signal if it was killed, or -1 if fork failed.
 int exit_code_in_child(const std::function<int()>& body, unsigned timeout_s = 20);
 
+// Caps this process's address space (RLIMIT_AS) at what it maps now plus `headroom` bytes, so
+// that a larger allocation or thread stack fails; for a child of exit_code_in_child. False if
+// the size could not be read or the limit not set.
+bool cap_address_space(size_t headroom);
+
 // Expects exit code `code` and exactly one stderr line containing every piece.
 inline void expect_user_error(const CliRun& r, std::initializer_list<const char*> pieces,
                               int code = 2) {

@@ -22,17 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "fuzz.h"
 #include "grux/error.h"
 #include "grux/grux.h"
 #include "grux/io.h"
 #include "grux/sweep.h"
 #include "grux/train.h"
 
-namespace {
-
-void check_message(const std::string& m) {
-  if (m.empty() || grux::printable_line(m) != m) __builtin_trap();
-}
+namespace grux::fuzz {
 
 // The input as a file of this process's own in the temporary directory (the readers under test
 // take paths), removed at exit with what the checkpoint target writes beside it.
@@ -183,9 +180,4 @@ void run(const std::string& text) {
 #error "GRUX_FUZZ_ENGINE_* names the input"
 #endif
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  run(std::string(reinterpret_cast<const char*>(data), size));
-  return 0;
-}
+}  // namespace grux::fuzz

@@ -17,16 +17,12 @@
 #include <string>
 
 #include "core/descriptor.h"
+#include "fuzz.h"
 #include "grux/cost_profile.h"
 #include "grux/error.h"
 #include "grux/rearrange.h"
 
-namespace {
-
-void check_message(const grux::Error& e) {
-  const std::string m = e.what();
-  if (m.empty() || grux::printable_line(m) != m) __builtin_trap();
-}
+namespace grux::fuzz {
 
 #if GRUX_FUZZ_TEXT_DESCRIPTOR
 using grux::detail::Descriptor;
@@ -37,7 +33,7 @@ void parse_both_ways(const std::string& text, std::initializer_list<DescriptorLe
   try {
     d = Descriptor::parse(text, syntax, "fuzz descriptor", "the fuzz syntax");
   } catch (const grux::Error& e) {
-    check_message(e);
+    check_message(e.what());
     return;
   }
   // Printed back letter by letter, the same sizes (an Error here escapes: a bug).
@@ -80,7 +76,7 @@ void run(const std::string& bytes) {
   try {
     r = grux::rearrange(t, bytes.substr(6), lengths);
   } catch (const grux::Error& e) {
-    check_message(e);
+    check_message(e.what());
     return;
   }
   if (r.numel() != t.numel()) __builtin_trap();
@@ -99,7 +95,7 @@ void run(const std::string& text) {
   try {
     p = grux::MachineProfile::from_json(text, "fuzz profile");
   } catch (const grux::Error& e) {
-    check_message(e);
+    check_message(e.what());
     return;
   }
   // Written back, it reads as the same profile (an Error here escapes: a bug).
@@ -121,9 +117,4 @@ void run(const std::string& text) {
 #error "GRUX_FUZZ_TEXT_* names the parser"
 #endif
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  run(std::string(reinterpret_cast<const char*>(data), size));
-  return 0;
-}
+}  // namespace grux::fuzz
