@@ -42,6 +42,23 @@ else
     openmpi-bin libopenmpi-dev  # MPI: multi-process training and scans, tested with 2 ranks
     procps                   # pkill: the MPI tests signal mpiexec and its ranks
   )
+  # aarch64: the cross compiler, qemu-user and the arm64 libraries (scripts/test_arm64.sh);
+  # ONNX's below. Not on an Arm machine, whose own build is the arm64 one.
+  if [ "$(uname -m)" != aarch64 ]; then
+    cross=1
+    packages+=(g++-aarch64-linux-gnu qemu-user libgomp1:arm64 libhwy-dev:arm64 libfmt-dev:arm64
+      libprotobuf-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64)
+  fi
+fi
+cross=${cross:-0}
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  sudo_cmd=(sudo)
+fi
+# Debian's arm64 packages need the architecture added to dpkg's list (and apt's lists read again).
+if [ "$cross" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "install-deps: adding the arm64 architecture (dpkg --add-architecture arm64)"
+  "${sudo_cmd[@]}" dpkg --add-architecture arm64
 fi
 
 missing=()
@@ -57,13 +74,23 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
 else
   echo "install-deps: installing ${missing[*]}"
-  sudo_cmd=()
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-    sudo_cmd=(sudo)
+  if [ ${#sudo_cmd[@]} -gt 0 ] && ! command -v sudo >/dev/null; then
+    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -q
   "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# ONNX for arm64: its package cannot be installed beside this machine's own (both hold
+# /usr/lib/libonnxifi.so, a Multi-Arch conflict), so its files are unpacked into a folder of
+# their own, which cmake/toolchain-aarch64.cmake searches.
+onnx_arm64=${GRUX_AARCH64_ONNX_ROOT:-/opt/grux-aarch64-onnx}
+if [ "$cross" = 1 ] && ! [ -f "$onnx_arm64/usr/lib/aarch64-linux-gnu/cmake/ONNX/ONNXConfig.cmake" ]; then
+  echo "install-deps: unpacking ONNX's arm64 packages into $onnx_arm64"
+  debs=$(mktemp -d)
+  (cd "$debs" && "${sudo_cmd[@]}" apt-get download -q libonnx-dev:arm64 libonnx1:arm64 libonnxifi:arm64)
+  for deb in "$debs"/*.deb; do "${sudo_cmd[@]}" dpkg-deb -x "$deb" "$onnx_arm64"; done
+  rm -rf "$debs"
 fi
 [ "$main_only" = 1 ] || bash "$here/install-web-assets.sh"

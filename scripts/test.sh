@@ -5,8 +5,9 @@
 # suite again on every other SIMD target this CPU can run, then the main job
 # (about 3 minutes of training); then run the whole suite again in a build with
 # AddressSanitizer + UndefinedBehaviorSanitizer, every fuzzer of tests/fuzz in that build, and
-# the thread code's tests under ThreadSanitizer (scripts/test_tsan.sh; both builds made in the
-# background from the start, at the lowest priority). Exits non-zero if anything fails.
+# the thread code's tests under ThreadSanitizer (scripts/test_tsan.sh), and the tests of an
+# aarch64 build under qemu-user (scripts/test_arm64.sh); the three builds made in the background
+# from the start, at the lowest priority. Exits non-zero if anything fails.
 #
 # No grux result depends on the environment (docs/determinism.md); the runs below
 # check that under three OpenBLAS settings: unset (what users have), the generic Prescott kernel
@@ -58,9 +59,26 @@ nice -n 19 bash -c '
     cmake --build build-tsan -j"$(nproc)" --target grux_tests_core grux_tests_kernels \
       grux_tests_gru grux_tests_realtime; } >'"$tsan_log"' 2>&1' sanitized "${clang_args[@]}" &
 sanitized_pid=$!
+# - build-arm64: grux cross-compiled for aarch64 (scripts/test_arm64.sh; its tests run under
+#   qemu at the end), after the sanitized builds, at the same priority. Not on an Arm machine,
+#   whose Release build above is the arm64 one.
+arm64_log=build-arm64.build.log
+background=("$sanitized_pid")
+arm64_pid=
+if [ "$(uname -m)" != aarch64 ]; then
+  nice -n 19 bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 5; done
+    bash scripts/test_arm64.sh build-arm64 build' arm64 "$sanitized_pid" >"$arm64_log" 2>&1 &
+  arm64_pid=$!
+  background+=("$arm64_pid")
+fi
 set +m
-# (CONT after TERM: the group may be stopped, during the main job.)
-trap '{ kill -- -"$sanitized_pid"; kill -CONT -- -"$sanitized_pid"; } 2>/dev/null || true' EXIT
+# Signals to every background group. (CONT after TERM: a group may be stopped, during the main
+# job.)
+signal_background() {
+  local pid
+  for pid in "${background[@]}"; do kill "$@" -- -"$pid" 2>/dev/null || true; done
+}
+trap 'signal_background -TERM; signal_background -CONT' EXIT
 trap 'exit 130' INT  # (a shell killed by a signal would skip its EXIT trap)
 trap 'exit 143' TERM
 
@@ -94,11 +112,11 @@ part "The main job (as scripts/demo.sh): train the default language model, then 
 # Alone: the background build stops meanwhile. The training's time budget plans its steps
 # from the speed of the first ones, which a build running beside them would slow (the plan
 # would then hold far fewer steps than the budget allows).
-kill -STOP -- -"$sanitized_pid" 2>/dev/null || true
+signal_background -STOP
 ./build/grux demo --reps 3
 ./build/grux train --out out/test-main-job
 ./build/grux generate --checkpoint out/test-main-job/checkpoint.safetensors --length 300
-kill -CONT -- -"$sanitized_pid" 2>/dev/null || true
+signal_background -CONT
 
 part "AddressSanitizer + UndefinedBehaviorSanitizer build (started at the beginning) and tests"
 if ! wait "$sanitized_pid"; then
@@ -160,4 +178,15 @@ done
 part "ThreadSanitizer build (started at the beginning) and the thread code's tests"
 tail -n 2 "$tsan_log"
 bash scripts/test_tsan.sh build-tsan
+
+if [ -n "$arm64_pid" ]; then
+  part "aarch64: the cross build (made in the background) and its tests under qemu-user"
+  if ! wait "$arm64_pid"; then
+    cat "$arm64_log"
+    echo "the aarch64 build (build-arm64) failed: its output is above" >&2
+    exit 1
+  fi
+  tail -n 1 "$arm64_log"
+  bash scripts/test_arm64.sh build-arm64 test
+fi
 part "All passed"

@@ -49,15 +49,6 @@ void with_rows(int64_t r, F&& f) {
   }
 }
 
-// Vectors (16 columns each) per panel group: one panel (3 vectors, with 5 rows a block), or
-// two for a single row (bf16; int8 takes single rows panel by panel, Int8Row), whose chains
-// are its columns only. Each panel of a group is a stream read from L2 beside the others, and
-// more streams read slower: at K 256, N 768 (B in L2) two panels a group are the fastest for
-// one bf16 row (a quarter faster than one), one panel for two rows and for int8.
-int group_vectors(int64_t M) {
-  return M == 1 ? 6 : 3;
-}
-
 // ---- Portable kernels ---------------------------------------------------------------------
 
 void Bf16Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& B,
@@ -133,6 +124,15 @@ void Int8Portable(int64_t M, const float* A, int64_t lda, const PackedB<float>& 
 #if GRUX_HAVE_X86
 #define GRUX_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 #define GRUX_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+// Vectors (16 columns each) per panel group: one panel (3 vectors, with 5 rows a block), or
+// two for a single row (bf16; int8 takes single rows panel by panel, Int8Row), whose chains
+// are its columns only. Each panel of a group is a stream read from L2 beside the others, and
+// more streams read slower: at K 256, N 768 (B in L2) two panels a group are the fastest for
+// one bf16 row (a quarter faster than one), one panel for two rows and for int8.
+int group_vectors(int64_t M) {
+  return M == 1 ? 6 : 3;
+}
 
 // The first n of 16 lanes (none when n <= 0).
 inline __mmask16 tail_mask(int64_t n) {

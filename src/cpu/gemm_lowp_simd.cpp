@@ -171,10 +171,13 @@ HWY_INLINE void Int8Block(int64_t groups, const uint32_t* a, int64_t as, const u
       }
     }
   }
-  // Exact integers (|sum| < 2^31, pack_b_lowp bounds K): the two halves in any order.
+  // Exact integers (|sum| < 2^31, pack_b_lowp bounds K). Where each product lands is the
+  // target's choice (x86: a lane's own pair summed into acc; NEON: the lower half's i16 lanes'
+  // products into acc, the upper half's into acc1): RearrangeToOddPlusEven gives every i32
+  // lane its own pair's sum either way.
   for (int r = 0; r < MR; ++r)
     for (int w = 0; w < W; ++w)
-      hn::StoreU(hn::Add(acc[r][w], acc1[r][w]), d32, out + (r * W + w) * L);
+      hn::StoreU(hn::RearrangeToOddPlusEven(acc[r][w], acc1[r][w]), d32, out + (r * W + w) * L);
 #endif
 }
 

@@ -51,10 +51,18 @@ struct Chunk {
     return p ? load(p) : hn::Zero(d);
   }
   void store(V v, T* p) const {
-    if (full)
-      hn::StoreU(v, d, p);
-    else
-      hn::BlendedStore(v, mask, d, p);
+    if (full) return hn::StoreU(v, d, p);
+#if HWY_TARGET <= HWY_AVX2
+    hn::BlendedStore(v, mask, d, p);  // a true masked store: nothing past the tail is written
+#else
+    // Elsewhere BlendedStore may load, blend and store the whole vector (NEON's does): it
+    // writes the lanes past the tail back, racing with the thread that owns them (the next
+    // row's first columns) and writing past the end of the buffer. The tail goes through an
+    // aligned copy.
+    HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)];
+    hn::Store(v, d, buf);
+    std::memcpy(p, buf, n * sizeof(T));
+#endif
   }
 };
 

@@ -108,6 +108,7 @@ std::string blas_core() {
 }
 
 bool blas_core_is_fallback() {
+#if defined(__x86_64__) || defined(__i386__)
   if (!blas().loaded()) return false;
   // OpenBLAS's x86 kernels older than AVX2 (what it falls back to on a CPU it does not know).
   std::string core = blas_core();
@@ -118,10 +119,9 @@ bool blas_core_is_fallback() {
       "katmai",    "coppermine", "northwood",   "banias",     "opteron", "barcelona",   "bobcat",
       "bulldozer", "piledriver", "steamroller", "excavator",  "generic", "unknown"};
   const bool old = std::find(std::begin(kOld), std::end(kOld), core) != std::end(kOld);
-#if defined(__x86_64__) || defined(__i386__)
   return old && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-  return false;
+  return false;  // the fallback is a choice among x86 kernels only
 #endif
 }
 
