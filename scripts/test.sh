@@ -101,11 +101,12 @@ python3 scripts/test_docs.py build
 # with OpenBLAS on its generic kernel. The HTML report, the cost CLI's formats, the slow
 # Toeplitz gradient checks and the MPI runs (no SIMD of their own) run once above, and so do
 # the CLI's benchmark runs (CliBench: 10 timed runs, each measuring the GEMM peak, most of a
-# minute a target; the kernels they run are checked on every target by the kernel tests).
+# minute a target; LstmCliBench and ScanCli's, 15 s a target; the kernels they run are checked
+# on every target by the kernel tests).
 for target in $(./build/grux info --simd-targets | tail -n +2); do
   part "Release tests on SIMD target $target (OPENBLAS_CORETYPE=Prescott)"
   GRUX_SIMD_TARGET=$target OPENBLAS_CORETYPE=Prescott \
-    ctest_all --test-dir build -E 'report_chromium|^Cost|^CliBench|toeplitz|^dist\.'
+    ctest_all --test-dir build -E 'report_chromium|^Cost|^CliBench|^LstmCliBench|^ScanCli\.Bench|toeplitz|^dist\.'
 done
 
 part "The main job (as scripts/demo.sh): train the default language model, then generate"
