@@ -32,8 +32,10 @@ grux::LstmConfig make_config(int64_t input_size, int64_t hidden_size, int64_t nu
   return c;
 }
 
-// What forward_train saved (LstmTape is move-only, so it lives behind a unique_ptr).
-struct Tape {
+// What forward_train saved (LstmTape is move-only, so it lives behind a unique_ptr). Named
+// apart from module.cpp's Tape: pybind11 keys types by typeid, and clang gives two types of
+// the same name in different files' anonymous namespaces equal typeids.
+struct LstmTapeHolder {
   grux::LstmTape tape;
 };
 
@@ -51,7 +53,7 @@ py::dict weights_dict(const grux::LstmLayerWeights& w) {
 }  // namespace
 
 void grux_py::bind_lstm(py::module_& m) {
-  py::class_<Tape>(m, "LstmTape");
+  py::class_<LstmTapeHolder>(m, "LstmTape");
 
   py::class_<grux::Lstm>(m, "Lstm")
       .def(py::init([](int64_t I, int64_t H, int64_t L, bool bias, bool batch_first, double dropout,
@@ -111,7 +113,7 @@ void grux_py::bind_lstm(py::module_& m) {
             const grux::Precision p = grux::parse_precision(precision);
             const Tensor tx = from_array(x, "input"), th = from_optional(h0, "h0"),
                          tc = from_optional(c0, "c0"), tl = from_optional(lengths, "lengths", true);
-            auto tape = std::make_unique<Tape>();
+            auto tape = std::make_unique<LstmTapeHolder>();
             grux::LstmOutput out;
             {
               py::gil_scoped_release nogil;
@@ -125,8 +127,8 @@ void grux_py::bind_lstm(py::module_& m) {
           py::arg("precision") = "f32")
       .def(
           "backward",
-          [](const grux::Lstm& l, const Tape& tape, const py::object& dout, const py::object& dh_n,
-             const py::object& dc_n, int threads) {
+          [](const grux::Lstm& l, const LstmTapeHolder& tape, const py::object& dout,
+             const py::object& dh_n, const py::object& dc_n, int threads) {
             if (tape.tape.empty())
               throw grux::Error(
                   "backward: the tape is empty (use the tape forward_train returned)");
